@@ -1,0 +1,1 @@
+"""PostgreSQL boundary: migrations, named SQL statements and the repositories that run them."""

@@ -1,0 +1,184 @@
+"""Apply the numbered SQL migrations in ``db/migrations`` once each, safely from many processes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from db.connector import connect
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+SNAPSHOT = Path(__file__).with_name("schema.snapshot")
+SCHEMAS = ("calendar", "profile", "automation", "ops")
+# pg_advisory_lock key: "migr" in ASCII. Serialises concurrent migrators.
+_LOCK_KEY = 0x6D696772
+_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+class MigrationError(Exception):
+    pass
+
+
+def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    found: list[Migration] = []
+    for path in sorted(directory.glob("*.sql")):
+        m = _FILE.match(path.name)
+        if not m:
+            raise MigrationError(f"{path.name}: migration files are named NNNN_words.sql")
+        found.append(Migration(int(m.group(1)), path.name, path.read_text(encoding="utf-8")))
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise MigrationError(f"two migrations share a number in {directory}")
+    return found
+
+
+async def migrate(dsn: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
+    """Apply pending migrations; returns the names applied (empty when up to date)."""
+    migrations = discover(directory)
+    conn = await connect(dsn)
+    try:
+        await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+        try:
+            return await _apply(conn, migrations)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+    finally:
+        await conn.close()
+
+
+async def _apply(conn: asyncpg.Connection, migrations: list[Migration]) -> list[str]:
+    await conn.execute(
+        """
+        CREATE SCHEMA IF NOT EXISTS ops;
+        CREATE TABLE IF NOT EXISTS ops.schema_migrations (
+            version    integer PRIMARY KEY,
+            name       text NOT NULL,
+            checksum   text NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now()
+        );
+        """
+    )
+    rows = await conn.fetch("SELECT version, name, checksum FROM ops.schema_migrations")
+    applied = {r["version"]: r for r in rows}
+    done: list[str] = []
+    for m in migrations:
+        row = applied.get(m.version)
+        if row is not None:
+            if row["checksum"] != m.checksum:
+                raise MigrationError(
+                    f"{m.name} was changed after it was applied (as {row['name']}); "
+                    "add a new migration instead of editing an applied one"
+                )
+            continue
+        async with conn.transaction():
+            await conn.execute(m.sql)
+            await conn.execute(
+                "INSERT INTO ops.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+                m.version,
+                m.name,
+                m.checksum,
+            )
+        done.append(m.name)
+    return done
+
+
+async def describe_schema(conn: asyncpg.Connection) -> str:
+    """A stable text description of the project's schemas: tables, columns, indexes, constraints."""
+    lines: list[str] = []
+    cols = await conn.fetch(
+        """
+        SELECT table_schema, table_name, column_name, data_type, is_nullable,
+               coalesce(column_default, '') AS col_default, coalesce(generation_expression, '') AS gen
+        FROM information_schema.columns
+        WHERE table_schema = ANY($1::text[])
+        ORDER BY table_schema, table_name, ordinal_position
+        """,
+        list(SCHEMAS),
+    )
+    for c in cols:
+        null = "NULL" if c["is_nullable"] == "YES" else "NOT NULL"
+        extra = f" DEFAULT {c['col_default']}" if c["col_default"] else ""
+        extra += f" GENERATED {c['gen']}" if c["gen"] else ""
+        lines.append(
+            f"column {c['table_schema']}.{c['table_name']}.{c['column_name']} "
+            f"{c['data_type']} {null}{extra}"
+        )
+    for i in await conn.fetch(
+        "SELECT schemaname, indexdef FROM pg_indexes WHERE schemaname = ANY($1::text[]) "
+        "ORDER BY schemaname, indexname",
+        list(SCHEMAS),
+    ):
+        lines.append(f"index {i['indexdef']}")
+    for k in await conn.fetch(
+        """
+        SELECT n.nspname, t.relname, c.conname, pg_get_constraintdef(c.oid) AS def
+        FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid
+        JOIN pg_namespace n ON n.oid = t.relnamespace
+        WHERE n.nspname = ANY($1::text[])
+        ORDER BY n.nspname, t.relname, c.conname
+        """,
+        list(SCHEMAS),
+    ):
+        lines.append(f"constraint {k['nspname']}.{k['relname']}.{k['conname']} {k['def']}")
+    for f in await conn.fetch(
+        """
+        SELECT n.nspname, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = ANY($1::text[]) ORDER BY 1, 2
+        """,
+        list(SCHEMAS),
+    ):
+        lines.append(f"function {f['nspname']}.{f['proname']}")
+    for t in await conn.fetch(
+        """
+        SELECT n.nspname, c.relname, t.tgname FROM pg_trigger t
+        JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE NOT t.tgisinternal AND n.nspname = ANY($1::text[]) ORDER BY 1, 2, 3
+        """,
+        list(SCHEMAS),
+    ):
+        lines.append(f"trigger {t['nspname']}.{t['relname']}.{t['tgname']}")
+    return "\n".join(lines) + "\n"
+
+
+async def _main(argv: list[str]) -> int:
+    from streams.settings import load_settings
+
+    parser = argparse.ArgumentParser(prog="python -m db.migrate", description=__doc__)
+    parser.add_argument("--dsn", help="PostgreSQL URL (default: DATABASE_URL setting)")
+    parser.add_argument(
+        "--write-snapshot", action="store_true", help=f"rewrite {SNAPSHOT.name} from the database"
+    )
+    args = parser.parse_args(argv)
+    dsn = args.dsn or load_settings().database_url
+    applied = await migrate(dsn)
+    print(f"migrations applied: {', '.join(applied) if applied else 'none (up to date)'}")
+    if args.write_snapshot:
+        conn = await connect(dsn)
+        try:
+            SNAPSHOT.write_text(await describe_schema(conn), encoding="utf-8")
+        finally:
+            await conn.close()
+        print(f"wrote {SNAPSHOT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(_main(sys.argv[1:])))

@@ -1,0 +1,1 @@
+"""Reminder and automation stream processor: Faust agents on Kafka, PostgreSQL as the ledger."""

@@ -1,0 +1,126 @@
+"""The one contract package: every topic name, its message model and its key, as other teams see them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import ValidationError
+
+from streams.contracts.automation import (
+    BusinessUnitChanged,
+    DispatchRequested,
+    ReminderSettingChanged,
+    ReportSubscriptionChanged,
+    SourceEntityChanged,
+)
+from streams.contracts.base import CONTRACT_VERSION, Contract
+from streams.contracts.calendar import CalendarEventChanged, ReminderDueEvent
+from streams.contracts.profile import DocumentExpiryReminderEvent, PersonDocumentChanged
+
+M = TypeVar("M", bound=Contract)
+
+
+@dataclass(frozen=True)
+class TopicContract(Generic[M]):
+    name: str
+    model: type[M]
+    key: Callable[[M], str]
+    direction: str  # "in" (consumed) or "out" (produced through the outbox)
+
+
+CALENDAR_EVENTS = TopicContract(
+    "pin.calendar.events.v1", CalendarEventChanged, lambda m: str(m.event_id), "in"
+)
+PERSON_DOCUMENTS = TopicContract(
+    "pin.profile.person-documents.v1", PersonDocumentChanged, lambda m: str(m.owner_user_id), "in"
+)
+SOURCE_EVENTS = TopicContract(
+    "pin.automation.source-events.v1",
+    SourceEntityChanged,
+    lambda m: f"{m.source_type}:{m.source_guid}",
+    "in",
+)
+REMINDER_SETTINGS = TopicContract(
+    "pin.automation.reminder-settings.v1",
+    ReminderSettingChanged,
+    lambda m: str(m.setting_guid),
+    "in",
+)
+BUSINESS_UNITS = TopicContract(
+    "pin.automation.business-units.v1", BusinessUnitChanged, lambda m: str(m.business_unit_id), "in"
+)
+REPORT_SUBSCRIPTIONS = TopicContract(
+    "pin.automation.report-subscriptions.v1",
+    ReportSubscriptionChanged,
+    lambda m: str(m.subscription_guid),
+    "in",
+)
+REMINDER_DUE = TopicContract(
+    "pin.calendar.reminder-due.v1", ReminderDueEvent, lambda m: str(m.event_id), "out"
+)
+DOCUMENT_EXPIRY_REMINDERS = TopicContract(
+    "pin.profile.document-expiry-reminders.v1",
+    DocumentExpiryReminderEvent,
+    lambda m: str(m.owner_user_id),
+    "out",
+)
+DISPATCH_REQUESTED = TopicContract(
+    "pin.automation.dispatch-requested.v1", DispatchRequested, lambda m: m.scheduler_key, "out"
+)
+
+ALL_TOPICS: tuple[TopicContract[Any], ...] = (
+    CALENDAR_EVENTS,
+    PERSON_DOCUMENTS,
+    SOURCE_EVENTS,
+    REMINDER_SETTINGS,
+    BUSINESS_UNITS,
+    REPORT_SUBSCRIPTIONS,
+    REMINDER_DUE,
+    DOCUMENT_EXPIRY_REMINDERS,
+    DISPATCH_REQUESTED,
+)
+
+DLQ_SUFFIX = ".dlq"
+
+
+class ContractError(ValueError):
+    """A message that does not satisfy its contract. ``reason`` is safe to log (no values)."""
+
+    def __init__(self, reason: str, kind: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind  # "json", "schema" or "contract-version"
+
+
+def decode(contract: TopicContract[M], raw: bytes | None) -> M:
+    """Parse and validate one message; raises ContractError with a value-free reason."""
+    if raw is None:
+        raise ContractError("message has no value (tombstone)", "json")
+    try:
+        return contract.model.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = exc.errors(include_input=False, include_url=False)
+        if any(e["type"] == "json_invalid" for e in errors):
+            raise ContractError("value is not valid JSON", "json") from None
+        if any(e["loc"] and e["loc"][0] == "ContractVersion" for e in errors):
+            raise ContractError(
+                f"unsupported ContractVersion (this service reads {CONTRACT_VERSION})",
+                "contract-version",
+            ) from None
+        # Locations and messages only: input values may hold PII and never reach a log.
+        reason = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in errors
+        )
+        raise ContractError(reason[:1000], "schema") from None
+
+
+__all__ = [
+    "ALL_TOPICS",
+    "CONTRACT_VERSION",
+    "Contract",
+    "ContractError",
+    "TopicContract",
+    "decode",
+]

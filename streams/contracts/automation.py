@@ -1,0 +1,122 @@
+"""Automation contracts: sources, reminder settings, business units, report subscriptions (seed 003)."""
+
+from __future__ import annotations
+
+from datetime import date, time
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+from pydantic import Field, model_validator
+
+from streams.contracts.base import Contract, Instant, StateMessage, TimeZoneId
+
+
+class TriggerType(StrEnum):
+    DATE_BASED = "DateBased"
+    THRESHOLD_CONDITION = "ThresholdCondition"
+    RECURRING = "Recurring"
+    SCHEDULED_RUN = "ScheduledRun"
+    MANUAL_RUN = "ManualRun"
+
+
+class Comparator(StrEnum):
+    GTE = "GreaterThanOrEqual"
+    GT = "GreaterThan"
+    LTE = "LessThanOrEqual"
+    LT = "LessThan"
+
+
+class FiringPolicy(StrEnum):
+    ONCE_PER_SOURCE = "OncePerSource"
+    ONCE_PER_THRESHOLD = "OncePerThreshold"
+    ONCE_PER_DAY = "OncePerDay"
+    FALSE_TO_TRUE = "FalseToTrue"
+
+
+class SourceEntityChanged(StateMessage):
+    """pin.automation.source-events.v1 — key SourceType:SourceGuid."""
+
+    source_type: str = Field(min_length=1, max_length=64)
+    source_guid: UUID
+    business_unit_id: UUID
+    version: int = Field(ge=0)
+    occurred_at: Instant
+    is_active: bool
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+class Threshold(Contract):
+    metric_key: str = Field(min_length=1)
+    value: float
+    comparator: Comparator
+    firing_policy: FiringPolicy
+
+
+class ReminderSettingChanged(StateMessage):
+    """pin.automation.reminder-settings.v1 — key SettingGuid."""
+
+    setting_guid: UUID
+    business_unit_id: UUID
+    source_type: str = Field(min_length=1, max_length=64)
+    trigger_type: TriggerType
+    trigger_key: str = Field(min_length=1, max_length=128)
+    offsets_days: list[int] = Field(default_factory=list)
+    send_time_local: time = time(9, 0)
+    threshold: Threshold | None = None
+    active: bool
+    version: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _trigger_fields(self) -> ReminderSettingChanged:
+        if self.trigger_type is TriggerType.THRESHOLD_CONDITION and self.threshold is None:
+            raise ValueError("Threshold is required when TriggerType is ThresholdCondition")
+        if self.trigger_type is TriggerType.DATE_BASED and not self.offsets_days:
+            raise ValueError("OffsetsDays must not be empty when TriggerType is DateBased")
+        return self
+
+
+class BusinessUnitChanged(StateMessage):
+    """pin.automation.business-units.v1 — key BusinessUnitId."""
+
+    business_unit_id: UUID
+    time_zone_id: TimeZoneId
+    version: int = Field(ge=0)
+
+
+class ReportPeriod(StrEnum):
+    DAILY = "Daily"
+    WEEKLY = "Weekly"
+    MONTHLY = "Monthly"
+
+
+class ReportSubscriptionChanged(StateMessage):
+    """pin.automation.report-subscriptions.v1 — key SubscriptionGuid; a ManualRunGuid asks for one run now."""
+
+    subscription_guid: UUID
+    business_unit_id: UUID
+    cron: str | None = None
+    period: ReportPeriod | None = None
+    active: bool
+    version: int = Field(ge=0)
+    manual_run_guid: UUID | None = None
+
+    @model_validator(mode="after")
+    def _schedule(self) -> ReportSubscriptionChanged:
+        if self.manual_run_guid is None and (self.cron is None) == (self.period is None):
+            raise ValueError("exactly one of Cron or Period is required")
+        return self
+
+
+class DispatchRequested(Contract):
+    """pin.automation.dispatch-requested.v1 — a due scheduler row handed to notifications (stage ③)."""
+
+    scheduler_key: str
+    automation_type: str
+    trigger_type: TriggerType
+    setting_guid: UUID | None = None
+    source_type: str | None = None
+    source_guid: UUID | None = None
+    scheduled_on: Instant
+    scheduled_local_date: date | None = None
+    input_hash: str

@@ -1,0 +1,54 @@
+"""Profile contracts: person document state in, DocumentExpiryReminderKafkaEvent out (seed 001)."""
+
+from __future__ import annotations
+
+from datetime import date
+from enum import StrEnum
+from uuid import UUID
+
+from pydantic import Field
+
+from streams.contracts.base import Contract, Instant, StateMessage
+
+
+class DocumentStatus(StrEnum):
+    ACTIVE = "Active"
+    ARCHIVED = "Archived"
+
+
+class PersonDocumentChanged(StateMessage):
+    """pin.profile.person-documents.v1 — open columns only.
+
+    PayloadCipher is deliberately not a field: it is dropped at parse time, so it can
+    never be stored, decoded or logged by this service.
+    """
+
+    document_id: UUID
+    owner_user_id: UUID
+    person_id: UUID
+    type: str = Field(min_length=1, max_length=32)
+    number_mask: str | None = Field(default=None, max_length=64, repr=False)
+    expires_at: date | None = None
+    status: DocumentStatus
+    is_deleted: bool = False
+    version: int = Field(ge=0)
+    occurred_at: Instant
+
+
+class ExpiringDocumentItem(Contract):
+    model_config = Contract.model_config | {"extra": "forbid"}
+
+    document_id: UUID
+    type: str
+    number_mask: str | None = Field(default=None, repr=False)
+    expires_at: date
+    threshold_days: int
+    days_left: int
+
+
+class DocumentExpiryReminderEvent(Contract):
+    """pin.profile.document-expiry-reminders.v1 — one per owner per run (DocumentExpiryReminderKafkaEvent)."""
+
+    owner_user_id: UUID
+    reminded_at: Instant
+    documents: list[ExpiringDocumentItem] = Field(min_length=1)

@@ -1,0 +1,81 @@
+"""Prometheus metrics, created once on an injectable registry and handed to whoever records them."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+LATENESS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
+
+
+class AgentMetrics:
+    """Input side: messages consumed, rejected to the DLQ, processing time."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.messages = Counter(
+            "stream_messages_total",
+            "Input messages handled, by topic and result (applied, stale, dlq)",
+            ["topic", "result"],
+            registry=registry,
+        )
+        self.dlq = Counter(
+            "stream_dlq_messages_total",
+            "Input messages sent to the dead-letter topic, by topic and error kind",
+            ["topic", "kind"],
+            registry=registry,
+        )
+        self.batch_seconds = Histogram(
+            "stream_batch_duration_seconds",
+            "Time to apply one batch of input messages to PostgreSQL",
+            ["topic"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.retries = Counter(
+            "stream_infrastructure_retries_total",
+            "Batches retried because PostgreSQL or Kafka was unavailable",
+            ["topic"],
+            registry=registry,
+        )
+        self.cache = Counter(
+            "stream_table_cache_total",
+            "Changelog-table cache lookups in front of PostgreSQL, by table and result (hit, miss)",
+            ["table", "result"],
+            registry=registry,
+        )
+
+
+class OutboxMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.published = Counter(
+            "outbox_published_total", "Outbox rows published", ["topic"], registry=registry
+        )
+        self.errors = Counter(
+            "outbox_publish_errors_total", "Relay batches that failed", registry=registry
+        )
+        self.backlog = Gauge(
+            "outbox_backlog", "Outbox rows not yet published", registry=registry
+        )
+        self.oldest_age = Gauge(
+            "outbox_oldest_unpublished_age_seconds",
+            "Age of the oldest unpublished outbox row (0 when none)",
+            registry=registry,
+        )
+        self.lag = Histogram(
+            "outbox_publish_lag_seconds",
+            "Outbox row created_at -> acknowledged by Kafka",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.deleted = Counter(
+            "outbox_deleted_total", "Published rows deleted after retention", registry=registry
+        )
+
+
+class Metrics:
+    """All metric families of one worker, on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.agents = AgentMetrics(self.registry)
+        self.outbox = OutboxMetrics(self.registry)

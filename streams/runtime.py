@@ -1,0 +1,40 @@
+"""What agents, timers and web views of one worker process share: settings, clock, metrics, database."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+from db.connector import create_pool
+from streams.clock import Clock, SystemClock
+from streams.metrics import Metrics
+from streams.settings import Settings
+
+
+class Runtime:
+    def __init__(
+        self, settings: Settings, *, metrics: Metrics | None = None, clock: Clock | None = None
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self.clock: Clock = clock or SystemClock()
+        self._pool: asyncpg.Pool | None = None
+        self._pool_lock = asyncio.Lock()
+
+    async def pool(self) -> asyncpg.Pool:
+        """The worker's connection pool, created on first use (agents may start before services)."""
+        if self._pool is None:
+            async with self._pool_lock:
+                if self._pool is None:
+                    self._pool = await create_pool(
+                        self.settings.database_url,
+                        min_size=self.settings.db_pool_min_size,
+                        max_size=self.settings.db_pool_max_size,
+                    )
+        return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()

@@ -1,0 +1,75 @@
+"""Service settings from the environment, validated once at startup."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ConfigError(Exception):
+    """Bad configuration: the message names the setting; the worker must not start."""
+
+
+class Settings(BaseSettings):
+    """Every knob of a worker. Environment variable = field name in upper case."""
+
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    app_id: str = Field("reminders", min_length=1)
+    kafka_bootstrap: str = Field("127.0.0.1:19092", min_length=1)
+    database_url: str = "postgresql://reminders@127.0.0.1:55432/reminders"
+    # Prefix for every topic name; empty in production (topic names are the contract),
+    # set by tests so that each test run has topics of its own.
+    topic_prefix: str = ""
+    topic_partitions: int = Field(4, ge=1)
+    worker_data_dir: Path = PROJECT_ROOT / ".dev" / "worker"
+    web_host: str = "127.0.0.1"
+    web_port: int = Field(6066, ge=1, le=65535)
+    log_level: str = "info"
+
+    db_pool_min_size: int = Field(1, ge=0)
+    db_pool_max_size: int = Field(10, ge=1)
+
+    # Transactional outbox relay.
+    outbox_batch_size: int = Field(500, ge=1, le=10_000)
+    outbox_poll_interval_seconds: float = Field(1.0, gt=0)
+    outbox_retention_hours: float = Field(24.0, ge=0)
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, v: str) -> str:
+        if not v.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL")
+        return v
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        if v.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("must be one of debug, info, warning, error")
+        return v.lower()
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}{name}"
+
+
+def load_settings() -> Settings:
+    """Read settings from the environment, turning validation errors into ConfigError."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"setting {'.'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration: {problems}") from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

@@ -1,0 +1,111 @@
+"""Shared fixtures: a fresh migrated PostgreSQL database per test, real Kafka, unique topic names.
+
+Integration and e2e tests never skip for a missing service: a fixture that cannot reach
+PostgreSQL or Kafka fails the test with a message saying how to start the local stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from db.connector import create_pool
+from db.migrate import migrate
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "postgresql://reminders@127.0.0.1:55432/reminders")
+KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+HOW_TO_START = "start the local stack first: `make stack-up` (or run the tests with `make test`)"
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+async def _admin(sql: str) -> None:
+    try:
+        conn = await asyncpg.connect(with_database(DATABASE_URL, "postgres"), timeout=10)
+    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+        pytest.fail(f"PostgreSQL at {DATABASE_URL} is not reachable ({exc}); {HOW_TO_START}")
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def template_database() -> Iterator[str]:
+    """A database migrated once per session; each test clones it (CREATE DATABASE ... TEMPLATE)."""
+    name = f"tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+
+    async def create() -> None:
+        await _admin(f'CREATE DATABASE "{name}"')
+        await migrate(with_database(DATABASE_URL, name))
+
+    asyncio.run(create())
+    yield name
+    asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+async def database_url(template_database: str) -> AsyncIterator[str]:
+    """URL of a fresh, fully migrated database that only this test uses."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    await _admin(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    try:
+        yield with_database(DATABASE_URL, name)
+    finally:
+        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def empty_database_url() -> AsyncIterator[str]:
+    """URL of a fresh database with no migrations applied (for migration tests)."""
+    name = f"e_{uuid.uuid4().hex[:12]}"
+    await _admin(f'CREATE DATABASE "{name}"')
+    try:
+        yield with_database(DATABASE_URL, name)
+    finally:
+        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await create_pool(database_url, min_size=1, max_size=10)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """Bootstrap address of the real broker; fails (never skips) when it is down."""
+
+    async def probe() -> None:
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA_BOOTSTRAP, request_timeout_ms=10_000)
+        try:
+            await admin.start()
+            await admin.list_topics()
+        finally:
+            await admin.close()
+
+    try:
+        asyncio.run(probe())
+    except Exception as exc:
+        pytest.fail(f"Kafka at {KAFKA_BOOTSTRAP} is not reachable ({exc!r}); {HOW_TO_START}")
+    return KAFKA_BOOTSTRAP
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A prefix that gives this test topics (and a consumer group) of its own."""
+    return f"t{uuid.uuid4().hex[:10]}."

@@ -1,0 +1,89 @@
+"""Real-Kafka helpers for tests: create topics, produce, and consume until a count is reached."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.structs import ConsumerRecord
+
+Header = tuple[str, bytes]
+
+
+async def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 4) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        for name in names:
+            try:
+                await admin.create_topics([NewTopic(name, partitions, 1)])
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        await admin.close()
+
+
+async def produce(
+    bootstrap: str,
+    topic: str,
+    records: Sequence[tuple[str | None, bytes | None]]
+    | Sequence[tuple[str | None, bytes | None, list[Header]]],
+) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        futures = []
+        for rec in records:
+            key, value = rec[0], rec[1]
+            headers = list(rec[2]) if len(rec) > 2 else []  # type: ignore[misc]
+            futures.append(
+                await producer.send(
+                    topic, value=value, key=key.encode() if key is not None else None,
+                    headers=headers,
+                )
+            )
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    count: int,
+    timeout: float = 60.0,
+    settle: float = 0.0,
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Read ``topic`` from the beginning until ``count`` records arrived (or fail on timeout).
+
+    ``settle`` keeps reading that many seconds longer, to catch records beyond ``count``
+    (duplicates) in tests that assert an exact number.
+    """
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
+        group_id=None,
+    )
+    await consumer.start()
+    out: list[ConsumerRecord[bytes, bytes]] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while len(out) < count and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                out.extend(records)
+        if settle:
+            end = time.monotonic() + settle
+            while time.monotonic() < end:
+                batch = await consumer.getmany(timeout_ms=200)
+                for records in batch.values():
+                    out.extend(records)
+    finally:
+        await consumer.stop()
+    if len(out) < count:
+        raise AssertionError(f"expected {count} records on {topic}, got {len(out)} within {timeout}s")
+    return out
