@@ -1,0 +1,1 @@
+"""Faust agents, one per input topic: decode the contract → domain rule → repository."""

@@ -1,0 +1,125 @@
+"""The shared input loop: batch, decode, dead-letter bad messages, apply with retry, then ack.
+
+Offsets are acknowledged only after a batch is committed to PostgreSQL (``noack_take``),
+so a crash or a cancelled batch is redelivered instead of lost (faust issue #606); the
+agents run with concurrency 1 so a partition is never processed out of order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from faust.types import EventT, StreamT, TopicT
+
+from db.connector import is_transient
+from streams.agents.dlq import send_to_dlq
+from streams.contracts import Contract, ContractError, TopicContract, decode
+from streams.metrics import AgentMetrics
+
+M = TypeVar("M", bound=Contract)
+log = logging.getLogger("streams.agents")
+
+BATCH_MAX = 500
+BATCH_WITHIN_SECONDS = 0.02
+RETRY_FIRST_SECONDS = 0.2
+RETRY_MAX_SECONDS = 10.0
+
+
+@dataclass
+class Decoded(Generic[M]):
+    event: EventT  # type: ignore[type-arg]
+    message: M
+
+
+class ContractConsumer(Generic[M]):
+    """Turns a stream of raw events into validated batches for ``apply``.
+
+    ``apply`` gets the decoded messages of one batch (with their events) and must be idempotent (replays happen:
+    a batch interrupted after its commit but before the ack is delivered again).
+    """
+
+    def __init__(
+        self,
+        contract: TopicContract[M],
+        apply: Callable[[Sequence[Decoded[M]]], Awaitable[object]],
+        dlq: TopicT,  # type: ignore[type-arg]
+        metrics: AgentMetrics,
+        *,
+        topic_label: str | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.contract = contract
+        self.apply = apply
+        self.dlq = dlq
+        self.metrics = metrics
+        self.label = topic_label or contract.name
+        self._sleep = sleep
+
+    async def run(self, stream: StreamT) -> None:  # type: ignore[type-arg]
+        async for events in stream.noack_take(BATCH_MAX, within=BATCH_WITHIN_SECONDS):
+            await self.handle(events)
+            for event in events:
+                event.ack()
+
+    async def handle(self, events: Sequence[EventT]) -> None:  # type: ignore[type-arg]
+        good: list[Decoded[M]] = []
+        for event in events:
+            try:
+                good.append(Decoded(event, decode(self.contract, event.message.value)))
+            except ContractError as exc:
+                await self._dead_letter(event, exc.reason, exc.kind)
+        if good:
+            await self._apply(good)
+
+    async def _dead_letter(self, event: EventT, reason: str, kind: str) -> None:  # type: ignore[type-arg]
+        await send_to_dlq(self.dlq, event, reason, kind)
+        self.metrics.dlq.labels(self.label, kind).inc()
+        self.metrics.messages.labels(self.label, "dlq").inc()
+
+    async def _apply(self, batch: list[Decoded[M]]) -> None:
+        try:
+            await self._apply_retrying(batch)
+        except Exception:
+            # A message the database rejects must not hold back the others (or the
+            # partition): apply one by one and dead-letter whichever still fails.
+            log.warning(
+                "action=batch_failed topic=%s size=%d fallback=one_by_one", self.label, len(batch)
+            )
+            for item in batch:
+                try:
+                    await self._apply_retrying([item])
+                except Exception as exc:
+                    log.exception("action=message_failed topic=%s", self.label)
+                    await self._dead_letter(
+                        item.event, f"processing failed: {type(exc).__name__}", "processing"
+                    )
+                else:
+                    self.metrics.messages.labels(self.label, "applied").inc()
+            return
+        self.metrics.messages.labels(self.label, "applied").inc(len(batch))
+
+    async def _apply_retrying(self, messages: list[Decoded[M]]) -> None:
+        """Apply, retrying transient (infrastructure) errors until they pass or the worker stops."""
+        delay = RETRY_FIRST_SECONDS
+        while True:
+            try:
+                with self.metrics.batch_seconds.labels(self.label).time():
+                    await self.apply(messages)
+                return
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self.metrics.retries.labels(self.label).inc()
+                log.warning(
+                    "action=retry topic=%s size=%d error=%s delay_s=%.1f",
+                    self.label,
+                    len(messages),
+                    type(exc).__name__,
+                    delay,
+                )
+                await self._sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)

@@ -1,0 +1,53 @@
+"""Command line: ``python -m streams worker|migrate|demo`` (also installed as ``reminders``)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from streams.settings import ConfigError, load_settings
+
+USAGE = """usage: python -m streams <command>
+  worker   run a Faust worker (agents, timers, outbox relay, web on WEB_PORT)
+  migrate  apply database migrations
+  topics   create the contract topics and DLQs that are missing
+  demo     send a small calendar workload and report what came out
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help"}:
+        print(USAGE)
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if command == "migrate":
+        from db.migrate import migrate
+
+        applied = asyncio.run(migrate(settings.database_url))
+        print(f"migrations applied: {', '.join(applied) if applied else 'none (up to date)'}")
+        return 0
+    if command == "topics":
+        from streams.kafka_admin import ensure_topics
+
+        created = asyncio.run(ensure_topics(settings))
+        print(f"topics created: {', '.join(created) if created else 'none (all exist)'}")
+        return 0
+    if command == "worker":
+        from streams.app import create_app
+
+        app = create_app(settings)
+        sys.argv = ["reminders", "worker", "-l", settings.log_level, "--web-port", str(settings.web_port), *rest]
+        app.main()
+        return 0
+    if command == "demo":
+        from streams.demo import run_demo
+
+        return asyncio.run(run_demo(settings, rest))
+    print(USAGE, file=sys.stderr)
+    return 2

@@ -1,0 +1,1 @@
+"""Pure domain rules: plain data in, plain data out, no I/O."""

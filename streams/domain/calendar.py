@@ -1,0 +1,80 @@
+"""Calendar reminder rules (seed 000): which reminder rows an event state should have."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID, uuid5
+
+from streams.contracts.calendar import CalendarEventChanged
+
+# Namespace of ReminderId = uuid5(namespace, "event:offset:due"); fixed forever.
+REMINDER_NAMESPACE = UUID("6f0c7f8e-5b0a-4d6c-9a53-2f1f4b7f7c11")
+
+
+@dataclass(frozen=True, slots=True)
+class ReminderSlot:
+    reminder_id: UUID
+    event_id: UUID
+    offset_minutes: int
+    due_at: datetime
+
+
+def reminder_id(event_id: UUID, offset_minutes: int, due_at: datetime) -> UUID:
+    """The reminder's identity: same event, offset and due time → same id, on every replay."""
+    return uuid5(REMINDER_NAMESPACE, f"{event_id}:{offset_minutes}:{due_at.isoformat()}")
+
+
+def wanted_reminders(event: CalendarEventChanged) -> list[ReminderSlot]:
+    """Every reminder the event's current state calls for: one per distinct offset, open events only.
+
+    DueAt = StartAt − offset. Cancelled/Completed events want none (the cascade).
+    """
+    if not event.status.is_open:
+        return []
+    slots = []
+    for offset in sorted(set(event.reminder_offsets_minutes)):
+        due = event.start_at - timedelta(minutes=offset)
+        slots.append(ReminderSlot(reminder_id(event.event_id, offset, due), event.event_id, offset, due))
+    return slots
+
+
+def insertable(slots: Iterable[ReminderSlot], occurred_at: datetime) -> list[ReminderSlot]:
+    """The wanted reminders that may be created by a change that happened at ``occurred_at``.
+
+    A reminder already due when the change happened is not created (it would fire late
+    and at once); one that already exists is kept, since it was due in the future
+    when it was made and the dispatcher may simply not have reached it yet.
+    """
+    return [s for s in slots if s.due_at >= occurred_at]
+
+
+def fingerprint(event: CalendarEventChanged) -> str:
+    """Digest of everything that decides the event's projection and reminders (not Version/OccurredAt).
+
+    Two states with the same fingerprint lead to the same rows, so the second can skip PostgreSQL.
+    """
+    parts = [
+        str(event.tenant_id),
+        str(event.owner_user_id),
+        str(event.client_user_id),
+        event.kind,
+        event.start_at.isoformat(),
+        event.time_zone,
+        event.status.value,
+        ",".join(str(m) for m in sorted(set(event.reminder_offsets_minutes))),
+        str(event.appointment_id),
+    ]
+    return hashlib.blake2b("|".join(parts).encode(), digest_size=12).hexdigest()
+
+
+def newest_per_event(events: Iterable[CalendarEventChanged]) -> list[CalendarEventChanged]:
+    """Collapse a batch to the newest Version of each event (state messages: only the last counts)."""
+    newest: dict[UUID, CalendarEventChanged] = {}
+    for e in events:
+        seen = newest.get(e.event_id)
+        if seen is None or e.version > seen.version:
+            newest[e.event_id] = e
+    return list(newest.values())

@@ -1,0 +1,35 @@
+"""Create the contract topics and their DLQs when missing (local stack, demo, tests)."""
+
+from __future__ import annotations
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from streams.contracts import ALL_TOPICS, DLQ_SUFFIX
+from streams.settings import Settings
+
+
+def contract_topic_names(settings: Settings) -> list[str]:
+    names: list[str] = []
+    for contract in ALL_TOPICS:
+        name = settings.topic(contract.name)
+        names.append(name)
+        if contract.direction == "in":
+            names.append(name + DLQ_SUFFIX)
+    return names
+
+
+async def ensure_topics(settings: Settings, names: list[str] | None = None) -> list[str]:
+    """Create whichever of ``names`` (default: every contract topic and DLQ) does not exist."""
+    wanted = names if names is not None else contract_topic_names(settings)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [n for n in wanted if n not in existing]
+        if missing:
+            await admin.create_topics(
+                [NewTopic(n, settings.topic_partitions, 1) for n in missing]
+            )
+        return missing
+    finally:
+        await admin.close()

@@ -1,0 +1,1 @@
+"""Changelog-backed Faust tables: per-key caches in front of the PostgreSQL ledger (never the arbiter)."""

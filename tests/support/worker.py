@@ -1,0 +1,111 @@
+"""Start real worker processes the way a user does (``python -m streams worker``) and stop them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class WorkerProcess:
+    """One worker OS process with its own web port and data dir; logs to ``log_path``."""
+
+    def __init__(self, env: dict[str, str], data_dir: Path, name: str = "worker") -> None:
+        self.port = free_port()
+        self.name = name
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = data_dir / f"{name}.log"
+        self.env = {
+            **os.environ,
+            **env,
+            "WEB_PORT": str(self.port),
+            "WORKER_DATA_DIR": str(data_dir / name),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streams", "worker"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        return self
+
+    def get(self, path: str) -> tuple[int, Any]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                body = r.read()
+                return r.status, json.loads(body) if body[:1] in b"{[" else body.decode()
+        except urllib.error.HTTPError as exc:
+            body = exc.read()
+            return exc.code, json.loads(body) if body[:1] in b"{[" else body.decode()
+
+    async def wait_ready(self, timeout: float = 90.0) -> dict[str, Any]:
+        """Wait until /health says ready (Kafka, PostgreSQL, recovery, partitions assigned)."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
+            with contextlib.suppress(OSError):
+                status, last = await asyncio.to_thread(self.get, "/health")
+                if status == 200 and last.get("assigned_partitions", 0) > 0:
+                    return dict(last)
+            await asyncio.sleep(0.25)
+        raise AssertionError(f"{self.name} not ready in {timeout}s (last {last}):\n{self.tail()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=10)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "<no log>"
+
+
+def worker_env(database_url: str, kafka_bootstrap: str, topic_prefix: str, **extra: str) -> dict[str, str]:
+    return {
+        "DATABASE_URL": database_url,
+        "KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TOPIC_PREFIX": topic_prefix,
+        "APP_ID": f"{topic_prefix}reminders",
+        "TOPIC_PARTITIONS": "4",
+        **extra,
+    }
