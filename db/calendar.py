@@ -44,7 +44,9 @@ async def skip_unwanted_reminders(
     """Skip the Pending reminders of ``event_ids`` that are not in ``wanted``."""
     if not event_ids:
         return 0
-    rows = await conn.fetch(sql("calendar_reminders_skip_unwanted"), list(event_ids), list(wanted), now)
+    rows = await conn.fetch(
+        sql("calendar_reminders_skip_unwanted"), list(event_ids), list(wanted), now
+    )
     return len(rows)
 
 
@@ -63,3 +65,39 @@ async def ensure_reminders(
         now,
     )
     return [r["due_at"] for r in rows]
+
+
+async def claim_due(
+    conn: asyncpg.Connection, as_of: datetime, batch_size: int, exclude: Sequence[UUID]
+) -> tuple[list[asyncpg.Record], int]:
+    """Lock up to ``batch_size`` due reminders (with their event). Returns (rows, visible due)."""
+    rows = await conn.fetch(sql("calendar_dispatch_claim"), as_of, batch_size, list(exclude))
+    visible = rows[0]["visible_due"] if rows else 0
+    return [r for r in rows if r["reminder_id"] is not None], visible
+
+
+async def mark_dispatched(
+    conn: asyncpg.Connection,
+    transitions: Sequence[tuple[UUID, str, str | None]],
+    as_of: datetime,
+) -> int:
+    """Apply (reminder_id, 'Sent'|'Skipped', reason) to claimed rows; returns rows changed."""
+    if not transitions:
+        return 0
+    status = await conn.execute(
+        sql("calendar_dispatch_mark"),
+        [t[0] for t in transitions],
+        [t[1] for t in transitions],
+        [t[2] for t in transitions],
+        as_of,
+    )
+    return int(status.split()[-1])
+
+
+async def count_backlog(conn: asyncpg.Connection, as_of: datetime) -> int:
+    return int(await conn.fetchval(sql("calendar_dispatch_backlog"), as_of))
+
+
+async def next_due(conn: asyncpg.Connection) -> datetime | None:
+    value: datetime | None = await conn.fetchval(sql("calendar_next_due"))
+    return value

@@ -31,7 +31,7 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 
 
 def is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, TRANSIENT_ERRORS | tuple([DatabaseUnavailable]))
+    return isinstance(exc, (*TRANSIENT_ERRORS, DatabaseUnavailable))
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:

@@ -130,10 +130,16 @@ kafka_install() {
 
 kafka_pid() { [ -f "$KAFKA_DIR/kafka.pid" ] && kill -0 "$(cat "$KAFKA_DIR/kafka.pid")" 2>/dev/null && cat "$KAFKA_DIR/kafka.pid"; }
 
+kafka_jvm_args() {
+  # shellcheck disable=SC2086 # KAFKA_HEAP holds several options on purpose
+  printf '%s\n' $KAFKA_HEAP -XX:+UseG1GC -Djava.awt.headless=true \
+    "-Dlog4j2.configurationFile=$ROOT/stack/kafka/log4j2.properties" "-Dkafka.logs.file=$KAFKA_DIR/server.log" \
+    -cp "$KAFKA_LIBS/*"
+}
+
 kafka_java() {
-  ${KAFKA_LAUNCHER:-} java $KAFKA_HEAP -XX:+UseG1GC -Djava.awt.headless=true \
-    -Dlog4j2.configurationFile="$ROOT/stack/kafka/log4j2.properties" -Dkafka.logs.file="$KAFKA_DIR/server.log" \
-    -cp "$KAFKA_LIBS/*" "$@"
+  local args; mapfile -t args < <(kafka_jvm_args)
+  java "${args[@]}" "$@"
 }
 
 kafka_up() {
@@ -174,8 +180,10 @@ EOF
     log "starting Kafka $KAFKA_VERSION (KRaft) on 127.0.0.1:$KAFKA_PORT"
     : >"$KAFKA_DIR/server.log"
     # setsid: the broker must not share the caller's process group (a test runner's
-    # Ctrl-C or a CI job-control kill should not take the stack down half-way).
-    KAFKA_LAUNCHER=setsid kafka_java kafka.Kafka "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/stdout.log" 2>&1 </dev/null &
+    # Ctrl-C should not take the stack down half-way). Started directly (not through a
+    # shell function) so that $! is the JVM itself and `down` can signal it.
+    local args; mapfile -t args < <(kafka_jvm_args)
+    setsid java "${args[@]}" kafka.Kafka "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/stdout.log" 2>&1 </dev/null &
     echo $! >"$KAFKA_DIR/kafka.pid"
   fi
   local i

@@ -6,20 +6,41 @@ import faust
 from mode import Service
 
 from streams.agents import calendar_events
+from streams.outbox.relay import OutboxRelay
 from streams.runtime import Runtime
 from streams.settings import Settings
+from streams.timers.jobs import build_registry, dispatch_waker
+from streams.timers.registry import TimerRegistry
 from streams.topics import Topics
 from streams.web import views
 
 
 class WorkerServices(Service):
-    """Background parts of a worker that are not agents; closes the database pool last."""
+    """Background parts of a worker that are not agents: the timer registry and the outbox
+    relay. Started once the app is up (tables recovered); the database pool closes last."""
 
-    def __init__(self, runtime: Runtime, **kwargs: object) -> None:
+    def __init__(self, runtime: Runtime, registry: TimerRegistry, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.runtime = runtime
+        self.registry = registry
+        self.relay: OutboxRelay | None = None
+
+    async def on_start(self) -> None:
+        self.relay = OutboxRelay.from_settings(
+            self.runtime.settings,
+            metrics=self.runtime.metrics.outbox,
+            pool=await self.runtime.pool(),
+            clock=self.runtime.clock,
+        )
+        await self.relay.start()
+        await self.registry.start()
 
     async def on_stop(self) -> None:
+        # Runs finish (or roll back) first, so their outbox rows are visible to the relay's
+        # last pass; what it does not publish now, the next worker will.
+        await self.registry.stop(timeout=20, cancel_grace=5)
+        if self.relay is not None:
+            await self.relay.stop()
         await self.runtime.close()
 
 
@@ -45,9 +66,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
         table_standby_replicas=0,
         logging_config=None,
     )
+    registry = build_registry(runtime)
     topics = Topics(app, settings)
-    calendar_events.register(app, runtime, topics)
-    views.register(app, runtime)
-    app.service(WorkerServices(runtime))  # type: ignore[arg-type]
-    app.runtime = runtime  # type: ignore[attr-defined]
+    calendar = calendar_events.register(app, runtime, topics, on_due=dispatch_waker(registry))
+    views.register(app, runtime, registry, [c for c in [calendar.cache] if c is not None])
+    app.service(WorkerServices(runtime, registry))  # type: ignore[arg-type]
     return app

@@ -42,7 +42,15 @@ def main(argv: list[str] | None = None) -> int:
         from streams.app import create_app
 
         app = create_app(settings)
-        sys.argv = ["reminders", "worker", "-l", settings.log_level, "--web-port", str(settings.web_port), *rest]
+        sys.argv = [
+            "reminders",
+            "worker",
+            "-l",
+            settings.log_level,
+            "--web-port",
+            str(settings.web_port),
+            *rest,
+        ]
         app.main()
         return 0
     if command == "demo":

@@ -27,9 +27,7 @@ async def ensure_topics(settings: Settings, names: list[str] | None = None) -> l
         existing = set(await admin.list_topics())
         missing = [n for n in wanted if n not in existing]
         if missing:
-            await admin.create_topics(
-                [NewTopic(n, settings.topic_partitions, 1) for n in missing]
-            )
+            await admin.create_topics([NewTopic(n, settings.topic_partitions, 1) for n in missing])
         return missing
     finally:
         await admin.close()

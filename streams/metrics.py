@@ -53,9 +53,7 @@ class OutboxMetrics:
         self.errors = Counter(
             "outbox_publish_errors_total", "Relay batches that failed", registry=registry
         )
-        self.backlog = Gauge(
-            "outbox_backlog", "Outbox rows not yet published", registry=registry
-        )
+        self.backlog = Gauge("outbox_backlog", "Outbox rows not yet published", registry=registry)
         self.oldest_age = Gauge(
             "outbox_oldest_unpublished_age_seconds",
             "Age of the oldest unpublished outbox row (0 when none)",
@@ -72,6 +70,45 @@ class OutboxMetrics:
         )
 
 
+class CalendarDispatchMetrics:
+    """Names fixed by seed 000 (ReminderDispatchJob)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.cycle_duration = Histogram(
+            "calendar_reminder_dispatch_cycle_duration_seconds",
+            "Duration of one dispatch run (all its batches)",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.items = Counter(
+            "calendar_reminder_dispatch_items",
+            "Reminder rows dispatched, by result (sent, skipped)",
+            ["result"],
+            registry=registry,
+        )
+        self.backlog = Gauge(
+            "calendar_reminder_dispatch_backlog",
+            "Pending reminders already due (DueAt < now) after the last run",
+            registry=registry,
+        )
+        self.lateness = Histogram(
+            "calendar_reminder_dispatch_lateness_seconds",
+            "SentAt - DueAt of sent reminders (seed SLO: <= 120 s)",
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+        self.skip_locked = Counter(
+            "calendar_reminder_dispatch_skip_locked",
+            "Due rows passed over because another instance or an event change held their lock",
+            registry=registry,
+        )
+        self.errors = Counter(
+            "calendar_reminder_dispatch_errors",
+            "Poison rows excluded from a batch and failed runs",
+            registry=registry,
+        )
+
+
 class Metrics:
     """All metric families of one worker, on one registry."""
 
@@ -79,3 +116,4 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.agents = AgentMetrics(self.registry)
         self.outbox = OutboxMetrics(self.registry)
+        self.calendar_dispatch = CalendarDispatchMetrics(self.registry)

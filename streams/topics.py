@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import faust
 from faust.types import TopicT
 
@@ -19,10 +21,10 @@ class Topics:
         self.calendar_events = self.input(CALENDAR_EVENTS)
         self.calendar_events_dlq = self.dlq_of(CALENDAR_EVENTS)
 
-    def name(self, contract: TopicContract[object]) -> str:  # type: ignore[type-var]
+    def name(self, contract: TopicContract[Any]) -> str:
         return self._settings.topic(contract.name)
 
-    def input(self, contract: TopicContract) -> TopicT:  # type: ignore[type-arg]
+    def input(self, contract: TopicContract[Any]) -> TopicT:
         return self._app.topic(
             self._settings.topic(contract.name),
             key_type=bytes,
@@ -32,7 +34,7 @@ class Topics:
             partitions=self._settings.topic_partitions,
         )
 
-    def dlq_of(self, contract: TopicContract) -> TopicT:  # type: ignore[type-arg]
+    def dlq_of(self, contract: TopicContract[Any]) -> TopicT:
         return self._app.topic(
             self._settings.topic(contract.name) + DLQ_SUFFIX,
             key_type=bytes,

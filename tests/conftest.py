@@ -31,7 +31,7 @@ def with_database(url: str, name: str) -> str:
 async def _admin(sql: str) -> None:
     try:
         conn = await asyncpg.connect(with_database(DATABASE_URL, "postgres"), timeout=10)
-    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
         pytest.fail(f"PostgreSQL at {DATABASE_URL} is not reachable ({exc}); {HOW_TO_START}")
     try:
         await conn.execute(sql)

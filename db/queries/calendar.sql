@@ -59,3 +59,50 @@ ON CONFLICT (reminder_id) DO UPDATE SET
     status = 'Pending', skip_reason = NULL, updated_at = EXCLUDED.updated_at
 WHERE r.status = 'Skipped'
 RETURNING r.reminder_id, r.due_at;
+
+-- name: calendar_dispatch_claim
+-- Due Pending reminders, oldest first, with their parent event, locked for this
+-- transaction. SKIP LOCKED passes over rows another instance holds and events an
+-- in-flight change (reschedule/cancel) holds; FOR SHARE on the event lets two
+-- dispatchers work on reminders of the same event. ``visible_due`` (a lock-free look
+-- at the same range) tells how many due rows were passed over as locked.
+-- $1 as_of, $2 batch size, $3 reminder ids to leave out (poison rows seen this run).
+WITH claimed AS (
+    SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at,
+           e.tenant_id, e.owner_user_id, e.client_user_id, e.kind, e.start_at, e.time_zone,
+           e.status AS event_status, e.appointment_id
+    FROM calendar.event_reminders r
+    JOIN calendar.events e ON e.event_id = r.event_id
+    WHERE r.status = 'Pending' AND r.due_at < $1 AND r.reminder_id <> ALL($3::uuid[])
+    ORDER BY r.due_at
+    LIMIT $2
+    FOR NO KEY UPDATE OF r SKIP LOCKED
+    FOR SHARE OF e SKIP LOCKED
+), visible AS (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM calendar.event_reminders
+        WHERE status = 'Pending' AND due_at < $1 AND reminder_id <> ALL($3::uuid[])
+        ORDER BY due_at LIMIT $2
+    ) x
+)
+SELECT c.*, v.n AS visible_due
+FROM visible v LEFT JOIN claimed c ON true
+ORDER BY c.due_at;
+
+-- name: calendar_dispatch_mark
+-- Terminal transitions of one claimed batch: Sent (SentAt = AsOf) or Skipped with reason.
+UPDATE calendar.event_reminders r
+SET status = m.status,
+    sent_at = CASE WHEN m.status = 'Sent' THEN $4::timestamptz END,
+    skip_reason = m.reason,
+    updated_at = $4
+FROM unnest($1::uuid[], $2::text[], $3::text[]) AS m(reminder_id, status, reason)
+WHERE r.reminder_id = m.reminder_id AND r.status = 'Pending';
+
+-- name: calendar_dispatch_backlog
+-- Due and still Pending (the seed's backlog gauge); a range scan on the partial index.
+SELECT count(*) FROM calendar.event_reminders WHERE status = 'Pending' AND due_at < $1;
+
+-- name: calendar_next_due
+-- The earliest Pending DueAt, to wake the dispatcher exactly then.
+SELECT min(due_at) FROM calendar.event_reminders WHERE status = 'Pending';

@@ -104,7 +104,9 @@ class CalendarEventsApplier:
     def _remember(self, d: Decoded[CalendarEventChanged]) -> None:
         if self.cache is not None:
             self.cache.put(
-                d.event, str(d.message.event_id), {"v": d.message.version, "fp": fingerprint(d.message)}
+                d.event,
+                str(d.message.event_id),
+                {"v": d.message.version, "fp": fingerprint(d.message)},
             )
 
 
@@ -129,7 +131,7 @@ def register(
 
     # concurrency=1: one in-flight batch per partition, acked only after its commit.
     @app.agent(topics.calendar_events, name="calendar-events", concurrency=1)
-    async def calendar_events(stream: StreamT) -> None:  # type: ignore[type-arg]
+    async def calendar_events(stream: StreamT[Any]) -> None:
         await consumer.run(stream)
 
     return applier

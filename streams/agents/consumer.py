@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from faust.types import EventT, StreamT, TopicT
 
@@ -31,7 +31,7 @@ RETRY_MAX_SECONDS = 10.0
 
 @dataclass
 class Decoded(Generic[M]):
-    event: EventT  # type: ignore[type-arg]
+    event: EventT[Any]
     message: M
 
 
@@ -46,7 +46,7 @@ class ContractConsumer(Generic[M]):
         self,
         contract: TopicContract[M],
         apply: Callable[[Sequence[Decoded[M]]], Awaitable[object]],
-        dlq: TopicT,  # type: ignore[type-arg]
+        dlq: TopicT,
         metrics: AgentMetrics,
         *,
         topic_label: str | None = None,
@@ -59,13 +59,15 @@ class ContractConsumer(Generic[M]):
         self.label = topic_label or contract.name
         self._sleep = sleep
 
-    async def run(self, stream: StreamT) -> None:  # type: ignore[type-arg]
-        async for events in stream.noack_take(BATCH_MAX, within=BATCH_WITHIN_SECONDS):
+    async def run(self, stream: StreamT[Any]) -> None:
+        # noack_take buffers events without acking them; StreamT does not declare it.
+        batches = cast(Any, stream).noack_take(BATCH_MAX, within=BATCH_WITHIN_SECONDS)
+        async for events in batches:
             await self.handle(events)
             for event in events:
                 event.ack()
 
-    async def handle(self, events: Sequence[EventT]) -> None:  # type: ignore[type-arg]
+    async def handle(self, events: Sequence[EventT[Any]]) -> None:
         good: list[Decoded[M]] = []
         for event in events:
             try:
@@ -75,7 +77,7 @@ class ContractConsumer(Generic[M]):
         if good:
             await self._apply(good)
 
-    async def _dead_letter(self, event: EventT, reason: str, kind: str) -> None:  # type: ignore[type-arg]
+    async def _dead_letter(self, event: EventT[Any], reason: str, kind: str) -> None:
         await send_to_dlq(self.dlq, event, reason, kind)
         self.metrics.dlq.labels(self.label, kind).inc()
         self.metrics.messages.labels(self.label, "dlq").inc()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from faust.types import EventT, TopicT
 
 log = logging.getLogger("streams.dlq")
 
 
-def dlq_headers(event: EventT, reason: str, kind: str) -> list[tuple[str, bytes]]:
+def dlq_headers(event: EventT[Any], reason: str, kind: str) -> list[tuple[str, bytes]]:
     msg = event.message
     return [
         ("dlq-reason", reason.encode()),
@@ -20,7 +21,7 @@ def dlq_headers(event: EventT, reason: str, kind: str) -> list[tuple[str, bytes]
     ]
 
 
-async def send_to_dlq(dlq: TopicT, event: EventT, reason: str, kind: str) -> None:  # type: ignore[type-arg]
+async def send_to_dlq(dlq: TopicT, event: EventT[Any], reason: str, kind: str) -> None:
     """Publish the message to the DLQ and wait for Kafka's ack before the caller acks the input."""
     msg = event.message
     fut = await dlq.send(key=msg.key, value=msg.value, headers=dlq_headers(event, reason, kind))

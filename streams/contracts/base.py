@@ -41,7 +41,7 @@ class Contract(BaseModel):
         str_strip_whitespace=False,
     )
 
-    contract_version: Literal[1] = CONTRACT_VERSION
+    contract_version: Literal[1] = 1
 
     def to_json(self) -> bytes:
         return self.model_dump_json(by_alias=True).encode()

@@ -55,8 +55,8 @@ class ReminderDueEvent(Contract):
     tenant_id: UUID
     owner_user_id: UUID
     client_user_id: UUID | None = None
-    kind: str
+    kind: str = Field(min_length=1, max_length=64)
     start_at: Instant
-    time_zone: str
-    offset_minutes: int
+    time_zone: TimeZoneId
+    offset_minutes: int = Field(ge=0)
     appointment_id: UUID | None = None

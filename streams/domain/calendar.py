@@ -30,14 +30,16 @@ def reminder_id(event_id: UUID, offset_minutes: int, due_at: datetime) -> UUID:
 def wanted_reminders(event: CalendarEventChanged) -> list[ReminderSlot]:
     """Every reminder the event's current state calls for: one per distinct offset, open events only.
 
-    DueAt = StartAt − offset. Cancelled/Completed events want none (the cascade).
+    DueAt = StartAt - offset. Cancelled/Completed events want none (the cascade).
     """
     if not event.status.is_open:
         return []
     slots = []
     for offset in sorted(set(event.reminder_offsets_minutes)):
         due = event.start_at - timedelta(minutes=offset)
-        slots.append(ReminderSlot(reminder_id(event.event_id, offset, due), event.event_id, offset, due))
+        slots.append(
+            ReminderSlot(reminder_id(event.event_id, offset, due), event.event_id, offset, due)
+        )
     return slots
 
 

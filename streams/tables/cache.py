@@ -14,7 +14,7 @@ from streams.metrics import AgentMetrics
 
 
 @contextmanager
-def in_event(event: EventT) -> Iterator[None]:  # type: ignore[type-arg]
+def in_event(event: EventT[Any]) -> Iterator[None]:
     """Make ``event`` the stream's current event, so a table write goes to the changelog
     partition of the message it came from (Faust needs that context; batches lose it)."""
     token = _current_event.set(weakref.ref(event))
@@ -27,7 +27,7 @@ def in_event(event: EventT) -> Iterator[None]:  # type: ignore[type-arg]
 class KeyCache:
     """Counts hits and misses; the value is whatever the owning agent stores (JSON-able)."""
 
-    def __init__(self, table: TableT, metrics: AgentMetrics) -> None:  # type: ignore[type-arg]
+    def __init__(self, table: TableT[Any, Any], metrics: AgentMetrics) -> None:
         self.table = table
         self.name = table.name
         self._hit = metrics.cache.labels(self.name, "hit")
@@ -45,7 +45,7 @@ class KeyCache:
             self._hit.inc()
         return value
 
-    def put(self, event: EventT, key: str, value: Any) -> None:  # type: ignore[type-arg]
+    def put(self, event: EventT[Any], key: str, value: Any) -> None:
         with in_event(event):
             self.table[key] = value
 

@@ -76,8 +76,9 @@ async def test_event_becomes_projection_row_and_older_versions_change_nothing(
     key = v1["EventId"]
 
     def state(version: int, start_version: int, kind: str = "Meeting") -> bytes:
-        return encode({**v1, "Version": version, "StartAt": starts[start_version].isoformat(),
-                       "Kind": kind})
+        return encode(
+            {**v1, "Version": version, "StartAt": starts[start_version].isoformat(), "Kind": kind}
+        )
 
     await produce(stack["kafka"], stack["topic"], [(key, state(1, 1))])
     await wait_version(stack["db"], key, 1)
@@ -87,15 +88,21 @@ async def test_event_becomes_projection_row_and_older_versions_change_nothing(
     # consumed after them). Had v2 or v0 been applied, their StartAt would have left
     # reminder rows behind with their due times.
     await produce(
-        stack["kafka"], stack["topic"],
-        [(key, state(2, 2)), (key, state(3, 3, "Call")), (key, state(0, 0)),
-         (key, state(4, 3, "Final"))],
+        stack["kafka"],
+        stack["topic"],
+        [
+            (key, state(2, 2)),
+            (key, state(3, 3, "Call")),
+            (key, state(0, 0)),
+            (key, state(4, 3, "Final")),
+        ],
     )
     await wait_version(stack["db"], key, 4)
     conn = await asyncpg.connect(stack["db"])
     try:
-        row = await conn.fetchrow("SELECT kind, start_at FROM calendar.events WHERE event_id = $1",
-                                  uuid.UUID(key))
+        row = await conn.fetchrow(
+            "SELECT kind, start_at FROM calendar.events WHERE event_id = $1", uuid.UUID(key)
+        )
         dues = await conn.fetch(
             "SELECT due_at, status FROM calendar.event_reminders WHERE event_id = $1 ORDER BY due_at",
             uuid.UUID(key),
@@ -110,8 +117,12 @@ async def test_event_becomes_projection_row_and_older_versions_change_nothing(
 
 
 async def wait_version(db: str, key: str, version: int) -> None:
-    await wait_for(db, "SELECT version FROM calendar.events WHERE event_id = $1",
-                   uuid.UUID(key), expect=version)
+    await wait_for(
+        db,
+        "SELECT version FROM calendar.events WHERE event_id = $1",
+        uuid.UUID(key),
+        expect=version,
+    )
 
 
 async def test_replay_changes_nothing(stack: dict[str, Any]) -> None:
@@ -125,8 +136,12 @@ async def test_replay_changes_nothing(stack: dict[str, Any]) -> None:
     # Version with an identical state would be answered by the cache without PostgreSQL.
     newer = {**msg, "Version": 6, "Kind": "Call"}
     await produce(stack["kafka"], stack["topic"], [(key, encode(newer))])
-    await wait_for(stack["db"], "SELECT version FROM calendar.events WHERE event_id = $1",
-                   uuid.UUID(key), expect=6)
+    await wait_for(
+        stack["db"],
+        "SELECT version FROM calendar.events WHERE event_id = $1",
+        uuid.UUID(key),
+        expect=6,
+    )
     conn = await asyncpg.connect(stack["db"])
     try:
         reminders = await conn.fetchval(
@@ -156,8 +171,12 @@ async def test_malformed_messages_go_to_dlq_with_reason_and_partition_keeps_flow
         (key, encode(good)),  # same key = same partition, after the bad ones
     ]
     await produce(stack["kafka"], stack["topic"], records)
-    await wait_for(stack["db"], "SELECT version FROM calendar.events WHERE event_id = $1",
-                   uuid.UUID(key), expect=1)
+    await wait_for(
+        stack["db"],
+        "SELECT version FROM calendar.events WHERE event_id = $1",
+        uuid.UUID(key),
+        expect=1,
+    )
 
     dead = await consume(stack["kafka"], stack["dlq"], count=5, timeout=30)
     ours = [r for r in dead if r.key == key.encode()]
@@ -189,7 +208,9 @@ async def test_worker_killed_mid_stream_loses_no_message(stack: dict[str, Any]) 
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            done = await conn.fetchval("SELECT count(*) FROM calendar.events WHERE kind = $1", marker_kind)
+            done = await conn.fetchval(
+                "SELECT count(*) FROM calendar.events WHERE kind = $1", marker_kind
+            )
             if done > 0:
                 break
             await asyncio.sleep(0.02)
@@ -197,8 +218,13 @@ async def test_worker_killed_mid_stream_loses_no_message(stack: dict[str, Any]) 
         replacement = WorkerProcess(stack["env"], stack["tmp"], "agent-worker-2").start()
         stack["worker"] = replacement
         await replacement.wait_ready()
-        await wait_for(stack["db"], "SELECT count(*) FROM calendar.events WHERE kind = $1",
-                       marker_kind, expect=n, timeout=90)
+        await wait_for(
+            stack["db"],
+            "SELECT count(*) FROM calendar.events WHERE kind = $1",
+            marker_kind,
+            expect=n,
+            timeout=90,
+        )
     finally:
         await conn.close()
     status, metrics = replacement.get("/metrics")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable, Sequence
 
@@ -19,10 +20,8 @@ async def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 
     await admin.start()
     try:
         for name in names:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics([NewTopic(name, partitions, 1)])
-            except TopicAlreadyExistsError:
-                pass
     finally:
         await admin.close()
 
@@ -42,7 +41,9 @@ async def produce(
             headers = list(rec[2]) if len(rec) > 2 else []  # type: ignore[misc]
             futures.append(
                 await producer.send(
-                    topic, value=value, key=key.encode() if key is not None else None,
+                    topic,
+                    value=value,
+                    key=key.encode() if key is not None else None,
                     headers=headers,
                 )
             )
@@ -65,7 +66,10 @@ async def consume(
     (duplicates) in tests that assert an exact number.
     """
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
         group_id=None,
     )
     await consumer.start()
@@ -85,5 +89,7 @@ async def consume(
     finally:
         await consumer.stop()
     if len(out) < count:
-        raise AssertionError(f"expected {count} records on {topic}, got {len(out)} within {timeout}s")
+        raise AssertionError(
+            f"expected {count} records on {topic}, got {len(out)} within {timeout}s"
+        )
     return out

@@ -70,7 +70,9 @@ class WorkerProcess:
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
+                raise AssertionError(
+                    f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}"
+                )
             with contextlib.suppress(OSError):
                 status, last = await asyncio.to_thread(self.get, "/health")
                 if status == 200 and last.get("assigned_partitions", 0) > 0:
@@ -100,7 +102,9 @@ class WorkerProcess:
             return "<no log>"
 
 
-def worker_env(database_url: str, kafka_bootstrap: str, topic_prefix: str, **extra: str) -> dict[str, str]:
+def worker_env(
+    database_url: str, kafka_bootstrap: str, topic_prefix: str, **extra: str
+) -> dict[str, str]:
     return {
         "DATABASE_URL": database_url,
         "KAFKA_BOOTSTRAP": kafka_bootstrap,

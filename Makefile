@@ -1,0 +1,74 @@
+# The README's commands. `make demo` runs the service on the local stack with a demo
+# workload; `make test` runs every test tier against real Kafka and PostgreSQL.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help install stack-up stack-down stack-status migrate topics worker demo lint typecheck \
+        test test-unit test-integration test-e2e bench schema contracts clean
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, found " + sys.version' 
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+install: $(VENV)/.installed ## create .venv with the service and dev tools
+
+stack-up: ## start local Kafka (KRaft) + PostgreSQL under .dev/ (idempotent)
+	@stack/stack.sh up
+
+stack-down: ## stop the local stack, leaving no process behind
+	@stack/stack.sh down
+
+stack-status:
+	@stack/stack.sh status
+
+migrate: install stack-up ## apply database migrations
+	$(PY) -m streams migrate
+
+topics: install stack-up ## create missing contract topics and DLQs
+	$(PY) -m streams topics
+
+worker: migrate topics ## run one worker in the foreground (web on WEB_PORT, default 6066)
+	$(PY) -m streams worker
+
+demo: migrate topics ## run a worker with a demo calendar workload and show what happened
+	@bash stack/demo.sh
+
+lint: install ## ruff lint + format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install ## mypy (strict on streams/ and db/)
+	$(VENV)/bin/mypy streams db
+
+test: install stack-up lint typecheck ## all tests: unit, integration (real PG + Kafka), e2e (worker processes)
+	$(VENV)/bin/pytest tests
+
+test-unit: install ## fast tests of pure logic, no services
+	$(VENV)/bin/pytest tests/unit
+
+test-integration: install stack-up
+	$(VENV)/bin/pytest tests/integration
+
+test-e2e: install stack-up
+	$(VENV)/bin/pytest tests/e2e
+
+bench: migrate ## benchmarks; print figures side by side with their references
+	$(PY) -m bench
+
+schema: install stack-up ## regenerate db/schema.snapshot from a fresh migrate
+	$(PY) -m db.migrate --write-snapshot
+
+contracts: install ## regenerate docs/contracts/*.schema.json
+	$(PY) -m streams.contracts
+
+clean: stack-down
+	rm -rf .dev

@@ -1,0 +1,115 @@
+"""Repository for ops.outbox: one function per named statement in db/queries/outbox.sql."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from db.queries import sql
+
+CHANNEL = "ops_outbox"
+# First key of the two-int advisory locks that own a lane ("outb" in ASCII). Every relay
+# must use the same value; the second key is the lane number.
+LANE_LOCK_SPACE = 0x6F757462
+LANES = 64
+
+NotifyCallback = Callable[[Any, int, str, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRow:
+    id: int
+    lane: int
+    topic: str
+    key: str
+    payload: str
+    headers: dict[str, str]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    count: int
+    oldest_created_at: datetime | None
+
+
+def _headers(text: str) -> dict[str, str]:
+    # Stored as jsonb; anything that is not a string is sent as its JSON text.
+    raw = json.loads(text)
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
+
+
+async def insert_many(
+    conn: asyncpg.Connection,
+    topics: Sequence[str],
+    keys: Sequence[str],
+    payloads: Sequence[str],
+    headers_json: Sequence[str],
+) -> list[int]:
+    """Insert rows given column-wise; returns their ids in input order."""
+    rows = await conn.fetch(
+        sql("outbox_insert_many"), list(topics), list(keys), list(payloads), list(headers_json)
+    )
+    return sorted(int(r["id"]) for r in rows)
+
+
+@asynccontextmanager
+async def lane_transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """A READ COMMITTED transaction: each statement sees commits made before it started,
+    which the lane protocol relies on (lock first, then read the lane)."""
+    async with pool.acquire() as conn, conn.transaction(isolation="read_committed"):
+        yield conn
+
+
+async def lock_pending_lanes(
+    conn: asyncpg.Connection, *, exclude: Sequence[int], limit: int
+) -> list[int]:
+    rows = await conn.fetch(sql("outbox_lanes_lock"), LANE_LOCK_SPACE, list(exclude), limit)
+    return sorted(int(r["lane"]) for r in rows)
+
+
+async def fetch_pending(
+    conn: asyncpg.Connection, lanes: Sequence[int], per_lane: int
+) -> list[PendingRow]:
+    rows = await conn.fetch(sql("outbox_pending_get"), list(lanes), per_lane)
+    return [
+        PendingRow(
+            id=int(r["id"]),
+            lane=int(r["lane"]),
+            topic=str(r["topic"]),
+            key=str(r["key"]),
+            payload=str(r["payload"]),
+            headers=_headers(r["headers"]),
+            created_at=r["created_at"],
+        )
+        for r in rows
+    ]
+
+
+async def mark_published(
+    conn: asyncpg.Connection, ids: Sequence[int], published_at: datetime
+) -> int:
+    return int(await conn.fetchval(sql("outbox_published_mark"), list(ids), published_at))
+
+
+async def get_backlog(conn: asyncpg.Connection) -> Backlog:
+    row = await conn.fetchrow(sql("outbox_backlog_get"))
+    return Backlog(count=int(row["backlog"]), oldest_created_at=row["oldest_created_at"])
+
+
+async def delete_published_before(conn: asyncpg.Connection, cutoff: datetime, limit: int) -> int:
+    return int(await conn.fetchval(sql("outbox_published_delete"), cutoff, limit))
+
+
+async def listen(conn: asyncpg.Connection, callback: NotifyCallback) -> None:
+    await conn.add_listener(CHANNEL, callback)
+
+
+async def ping(conn: asyncpg.Connection) -> None:
+    await conn.fetchval(sql("outbox_listener_ping"))

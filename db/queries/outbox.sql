@@ -1,0 +1,92 @@
+-- Statements on ops.outbox: the writer's insert, the relay's lane claim/publish, retention.
+-- Lanes are 0..63: the table's generated column is (hashtext(key) & 63), see migration 0001.
+
+-- name: outbox_insert_many
+-- One statement for any number of records; ORDER BY ord makes ids follow the input order,
+-- which is what keeps per-key order for records written in one call.
+INSERT INTO ops.outbox (topic, key, payload, headers)
+SELECT r.topic, r.key, r.payload::json, r.headers::jsonb
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])
+    WITH ORDINALITY AS r(topic, key, payload, headers, ord)
+ORDER BY r.ord
+RETURNING id;
+
+-- name: outbox_lanes_lock
+-- Lanes with unpublished rows that this transaction could lock ($1 = lock space,
+-- $2 = lanes to leave alone, $3 = most lanes to take). MATERIALIZED keeps the lock call
+-- out of the CTE, so only lanes that have work get locked, in random order so that
+-- several relays spread over the lanes. Locks last until the transaction ends.
+-- The rows themselves must be read by a LATER statement (outbox_pending_get): this
+-- statement's snapshot may predate the commit of the relay that held a lane before us.
+WITH pending AS MATERIALIZED (
+    SELECT l.lane
+    FROM generate_series(0, 63) AS l(lane)
+    WHERE l.lane <> ALL($2::int[])
+      AND EXISTS (
+          SELECT 1 FROM ops.outbox o
+          WHERE o.lane = l.lane::smallint AND o.published_at IS NULL
+      )
+    ORDER BY random()
+)
+SELECT lane FROM pending
+WHERE pg_try_advisory_xact_lock($1::int, lane)
+LIMIT $3;
+
+-- name: outbox_pending_get
+-- The oldest unpublished rows of each locked lane ($1), at most $2 per lane, in id order.
+-- Selecting by published_at IS NULL (not "id > last seen") is what keeps a row whose
+-- transaction commits after a higher id from being skipped.
+SELECT o.id, o.lane, o.topic, o.key, o.payload::text AS payload, o.headers::text AS headers,
+       o.created_at
+FROM unnest($1::smallint[]) AS l(lane)
+CROSS JOIN LATERAL (
+    SELECT id, lane, topic, key, payload, headers, created_at
+    FROM ops.outbox
+    WHERE lane = l.lane AND published_at IS NULL
+    ORDER BY id
+    LIMIT $2
+) AS o
+ORDER BY o.id;
+
+-- name: outbox_published_mark
+WITH marked AS (
+    UPDATE ops.outbox SET published_at = $2
+    WHERE id = ANY($1::bigint[]) AND published_at IS NULL
+    RETURNING 1
+)
+SELECT count(*) FROM marked;
+
+-- name: outbox_backlog_get
+-- Count walks the partial index of unpublished rows only. The oldest row is looked up as the
+-- head of each lane (64 index probes) instead of min() over the whole backlog; a head is the
+-- lowest id, which is the oldest row of its lane up to transactions that overlapped.
+SELECT
+    (SELECT count(*) FROM ops.outbox WHERE published_at IS NULL) AS backlog,
+    (
+        SELECT min(h.created_at)
+        FROM generate_series(0, 63) AS l(lane)
+        CROSS JOIN LATERAL (
+            SELECT created_at FROM ops.outbox
+            WHERE lane = l.lane::smallint AND published_at IS NULL
+            ORDER BY id
+            LIMIT 1
+        ) AS h
+    ) AS oldest_created_at;
+
+-- name: outbox_published_delete
+-- One bounded chunk of rows published before $1 (at most $2). SKIP LOCKED lets two workers
+-- run retention at once without waiting on each other.
+WITH doomed AS (
+    SELECT id FROM ops.outbox
+    WHERE published_at < $1
+    ORDER BY published_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM ops.outbox o USING doomed d WHERE o.id = d.id RETURNING 1
+)
+SELECT count(*) FROM deleted;
+
+-- name: outbox_listener_ping
+-- Proves the LISTEN connection is alive (a silently dropped socket would lose NOTIFYs).
+SELECT 1;

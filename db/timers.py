@@ -1,0 +1,54 @@
+"""Repository of the timer registry: slot claims, last started slots, pruning (ops.timer_*)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+
+import asyncpg
+
+from db.connector import TRANSIENT_ERRORS, DatabaseUnavailable
+from db.queries import sql
+
+
+@asynccontextmanager
+async def _translated() -> AsyncIterator[None]:
+    try:
+        yield
+    except TRANSIENT_ERRORS as exc:
+        raise DatabaseUnavailable(f"timer store: {type(exc).__name__}: {exc}") from exc
+
+
+class TimerRepository:
+    """One method per statement of db/queries/timers.sql; implements streams.timers.TimerStore."""
+
+    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+        self._db = db
+
+    async def claim_slot(self, name: str, slot: datetime, claimed_by: str, run_id: str) -> bool:
+        async with _translated():
+            won = await self._db.fetchval(sql("timer_slot_claim"), name, slot, claimed_by, run_id)
+        return won is not None
+
+    async def finish_slot(
+        self, name: str, slot: datetime, run_id: str, result: str, duration_seconds: float
+    ) -> None:
+        async with _translated():
+            await self._db.execute(
+                sql("timer_slot_finish"), name, slot, run_id, result, duration_seconds
+            )
+
+    async def prune_slots(self, before: datetime, limit: int) -> int:
+        async with _translated():
+            deleted = await self._db.fetchval(sql("timer_slot_prune"), before, limit)
+        return int(deleted)
+
+    async def advance_state(self, name: str, slot: datetime, worker: str) -> None:
+        async with _translated():
+            await self._db.execute(sql("timer_state_advance"), name, slot, worker)
+
+    async def last_slots(self, names: Sequence[str]) -> dict[str, datetime]:
+        async with _translated():
+            rows = await self._db.fetch(sql("timer_state_list"), list(names))
+        return {str(r["name"]): r["last_slot"] for r in rows}

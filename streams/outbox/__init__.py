@@ -1,0 +1,39 @@
+"""Transactional outbox: records written with state changes, the relay that publishes them."""
+
+from __future__ import annotations
+
+from streams.outbox.records import (
+    OUTBOX_ID_HEADER,
+    OutboxRecord,
+    insert_many,
+    outbox_id_of,
+    record_for,
+    wire_headers,
+)
+from streams.outbox.relay import (
+    OutboxRelay,
+    Producer,
+    ProducerFactory,
+    RelayConfig,
+    RelayResult,
+    kafka_producer_factory,
+)
+from streams.outbox.retention import OutboxRetention, RetentionConfig, RetentionResult
+
+__all__ = [
+    "OUTBOX_ID_HEADER",
+    "OutboxRecord",
+    "OutboxRelay",
+    "OutboxRetention",
+    "Producer",
+    "ProducerFactory",
+    "RelayConfig",
+    "RelayResult",
+    "RetentionConfig",
+    "RetentionResult",
+    "insert_many",
+    "kafka_producer_factory",
+    "outbox_id_of",
+    "record_for",
+    "wire_headers",
+]

@@ -1,0 +1,51 @@
+"""Run one outbox relay standalone until SIGTERM/SIGINT: ``python -m streams.outbox``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from streams.metrics import Metrics
+from streams.outbox.relay import OutboxRelay
+from streams.settings import ConfigError, Settings, load_settings
+
+log = logging.getLogger("streams.outbox")
+
+
+async def serve(settings: Settings) -> int:
+    """Exit status 0 after a signal and a graceful stop, 1 if the relay cannot start."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    relay = OutboxRelay.from_settings(settings, metrics=Metrics().outbox)
+    try:
+        await relay.start()
+    except Exception as exc:
+        log.error("action=outbox_relay_start_failed error=%s: %s", type(exc).__name__, exc)
+        await relay.stop()
+        return 1
+    try:
+        await stop.wait()
+    finally:
+        await relay.stop()
+    return 0
+
+
+def main() -> int:
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    )
+    return asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Periodic-task registry: every timer of the service is declared and run here."""
+
+from streams.timers.metrics import TimerMetrics
+from streams.timers.registry import (
+    ClockSleeper,
+    InMemoryTimerStore,
+    PruneResult,
+    RunRecord,
+    Sleeper,
+    SlotPruner,
+    TimerRegistry,
+    TimerStore,
+    summarize,
+)
+from streams.timers.schedule import (
+    Handler,
+    Misfire,
+    Mode,
+    RegistrationError,
+    ResolvedSchedule,
+    Schedule,
+)
+from streams.timers.slots import (
+    Cadence,
+    SlotRange,
+    cron_next,
+    cron_slot,
+    fanout_key,
+    interval_slot,
+    next_fire,
+    slot_at,
+    slot_key,
+    slots_between,
+)
+
+__all__ = [
+    "Cadence",
+    "ClockSleeper",
+    "Handler",
+    "InMemoryTimerStore",
+    "Misfire",
+    "Mode",
+    "PruneResult",
+    "RegistrationError",
+    "ResolvedSchedule",
+    "RunRecord",
+    "Schedule",
+    "Sleeper",
+    "SlotPruner",
+    "SlotRange",
+    "TimerMetrics",
+    "TimerRegistry",
+    "TimerStore",
+    "cron_next",
+    "cron_slot",
+    "fanout_key",
+    "interval_slot",
+    "next_fire",
+    "slot_at",
+    "slot_key",
+    "slots_between",
+    "summarize",
+]

@@ -1,0 +1,198 @@
+"""ReminderDispatchJob (seed 000): due Pending reminders → Sent + ReminderDueEvent in the outbox, or Skipped."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from db import calendar as repo
+from db.connector import transaction
+from streams.clock import Clock
+from streams.contracts import REMINDER_DUE
+from streams.contracts.calendar import EventStatus, ReminderDueEvent
+from streams.metrics import CalendarDispatchMetrics
+from streams.outbox.records import OutboxRecord, insert_many, record_for
+from streams.runtime import Runtime
+
+log = logging.getLogger("streams.timers.calendar_dispatch")
+
+SKIP_REASONS = {
+    EventStatus.CANCELLED.value: "EventCancelled",
+    EventStatus.COMPLETED.value: "EventCompleted",
+}
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    """ReminderDispatchOptions: defaults from the seed; validated at construction."""
+
+    batch_size: int = 200
+    max_duration: timedelta = timedelta(seconds=30)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.batch_size <= 10_000:
+            raise ValueError(f"batch_size must be in 1..10000, got {self.batch_size}")
+        if self.max_duration <= timedelta(0):
+            raise ValueError("max_duration must be positive")
+
+
+@dataclass
+class DispatchResult:
+    """What one run did (the seed's SentCount, SkippedCount, SkippedLockedCount, DurationMs)."""
+
+    run_id: str
+    sent_count: int = 0
+    skipped_count: int = 0
+    skipped_locked_count: int = 0
+    failed_count: int = 0
+    batches: int = 0
+    duration_ms: float = 0.0
+    backlog: int = 0
+    next_due: datetime | None = None
+    poison: list[UUID] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["next_due"] = self.next_due.isoformat() if self.next_due else None
+        out["poison"] = [str(p) for p in self.poison]
+        return out
+
+
+def build_event(row: asyncpg.Record) -> ReminderDueEvent:
+    """The integration event of one claimed row (raises if the row cannot make one: poison)."""
+    return ReminderDueEvent(
+        reminder_id=row["reminder_id"],
+        event_id=row["event_id"],
+        tenant_id=row["tenant_id"],
+        owner_user_id=row["owner_user_id"],
+        client_user_id=row["client_user_id"],
+        kind=row["kind"],
+        start_at=row["start_at"],
+        time_zone=row["time_zone"],
+        offset_minutes=row["offset_minutes"],
+        appointment_id=row["appointment_id"],
+    )
+
+
+class CalendarReminderDispatcher:
+    """A timer handler: ``run_once(as_of)`` drains due reminders in batches of ``batch_size``.
+
+    Each batch is one transaction: claim (SKIP LOCKED) → transitions → outbox rows. A row
+    that cannot be turned into an event is left Pending and out of this run's later
+    batches; an infrastructure error rolls the batch back and propagates (the registry
+    logs and counts it; the rows are still Pending for the next run).
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        config: DispatchConfig | None = None,
+        *,
+        metrics: CalendarDispatchMetrics | None = None,
+        on_next_due: Callable[[datetime], None] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.config = config or DispatchConfig()
+        self.metrics = metrics or runtime.metrics.calendar_dispatch
+        self.clock: Clock = runtime.clock
+        self.on_next_due = on_next_due
+        self.topic_prefix = runtime.settings.topic_prefix
+
+    async def run_once(self, as_of: datetime) -> DispatchResult:
+        result = DispatchResult(run_id=uuid.uuid4().hex[:12])
+        started = self.clock.monotonic()
+        deadline = started + self.config.max_duration.total_seconds()
+        log.debug("action=cycle_started run_id=%s as_of=%s", result.run_id, as_of.isoformat())
+        pool = await self.runtime.pool()
+        try:
+            while True:
+                claimed = await self._batch(pool, as_of, result)
+                if claimed < self.config.batch_size or self.clock.monotonic() >= deadline:
+                    break
+            async with pool.acquire() as conn:
+                result.backlog = await repo.count_backlog(conn, as_of)
+                result.next_due = await repo.next_due(conn)
+        except Exception:
+            self.metrics.errors.inc()
+            raise
+        finally:
+            result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
+            self.metrics.cycle_duration.observe(result.duration_ms / 1000)
+        self.metrics.backlog.set(result.backlog)
+        if result.next_due is not None and self.on_next_due is not None:
+            self.on_next_due(result.next_due)
+        if result.sent_count or result.skipped_count or result.failed_count:
+            log.info(
+                "action=cycle_completed run_id=%s sent=%d skipped=%d skipped_locked=%d failed=%d "
+                "batches=%d duration_ms=%.1f backlog=%d",
+                result.run_id,
+                result.sent_count,
+                result.skipped_count,
+                result.skipped_locked_count,
+                result.failed_count,
+                result.batches,
+                result.duration_ms,
+                result.backlog,
+            )
+        return result
+
+    async def _batch(self, pool: asyncpg.Pool, as_of: datetime, result: DispatchResult) -> int:
+        """One claimed batch in one transaction; returns how many rows were claimed."""
+        n = self.config.batch_size
+        sent: list[tuple[UUID, str, str | None]] = []
+        skipped: list[tuple[UUID, str, str | None]] = []
+        records: list[OutboxRecord] = []
+        lateness: list[float] = []
+        poison: list[UUID] = []
+        async with transaction(pool) as conn:
+            rows, visible = await repo.claim_due(conn, as_of, n, result.poison)
+            for row in rows:
+                reason = SKIP_REASONS.get(row["event_status"])
+                if reason is not None:
+                    skipped.append((row["reminder_id"], "Skipped", reason))
+                    continue
+                try:
+                    record = record_for(
+                        REMINDER_DUE,
+                        build_event(row),
+                        topic_prefix=self.topic_prefix,
+                        headers={"correlation-id": result.run_id},
+                    )
+                except Exception as exc:  # poison: this row only; the batch goes on
+                    poison.append(row["reminder_id"])
+                    log.error(
+                        "action=item_failed run_id=%s reminder_id=%s event_id=%s error=%s",
+                        result.run_id,
+                        row["reminder_id"],
+                        row["event_id"],
+                        type(exc).__name__,
+                    )
+                    continue
+                sent.append((row["reminder_id"], "Sent", None))
+                records.append(record)
+                lateness.append((as_of - row["due_at"]).total_seconds())
+            await repo.mark_dispatched(conn, sent + skipped, as_of)
+            await insert_many(conn, records)
+        # Counted only once the transaction has committed.
+        result.batches += 1
+        result.sent_count += len(sent)
+        result.skipped_count += len(skipped)
+        result.failed_count += len(poison)
+        result.poison.extend(poison)
+        locked = max(0, min(visible, n) - len(rows))
+        result.skipped_locked_count += locked
+        m = self.metrics
+        m.items.labels("sent").inc(len(sent))
+        m.items.labels("skipped").inc(len(skipped))
+        m.errors.inc(len(poison))
+        m.skip_locked.inc(locked)
+        for seconds in lateness:
+            m.lateness.observe(seconds)
+        return len(rows)

@@ -1,0 +1,123 @@
+"""Every periodic job of a worker, declared in this one place through the timer registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from db.timers import TimerRepository
+from streams.outbox.retention import OutboxRetention, RetentionConfig
+from streams.runtime import Runtime
+from streams.timers.calendar_dispatch import CalendarReminderDispatcher, DispatchConfig
+from streams.timers.registry import SlotPruner, TimerRegistry
+from streams.timers.schedule import Handler, Misfire, Mode, Schedule
+
+CALENDAR_DISPATCH = "calendar-dispatch"
+# Dispatch runs need DueAt < AsOf (strict), so a precise wake-up comes just after DueAt.
+WAKE_NUDGE = timedelta(milliseconds=2)
+
+
+class RuntimeTimerStore:
+    """The registry's store on the worker's lazily created pool (the pool needs the running loop)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def _repo(self) -> TimerRepository:
+        return TimerRepository(await self.runtime.pool())
+
+    async def last_slots(self, names: Sequence[str]) -> dict[str, datetime]:
+        return await (await self._repo()).last_slots(names)
+
+    async def claim_slot(self, name: str, slot: datetime, claimed_by: str, run_id: str) -> bool:
+        return await (await self._repo()).claim_slot(name, slot, claimed_by, run_id)
+
+    async def advance_state(self, name: str, slot: datetime, worker: str) -> None:
+        await (await self._repo()).advance_state(name, slot, worker)
+
+    async def finish_slot(
+        self, name: str, slot: datetime, run_id: str, result: str, duration: float
+    ) -> None:
+        await (await self._repo()).finish_slot(name, slot, run_id, result, duration)
+
+    async def prune_slots(self, before: datetime, limit: int) -> int:
+        return await (await self._repo()).prune_slots(before, limit)
+
+
+class OnPool:
+    """A handler built on first run from the worker's pool (declared before the pool exists)."""
+
+    def __init__(self, runtime: Runtime, build: Callable[[asyncpg.Pool], Handler]) -> None:
+        self.runtime = runtime
+        self.build = build
+        self._handler: Handler | None = None
+
+    async def run_once(self, as_of: datetime) -> Any:
+        if self._handler is None:
+            self._handler = self.build(await self.runtime.pool())
+        return await self._handler.run_once(as_of)
+
+
+def dispatch_waker(registry: TimerRegistry) -> Callable[[datetime], None]:
+    """Wake the calendar dispatcher right after ``due_at`` (sub-second lateness; the 60 s
+    cycle remains the safety net). Used by the dispatcher itself and the events agent."""
+
+    def wake(due_at: datetime) -> None:
+        registry.wake(CALENDAR_DISPATCH, at=due_at + WAKE_NUDGE)
+
+    return wake
+
+
+def build_registry(runtime: Runtime) -> TimerRegistry:
+    """The worker's registry with every job declared; raises RegistrationError on bad settings."""
+    from streams.timers.metrics import TimerMetrics
+
+    store = RuntimeTimerStore(runtime)
+    registry = TimerRegistry(
+        store=store, clock=runtime.clock, metrics=TimerMetrics(runtime.metrics.registry)
+    )
+
+    dispatcher = CalendarReminderDispatcher(
+        runtime, DispatchConfig(), on_next_due=dispatch_waker(registry)
+    )
+    registry.register_all(
+        [
+            Schedule(
+                name=CALENDAR_DISPATCH,
+                interval=timedelta(seconds=60),
+                handler=dispatcher,
+                max_duration=timedelta(seconds=30),
+                mode=Mode.EVERY_INSTANCE,
+                settings_prefix="TIMER_CALENDAR_DISPATCH_",
+            ),
+            Schedule(
+                name="outbox-retention",
+                interval=timedelta(hours=1),
+                handler=OnPool(
+                    runtime,
+                    lambda pool: OutboxRetention(
+                        pool,
+                        metrics=runtime.metrics.outbox,
+                        config=RetentionConfig.from_settings(runtime.settings),
+                    ),
+                ),
+                max_duration=timedelta(minutes=5),
+                mode=Mode.CLUSTER_ONCE,
+                misfire=Misfire.COALESCE,
+                settings_prefix="TIMER_OUTBOX_RETENTION_",
+            ),
+            Schedule(
+                name="timer-slot-prune",
+                cron="17 3 * * *",
+                handler=SlotPruner(store),
+                max_duration=timedelta(minutes=5),
+                mode=Mode.CLUSTER_ONCE,
+                misfire=Misfire.COALESCE,
+                settings_prefix="TIMER_SLOT_PRUNE_",
+            ),
+        ]
+    )
+    return registry

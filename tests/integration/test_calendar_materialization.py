@@ -1,0 +1,197 @@
+"""Materialization rules on real PostgreSQL: create, reschedule, offsets removed, cascade, replay, stale."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from streams.agents.calendar_events import CalendarEventsApplier
+from streams.metrics import Metrics
+from streams.tables.cache import KeyCache
+from tests.integration.calendar_support import apply, make_runtime, reminders
+from tests.support.factories import T0, calendar_event
+
+pytestmark = pytest.mark.integration
+
+START = T0 + timedelta(hours=2)
+
+
+class DictTable(dict[str, Any]):
+    """Stands in for the Faust table in-process (the real one is exercised by the e2e tests)."""
+
+    name = "calendar-event-cache"
+
+
+@pytest.fixture
+def applier(database_url: str) -> CalendarEventsApplier:
+    return CalendarEventsApplier(make_runtime(database_url))
+
+
+async def test_create_materializes_one_pending_row_per_offset(
+    applier: CalendarEventsApplier, pool: asyncpg.Pool
+) -> None:
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60, 15, 15])
+    result = await apply(applier, e)
+    assert result.applied == 1 and result.reminders_pending == 2
+    assert result.earliest_due == START - timedelta(minutes=60)
+    assert await reminders(pool, e["EventId"]) == [
+        (60, START - timedelta(minutes=60), "Pending", None),
+        (15, START - timedelta(minutes=15), "Pending", None),
+    ]
+
+
+async def test_reschedule_skips_old_pending_and_inserts_new(
+    applier: CalendarEventsApplier, pool: asyncpg.Pool
+) -> None:
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
+    await apply(applier, e)
+    later = START + timedelta(days=1)
+    await apply(applier, {**e, "Version": 2, "StartAt": later.isoformat()})
+    assert await reminders(pool, e["EventId"]) == [
+        (60, START - timedelta(minutes=60), "Skipped", "NoLongerScheduled"),
+        (60, later - timedelta(minutes=60), "Pending", None),
+    ]
+
+
+async def test_sent_rows_stay_as_history_on_reschedule(
+    applier: CalendarEventsApplier, pool: asyncpg.Pool
+) -> None:
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
+    await apply(applier, e)
+    await pool.execute(
+        "UPDATE calendar.event_reminders SET status='Sent', sent_at=$1 WHERE event_id=$2::uuid",
+        T0,
+        e["EventId"],
+    )
+    later = START + timedelta(hours=3)
+    await apply(applier, {**e, "Version": 2, "StartAt": later.isoformat()})
+    rows = await reminders(pool, e["EventId"])
+    assert [r[2] for r in rows] == ["Sent", "Pending"]
+
+
+async def test_removed_offset_is_skipped_and_kept_offset_untouched(
+    applier: CalendarEventsApplier, pool: asyncpg.Pool
+) -> None:
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60, 15])
+    await apply(applier, e)
+    await apply(applier, {**e, "Version": 2, "ReminderOffsetsMinutes": [15]})
+    assert await reminders(pool, e["EventId"]) == [
+        (60, START - timedelta(minutes=60), "Skipped", "NoLongerScheduled"),
+        (15, START - timedelta(minutes=15), "Pending", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"), [("Cancelled", "EventCancelled"), ("Completed", "EventCompleted")]
+)
+async def test_closed_event_cascades_pending_to_skipped(
+    applier: CalendarEventsApplier, pool: asyncpg.Pool, status: str, reason: str
+) -> None:
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60, 15])
+    await apply(applier, e)
+    await apply(applier, {**e, "Version": 2, "Status": status})
+    assert {(r[2], r[3]) for r in await reminders(pool, e["EventId"])} == {("Skipped", reason)}
+
+
+async def test_replay_and_stale_version_create_nothing(
+    applier: CalendarEventsApplier, pool: asyncpg.Pool
+) -> None:
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60], Version=5)
+    await apply(applier, e)
+    before = await reminders(pool, e["EventId"])
+    replay = await apply(applier, e)
+    stale = await apply(applier, {**e, "Version": 4, "Status": "Cancelled"})
+    assert (replay.applied, replay.stale) == (0, 1)
+    assert (stale.applied, stale.stale) == (0, 1)
+    assert await reminders(pool, e["EventId"]) == before
+    assert await pool.fetchval("SELECT version FROM calendar.events") == 5
+
+
+async def test_offset_already_due_when_the_change_happened_is_not_materialized(
+    applier: CalendarEventsApplier, pool: asyncpg.Pool
+) -> None:
+    # OccurredAt 09:00, StartAt 10:00: the 2-hour reminder (08:00) is already past.
+    e = calendar_event(
+        StartAt=T0 + timedelta(hours=1), OccurredAt=T0, ReminderOffsetsMinutes=[120, 30]
+    )
+    await apply(applier, e)
+    assert [r[0] for r in await reminders(pool, e["EventId"])] == [30]
+
+
+async def test_existing_overdue_pending_row_survives_an_unrelated_change(
+    applier: CalendarEventsApplier, pool: asyncpg.Pool
+) -> None:
+    # Made while in the future; by the next change it is overdue but not yet dispatched.
+    e = calendar_event(StartAt=T0 + timedelta(hours=1), OccurredAt=T0, ReminderOffsetsMinutes=[30])
+    await apply(applier, e)
+    later = (T0 + timedelta(minutes=45)).isoformat()
+    await apply(applier, {**e, "Version": 2, "Kind": "Call", "OccurredAt": later})
+    assert [r[2] for r in await reminders(pool, e["EventId"])] == ["Pending"]
+
+
+async def test_rescheduled_back_reopens_the_skipped_row(
+    applier: CalendarEventsApplier, pool: asyncpg.Pool
+) -> None:
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
+    await apply(applier, e)
+    await apply(applier, {**e, "Version": 2, "StartAt": (START + timedelta(hours=1)).isoformat()})
+    await apply(applier, {**e, "Version": 3})
+    rows = await reminders(pool, e["EventId"])
+    assert [(r[1], r[2]) for r in rows] == [
+        (START - timedelta(minutes=60), "Pending"),
+        (START, "Skipped"),
+    ]
+
+
+async def test_cache_answers_unchanged_states_without_changing_any_outcome(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    metrics = Metrics()
+    table = DictTable()
+    cached = CalendarEventsApplier(make_runtime(database_url), KeyCache(table, metrics.agents))  # type: ignore[arg-type]
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
+    first = await apply(cached, e)
+    assert first.applied == 1 and table[e["EventId"]]["v"] == 1
+    same_state = await apply(cached, {**e, "Version": 2})
+    assert same_state.cache_skipped == 1 and same_state.applied == 0
+    stale = await apply(cached, {**e, "Version": 1, "Status": "Cancelled"})
+    assert stale.stale == 1
+    changed = await apply(cached, {**e, "Version": 3, "Status": "Cancelled"})
+    assert changed.applied == 1
+    assert {r[2] for r in await reminders(pool, e["EventId"])} == {"Skipped"}
+
+
+@pytest.mark.parametrize("cache_state", ["empty", "stale"])
+async def test_empty_or_stale_cache_gives_the_same_rows_as_no_cache(
+    database_url: str, pool: asyncpg.Pool, cache_state: str
+) -> None:
+    metrics = Metrics()
+    table = DictTable()
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60, 15])
+    history = [
+        e,
+        {**e, "Version": 2, "ReminderOffsetsMinutes": [15]},
+        {**e, "Version": 3, "Status": "Cancelled"},
+    ]
+    plain = CalendarEventsApplier(make_runtime(database_url))
+    for msg in history[:2]:
+        await apply(plain, msg)
+    if cache_state == "stale":
+        # The cache lags behind PostgreSQL (e.g. a changelog write lost in a crash).
+        from streams.domain.calendar import fingerprint
+        from tests.support.factories import parsed
+
+        table[e["EventId"]] = {"v": 1, "fp": fingerprint(parsed(e))}
+    cached = CalendarEventsApplier(make_runtime(database_url), KeyCache(table, metrics.agents))  # type: ignore[arg-type]
+    # Replays of everything, then the new state: outcome must equal the uncached path.
+    for msg in history:
+        await apply(cached, msg)
+    rows = await reminders(pool, e["EventId"])
+    assert [(r[0], r[2], r[3]) for r in rows] == [
+        (60, "Skipped", "NoLongerScheduled"),
+        (15, "Skipped", "EventCancelled"),
+    ]
+    assert await pool.fetchval("SELECT version FROM calendar.events") == 3

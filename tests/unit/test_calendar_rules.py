@@ -1,0 +1,88 @@
+"""Pure calendar rules: wanted reminders, what may be inserted, identity, fingerprint."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streams.domain.calendar import (
+    fingerprint,
+    insertable,
+    newest_per_event,
+    reminder_id,
+    wanted_reminders,
+)
+from tests.support.factories import T0, calendar_event, parsed
+
+START = T0 + timedelta(hours=2)
+
+
+def test_one_reminder_per_distinct_offset_due_at_start_minus_offset() -> None:
+    e = parsed(calendar_event(StartAt=START, ReminderOffsetsMinutes=[15, 60, 15, 0]))
+    slots = wanted_reminders(e)
+    assert [(s.offset_minutes, s.due_at) for s in slots] == [
+        (0, START),
+        (15, START - timedelta(minutes=15)),
+        (60, START - timedelta(minutes=60)),
+    ]
+
+
+def test_closed_events_want_no_reminders() -> None:
+    for status in ("Cancelled", "Completed"):
+        assert wanted_reminders(parsed(calendar_event(Status=status))) == []
+    assert len(wanted_reminders(parsed(calendar_event(Status="InProgress")))) == 2
+
+
+def test_only_reminders_not_yet_due_at_the_change_are_insertable() -> None:
+    e = parsed(
+        calendar_event(StartAt=T0 + timedelta(minutes=30), ReminderOffsetsMinutes=[10, 30, 45])
+    )
+    assert [s.offset_minutes for s in insertable(wanted_reminders(e), T0)] == [10, 30]
+
+
+def test_reminder_id_is_stable_and_distinguishes_due_time() -> None:
+    e = parsed(calendar_event())
+    a = reminder_id(e.event_id, 15, START)
+    assert a == reminder_id(e.event_id, 15, START.astimezone(UTC))
+    assert a != reminder_id(e.event_id, 15, START + timedelta(minutes=1))
+    assert a != reminder_id(e.event_id, 16, START)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=40_320), max_size=10))
+def test_reminder_ids_are_unique_per_event(offsets: list[int]) -> None:
+    e = parsed(calendar_event(ReminderOffsetsMinutes=offsets))
+    ids = [s.reminder_id for s in wanted_reminders(e)]
+    assert len(ids) == len(set(ids)) == len(set(offsets))
+
+
+def test_fingerprint_ignores_version_and_occurrence_but_not_state() -> None:
+    base = calendar_event()
+    fp = fingerprint(parsed(base))
+    assert fp == fingerprint(
+        parsed({**base, "Version": 9, "OccurredAt": "2030-01-01T00:00:00+00:00"})
+    )
+    assert fp == fingerprint(parsed({**base, "ReminderOffsetsMinutes": [15, 60, 60]}))
+    for change in (
+        {"Kind": "Call"},
+        {"Status": "Cancelled"},
+        {"ReminderOffsetsMinutes": [15]},
+        {"StartAt": "2026-12-01T12:00:00+00:00"},
+        {"TimeZone": "UTC"},
+    ):
+        assert fingerprint(parsed({**base, **change})) != fp, change
+
+
+def test_newest_per_event_keeps_highest_version() -> None:
+    a = calendar_event(Version=1)
+    b = calendar_event()
+    batch = [parsed(a), parsed({**a, "Version": 3}), parsed(b), parsed({**a, "Version": 2})]
+    newest = {e.event_id: e.version for e in newest_per_event(batch)}
+    assert newest == {parsed(a).event_id: 3, parsed(b).event_id: 1}
+
+
+def test_instants_keep_their_offset_on_the_wire() -> None:
+    e = parsed(calendar_event(StartAt="2026-12-01T12:00:00+03:00"))
+    assert e.start_at == datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    assert '"StartAt":"2026-12-01T12:00:00+03:00"' in e.to_json().decode()

@@ -1,0 +1,121 @@
+"""Outbox records: validation, building from contract models, and the wire headers."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from streams.contracts import CALENDAR_EVENTS, REMINDER_DUE
+from streams.contracts.calendar import ReminderDueEvent
+from streams.outbox.records import (
+    OUTBOX_ID_HEADER,
+    OutboxRecord,
+    outbox_id_of,
+    record_for,
+    wire_headers,
+)
+from streams.outbox.relay import RelayConfig
+from streams.outbox.retention import RetentionConfig
+
+
+def reminder_due() -> ReminderDueEvent:
+    return ReminderDueEvent(
+        reminder_id=uuid.UUID("00000000-0000-0000-0000-000000000001"),
+        event_id=uuid.UUID("00000000-0000-0000-0000-0000000000e1"),
+        tenant_id=uuid.UUID("00000000-0000-0000-0000-0000000000a1"),
+        owner_user_id=uuid.UUID("00000000-0000-0000-0000-0000000000b1"),
+        kind="Consultation",
+        start_at=datetime(2026, 12, 1, 9, 0, tzinfo=UTC),
+        time_zone="Europe/Berlin",
+        offset_minutes=60,
+    )
+
+
+def test_record_for_uses_contract_topic_key_payload_and_headers() -> None:
+    message = reminder_due()
+    record = record_for(REMINDER_DUE, message, topic_prefix="t1.", headers={"trace-id": "abc"})
+
+    assert record.topic == "t1.pin.calendar.reminder-due.v1"
+    assert record.key == "00000000-0000-0000-0000-0000000000e1"
+    assert record.payload == message.to_json().decode()
+    assert json.loads(record.payload)["EventId"] == "00000000-0000-0000-0000-0000000000e1"
+    assert record.headers == {
+        "trace-id": "abc",
+        "contract-version": "1",
+        "event-type": "ReminderDueEvent",
+    }
+
+
+def test_record_for_without_prefix_uses_the_contract_name() -> None:
+    assert record_for(REMINDER_DUE, reminder_due()).topic == "pin.calendar.reminder-due.v1"
+
+
+def test_record_for_rejects_a_message_of_another_contract() -> None:
+    with pytest.raises(TypeError, match="ReminderDueEvent is not the message"):
+        record_for(CALENDAR_EVENTS, reminder_due())
+
+
+def test_record_for_refuses_to_override_contract_headers() -> None:
+    with pytest.raises(ValueError, match="event-type"):
+        record_for(REMINDER_DUE, reminder_due(), headers={"event-type": "Other"})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"topic": ""}, "non-empty topic"),
+        ({"key": None}, "key must be str"),
+        ({"payload": b"{}"}, "payload must be JSON text"),
+        ({"headers": {"a": 1}}, "must have a str value"),
+        ({"headers": {"": "x"}}, "non-empty strings"),
+        ({"headers": {OUTBOX_ID_HEADER: "1"}}, "set by the relay"),
+    ],
+)
+def test_outbox_record_validates(kwargs: dict[str, object], message: str) -> None:
+    fields: dict[str, object] = {"topic": "t", "key": "k", "payload": "{}", "headers": {}}
+    fields.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        OutboxRecord(**fields)  # type: ignore[arg-type]
+
+
+def test_outbox_record_headers_default_to_empty() -> None:
+    assert OutboxRecord("t", "k", "{}").headers == {}
+
+
+def test_wire_headers_put_the_outbox_id_first_and_encode_utf8() -> None:
+    headers = wire_headers(12345, {"event-type": "Ä", "x": ""})
+    assert headers == [
+        ("outbox-id", b"12345"),
+        ("event-type", "Ä".encode()),
+        ("x", b""),
+    ]
+    assert outbox_id_of(headers) == 12345
+
+
+def test_outbox_id_of_a_foreign_record_is_none() -> None:
+    assert outbox_id_of([("other", b"1")]) is None
+    assert outbox_id_of([]) is None
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"batch_size": 0},
+        {"max_lanes_per_pass": 0},
+        {"max_lanes_per_pass": 65},
+        {"poll_interval": 0},
+        {"stop_timeout": -1},
+    ],
+)
+def test_relay_config_rejects_bad_values(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="RelayConfig"):
+        RelayConfig(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kwargs", [{"chunk_size": 0}, {"max_chunks": 0}])
+def test_retention_config_rejects_bad_values(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="RetentionConfig"):
+        RetentionConfig(**kwargs)  # type: ignore[arg-type]

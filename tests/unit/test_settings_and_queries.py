@@ -1,0 +1,38 @@
+"""Settings fail fast naming the setting; named SQL loads once and rejects duplicates."""
+
+from __future__ import annotations
+
+import pytest
+
+from db.queries import all_queries, parse, sql
+from streams.settings import ConfigError, load_settings
+
+
+def test_bad_setting_stops_startup_with_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OUTBOX_BATCH_SIZE", "0")
+    with pytest.raises(ConfigError, match="OUTBOX_BATCH_SIZE"):
+        load_settings()
+
+
+def test_non_postgres_url_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "mysql://x")
+    with pytest.raises(ConfigError, match="DATABASE_URL"):
+        load_settings()
+
+
+def test_topic_prefix_applies_to_every_topic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOPIC_PREFIX", "t1.")
+    assert load_settings().topic("pin.calendar.events.v1") == "t1.pin.calendar.events.v1"
+
+
+def test_named_statements_parse() -> None:
+    q = parse("-- name: a\nSELECT 1;\n-- name: b\nSELECT 2;\n")
+    assert q == {"a": "SELECT 1;", "b": "SELECT 2;"}
+    with pytest.raises(ValueError, match="twice"):
+        parse("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
+
+
+def test_every_statement_is_loaded_and_unknown_names_are_named() -> None:
+    assert "calendar_dispatch_claim" in all_queries()
+    with pytest.raises(KeyError, match="no_such"):
+        sql("no_such")

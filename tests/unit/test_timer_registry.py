@@ -1,0 +1,723 @@
+"""Timer registry behaviour on virtual time: overlap, cluster-once, misfire, failures, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from streams.clock import ManualClock
+from streams.timers import (
+    InMemoryTimerStore,
+    Misfire,
+    Mode,
+    RunRecord,
+    Schedule,
+    SlotPruner,
+    TimerMetrics,
+    TimerRegistry,
+)
+
+MINUTE = timedelta(minutes=1)
+# A minute boundary: slots of a 60 s interval are T0 + k minutes.
+T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC)
+
+
+class FakeSleeper:
+    """Virtual time: sleepers park until advance_to() moves the ManualClock past their instant."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self._waiters: list[tuple[datetime, asyncio.Future[None]]] = []
+
+    async def sleep_until(self, instant: datetime) -> None:
+        if instant <= self.clock.now():
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = (instant, future)
+        self._waiters.append(waiter)
+        try:
+            await future
+        finally:
+            self._waiters.remove(waiter)
+
+    async def advance_to(self, when: datetime) -> None:
+        """Move time forward, waking every sleeper due on the way, in order."""
+        while True:
+            await settle()
+            due = [i for i, f in self._waiters if i <= when and not f.done()]
+            if not due:
+                break
+            step = min(due)
+            if step > self.clock.now():
+                self.clock.set(step)
+            for instant, future in self._waiters:
+                if instant <= self.clock.now() and not future.done():
+                    future.set_result(None)
+        if when > self.clock.now():
+            self.clock.set(when)
+        await settle()
+
+    async def advance(self, delta: timedelta) -> None:
+        await self.advance_to(self.clock.now() + delta)
+
+
+async def settle() -> None:
+    # Enough loop turns for a woken loop to plan, claim, run and park again.
+    for _ in range(100):
+        await asyncio.sleep(0)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[datetime] = []
+
+    async def run_once(self, as_of: datetime) -> dict[str, int]:
+        self.calls.append(as_of)
+        return {"handled": len(self.calls)}
+
+
+class Slow:
+    """Takes ``duration`` of virtual time and tracks how many runs are in flight at once."""
+
+    def __init__(self, sleeper: FakeSleeper, duration: timedelta) -> None:
+        self.sleeper = sleeper
+        self.duration = duration
+        self.calls: list[datetime] = []
+        self.active = 0
+        self.max_active = 0
+        self.cancelled = 0
+
+    async def run_once(self, as_of: datetime) -> None:
+        self.calls.append(as_of)
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            await self.sleeper.sleep_until(self.sleeper.clock.now() + self.duration)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.active -= 1
+
+
+class Gate:
+    """Blocks until released; tells the test when a run has started."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.calls: list[datetime] = []
+        self.active = 0
+        self.max_active = 0
+        self.cancelled = False
+        self.finished = False
+
+    async def run_once(self, as_of: datetime) -> str:
+        self.calls.append(as_of)
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        finally:
+            self.active -= 1
+        self.finished = True
+        return "done"
+
+
+class Flaky:
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls: list[datetime] = []
+
+    async def run_once(self, as_of: datetime) -> str:
+        self.calls.append(as_of)
+        if len(self.calls) <= self.failures:
+            raise RuntimeError("boom")
+        return "ok"
+
+
+@dataclass
+class World:
+    clock: ManualClock
+    sleeper: FakeSleeper
+    store: InMemoryTimerStore
+    prom: CollectorRegistry
+
+    def registry(self, worker_id: str = "w1", env: dict[str, str] | None = None) -> TimerRegistry:
+        return TimerRegistry(
+            store=self.store,
+            clock=self.clock,
+            sleeper=self.sleeper,
+            metrics=TimerMetrics(CollectorRegistry()) if worker_id != "w1" else self.metrics,
+            environ=env or {},
+            worker_id=worker_id,
+        )
+
+    @property
+    def metrics(self) -> TimerMetrics:
+        if not hasattr(self, "_metrics"):
+            self._metrics = TimerMetrics(self.prom)
+        return self._metrics
+
+    def sample(self, name: str, **labels: str) -> float:
+        value = self.prom.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+@pytest.fixture
+def world() -> World:
+    clock = ManualClock(T0 + timedelta(seconds=1))
+    return World(clock, FakeSleeper(clock), InMemoryTimerStore(), CollectorRegistry())
+
+
+def sched(handler: Any, **overrides: Any) -> Schedule:
+    base = Schedule(
+        name="job",
+        interval=MINUTE,
+        handler=handler,
+        max_duration=timedelta(seconds=30),
+        mode=Mode.EVERY_INSTANCE,
+    )
+    return replace(base, **overrides)
+
+
+def counts(reg: TimerRegistry, name: str = "job") -> dict[str, int]:
+    [row] = [r for r in reg.list() if r["name"] == name]
+    result: dict[str, int] = row["counts"]
+    return result
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+# -- running on schedule -----------------------------------------------------------------------
+
+
+async def test_every_instance_schedule_runs_each_slot_on_each_worker(world: World) -> None:
+    a, b = Recorder(), Recorder()
+    reg_a, reg_b = world.registry("w1"), world.registry("w2")
+    reg_a.register(sched(a))
+    reg_b.register(sched(b))
+    await reg_a.start()
+    await reg_b.start()
+    try:
+        await world.sleeper.advance_to(at(10) + timedelta(seconds=1))
+    finally:
+        await reg_a.stop(timeout=1)
+        await reg_b.stop(timeout=1)
+    expected = [at(k) for k in range(1, 11)]
+    assert a.calls == expected
+    assert b.calls == expected
+
+
+async def test_cluster_once_runs_each_slot_once_across_workers(world: World) -> None:
+    handlers = [Recorder() for _ in range(3)]
+    registries = [world.registry(f"w{i + 1}") for i in range(3)]
+    for reg, handler in zip(registries, handlers, strict=True):
+        reg.register(sched(handler, mode=Mode.CLUSTER_ONCE))
+        await reg.start()
+    try:
+        await world.sleeper.advance_to(at(12) + timedelta(seconds=1))
+    finally:
+        for reg in registries:
+            await reg.stop(timeout=1)
+    runs = Counter(call for h in handlers for call in h.calls)
+    assert sorted(runs) == [at(k) for k in range(1, 13)]
+    assert set(runs.values()) == {1}
+    assert sum(counts(r)["deduped"] for r in registries) == 2 * 12
+    assert world.store.claims.keys() == {("job", at(k)) for k in range(1, 13)}
+
+
+async def test_cluster_once_burst_steps_split_slots_between_workers(world: World) -> None:
+    a, b = Recorder(), Recorder()
+    reg_a, reg_b = world.registry("w1"), world.registry("w2")
+    reg_a.register(sched(a, mode=Mode.CLUSTER_ONCE))
+    reg_b.register(sched(b, mode=Mode.CLUSTER_ONCE))
+    await reg_a.run_due()
+    await reg_b.run_due()
+    for k in range(1, 11):
+        world.clock.set(at(k))
+        # Alternate who asks first: the first claimant of a slot wins it.
+        first, second = (reg_a, reg_b) if k % 2 else (reg_b, reg_a)
+        won = await first.run_due()
+        lost = await second.run_due()
+        assert [r.result for r in won] == ["ok"]
+        assert [r.result for r in lost] == ["deduped"]
+    assert a.calls == [at(k) for k in range(1, 11, 2)]
+    assert b.calls == [at(k) for k in range(2, 11, 2)]
+    assert world.sample("timer_slot_dedupes_total", schedule="job") == 5
+
+
+async def test_cron_schedule_runs_at_its_fire_times(world: World) -> None:
+    rec = Recorder()
+    reg = world.registry()
+    reg.register(sched(rec, interval=None, cron="*/15 * * * *", mode=Mode.CLUSTER_ONCE))
+    await reg.start()
+    try:
+        await world.sleeper.advance_to(at(61))
+    finally:
+        await reg.stop(timeout=1)
+    assert rec.calls == [at(15), at(30), at(45), at(60)]
+
+
+async def test_first_start_without_history_waits_for_the_next_slot(world: World) -> None:
+    rec = Recorder()
+    reg = world.registry()
+    reg.register(sched(rec))
+    assert await reg.run_due() == []
+    world.clock.set(at(1))
+    [record] = await reg.run_due()
+    assert (record.slot, record.as_of, record.kind, record.result) == (
+        at(1),
+        at(1),
+        "on_time",
+        "ok",
+    )
+
+
+# -- anti-overlap ------------------------------------------------------------------------------
+
+
+async def test_slow_handler_never_overlaps_itself_and_skipped_ticks_are_counted(
+    world: World,
+) -> None:
+    slow = Slow(world.sleeper, timedelta(seconds=150))
+    reg = world.registry()
+    reg.register(
+        sched(
+            slow,
+            mode=Mode.CLUSTER_ONCE,
+            max_duration=timedelta(minutes=10),
+            misfire_grace=timedelta(seconds=1),
+        )
+    )
+    await reg.start()
+    try:
+        await world.sleeper.advance_to(at(10) + timedelta(seconds=1))
+    finally:
+        await reg.stop(timeout=0)
+    # Runs start at 1, 4, 7, 10 (each lasts 2.5 min); ticks 2-3, 5-6, 8-9 fire during a run.
+    assert slow.calls == [at(1), at(4), at(7), at(10)]
+    assert slow.max_active == 1
+    assert counts(reg)["skipped_overlap"] == 6
+    assert world.sample("timer_overlap_skips_total", schedule="job") == 6
+    # Those ticks were more than the grace late when the previous run ended: missed, skipped.
+    assert counts(reg)["missed"] == 6
+
+
+async def test_overrun_with_catch_up_runs_the_skipped_ticks_afterwards_in_order(
+    world: World,
+) -> None:
+    slow = Slow(world.sleeper, timedelta(seconds=150))
+    reg = world.registry()
+    reg.register(
+        sched(
+            slow,
+            mode=Mode.CLUSTER_ONCE,
+            max_duration=timedelta(minutes=10),
+            misfire=Misfire.CATCH_UP,
+            catch_up_window=timedelta(minutes=30),
+            misfire_grace=timedelta(seconds=1),
+        )
+    )
+    await reg.start()
+    try:
+        await world.sleeper.advance_to(at(9))
+    finally:
+        await reg.stop(timeout=0)
+    assert slow.max_active == 1
+    # 1 runs 1:00-3:30, then 2 and 3 (catch-up) back to back, never two at once.
+    assert slow.calls[:4] == [at(1), at(2), at(3), at(4)]
+    assert counts(reg)["skipped_overlap"] >= 2
+
+
+async def test_wake_runs_early_and_never_overlaps(world: World) -> None:
+    gate = Gate()
+    reg = world.registry()
+    reg.register(sched(gate))
+    await reg.start()
+    try:
+        reg.wake("job")
+        await settle()
+        assert gate.started.is_set()
+        assert gate.calls == [world.clock.now()]
+        # Wake-ups during the run are served after it, collapsed into one run.
+        reg.wake("job")
+        reg.wake("job")
+        await settle()
+        assert len(gate.calls) == 1
+        gate.release.set()
+        await settle()
+        assert len(gate.calls) == 2
+        assert gate.max_active == 1
+        # A wake-up for a later instant runs then, not before.
+        reg.wake("job", at=world.clock.now() + timedelta(seconds=20))
+        await world.sleeper.advance(timedelta(seconds=19))
+        assert len(gate.calls) == 2
+        await world.sleeper.advance(timedelta(seconds=1))
+        assert len(gate.calls) == 3
+        assert gate.calls[-1] == T0 + timedelta(seconds=21)
+    finally:
+        await reg.stop(timeout=1)
+    assert counts(reg)["wakes"] == 3
+    assert counts(reg)["skipped_overlap"] == 0
+
+
+async def test_wake_is_only_for_every_instance_schedules(world: World) -> None:
+    reg = world.registry()
+    reg.register(sched(Recorder(), mode=Mode.CLUSTER_ONCE))
+    with pytest.raises(ValueError, match="cluster_once"):
+        reg.wake("job")
+    with pytest.raises(KeyError, match="nope"):
+        reg.wake("nope")
+
+
+# -- misfire -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "window", "expected"),
+    [
+        (Misfire.SKIP, None, []),
+        (Misfire.CATCH_UP, timedelta(minutes=10), [1, 2, 3, 4, 5]),
+        (Misfire.COALESCE, None, [5]),
+    ],
+)
+@pytest.mark.parametrize("mode", [Mode.EVERY_INSTANCE, Mode.CLUSTER_ONCE])
+async def test_misfire_after_five_slots_of_downtime(
+    world: World,
+    policy: Misfire,
+    window: timedelta | None,
+    expected: list[int],
+    mode: Mode,
+) -> None:
+    # The last run before the downtime was slot 0; the worker comes back at 5:45, when
+    # slots 1-5 have passed and slot 5 is beyond the 30 s grace.
+    await world.store.advance_state("job", at(0), "old-worker")
+    world.clock.set(at(5.75))
+    rec = Recorder()
+    reg = world.registry()
+    reg.register(sched(rec, mode=mode, misfire=policy, catch_up_window=window))
+    records = await reg.run_due()
+    assert rec.calls == [at(k) for k in expected]
+    assert all(r.result == "ok" for r in records)
+    assert counts(reg)["missed"] == 5
+    assert world.sample("timer_missed_slots_total", schedule="job") == 5
+    # Whatever the policy, the next slot runs on time.
+    world.clock.set(at(6))
+    [record] = await reg.run_due()
+    assert (record.slot, record.kind) == (at(6), "on_time")
+
+
+async def test_catch_up_runs_only_slots_within_its_window(world: World) -> None:
+    await world.store.advance_state("job", at(0), "old-worker")
+    world.clock.set(at(5.75))
+    rec = Recorder()
+    reg = world.registry()
+    reg.register(sched(rec, misfire=Misfire.CATCH_UP, catch_up_window=timedelta(minutes=3)))
+    records = await reg.run_due()
+    assert rec.calls == [at(3), at(4), at(5)]
+    assert [r.kind for r in records] == ["catch_up"] * 3
+    assert counts(reg)["missed"] == 5
+
+
+async def test_a_late_start_within_grace_is_on_time_not_missed(world: World) -> None:
+    await world.store.advance_state("job", at(0), "old-worker")
+    world.clock.set(at(1) + timedelta(seconds=20))
+    rec = Recorder()
+    reg = world.registry()
+    reg.register(sched(rec))
+    [record] = await reg.run_due()
+    assert (record.kind, record.slot) == ("on_time", at(1))
+    assert counts(reg)["missed"] == 0
+    lateness = world.sample("timer_start_lateness_seconds_sum", schedule="job")
+    assert lateness == 20
+
+
+async def test_missed_slots_of_a_cluster_once_catch_up_run_once(world: World) -> None:
+    await world.store.advance_state("job", at(0), "old-worker")
+    world.clock.set(at(5.75))
+    recs = [Recorder(), Recorder()]
+    regs = [world.registry("w1"), world.registry("w2")]
+    for reg, rec in zip(regs, recs, strict=True):
+        reg.register(
+            sched(
+                rec,
+                mode=Mode.CLUSTER_ONCE,
+                misfire=Misfire.CATCH_UP,
+                catch_up_window=timedelta(minutes=10),
+            )
+        )
+    await asyncio.gather(*(r.run_due() for r in regs))
+    assert sorted(recs[0].calls + recs[1].calls) == [at(k) for k in range(1, 6)]
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(
+    downtime=st.integers(min_value=0, max_value=40),
+    policy=st.sampled_from(list(Misfire)),
+    window_slots=st.integers(min_value=1, max_value=50),
+)
+def test_misfire_invariants(downtime: int, policy: Misfire, window_slots: int) -> None:
+    async def scenario() -> tuple[list[datetime], int]:
+        clock = ManualClock(T0)
+        store = InMemoryTimerStore()
+        await store.advance_state("job", at(0), "old")
+        clock.set(at(downtime + 0.75))
+        rec = Recorder()
+        reg = TimerRegistry(store=store, clock=clock, sleeper=FakeSleeper(clock), environ={})
+        window = MINUTE * window_slots + timedelta(seconds=1)
+        reg.register(
+            sched(
+                rec, misfire=policy, catch_up_window=window if policy is Misfire.CATCH_UP else None
+            )
+        )
+        await reg.run_due()
+        return rec.calls, counts(reg)["missed"]
+
+    calls, missed = asyncio.run(scenario())
+    assert missed == downtime
+    assert calls == sorted(set(calls))
+    assert all(at(0) < c <= at(downtime) for c in calls)
+    if policy is Misfire.SKIP:
+        assert calls == []
+    elif policy is Misfire.COALESCE:
+        assert calls == ([at(downtime)] if downtime else [])
+    else:
+        assert len(calls) == min(downtime, window_slots)
+        assert calls == [at(k) for k in range(downtime - len(calls) + 1, downtime + 1)]
+
+
+# -- safety ------------------------------------------------------------------------------------
+
+
+async def test_a_handler_that_raises_is_logged_and_the_next_tick_runs(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    flaky = Flaky(failures=1)
+    reg = world.registry()
+    reg.register(sched(flaky))
+    caplog.set_level(logging.INFO, logger="streams.timers")
+    await reg.start()
+    try:
+        await world.sleeper.advance_to(at(1))
+        [row] = reg.list()
+        assert row["last_result"] == "failed"
+        assert row["last_error"] == "RuntimeError: boom"
+        failed_run = row["last_run_id"]
+        await world.sleeper.advance_to(at(2))
+    finally:
+        await reg.stop(timeout=1)
+    assert flaky.calls == [at(1), at(2)]
+    [row] = reg.list()
+    assert row["last_result"] == "ok"
+    assert row["last_error"] is None
+    assert row["counts"]["runs"] == 2
+    assert row["counts"]["failed"] == 1
+    assert world.sample("timer_runs_total", schedule="job", result="failed") == 1
+    assert world.sample("timer_runs_total", schedule="job", result="ok") == 1
+    failure_logs = [r for r in caplog.records if "action=timer_run_failed" in r.getMessage()]
+    assert len(failure_logs) == 1
+    assert f"run_id={failed_run}" in failure_logs[0].getMessage()
+    assert failure_logs[0].exc_info is not None
+
+
+async def test_a_run_over_its_max_duration_is_cancelled_and_counted(world: World) -> None:
+    slow = Slow(world.sleeper, timedelta(seconds=45))
+    reg = world.registry()
+    reg.register(sched(slow, max_duration=timedelta(seconds=10)))
+    await reg.start()
+    try:
+        await world.sleeper.advance_to(at(1) + timedelta(seconds=9))
+        assert slow.active == 1
+        await world.sleeper.advance_to(at(1) + timedelta(seconds=10))
+        assert slow.active == 0
+        assert slow.cancelled == 1
+        await world.sleeper.advance_to(at(2))
+        assert slow.calls == [at(1), at(2)]
+    finally:
+        await reg.stop(timeout=0)
+    assert counts(reg)["timed_out"] == 1
+    assert world.sample("timer_runs_total", schedule="job", result="timeout") == 1
+    durations = world.sample("timer_run_duration_seconds_sum", schedule="job")
+    assert durations == 10
+
+
+async def test_stop_lets_the_current_run_finish_within_the_bound(world: World) -> None:
+    gate = Gate()
+    reg = world.registry()
+    reg.register(sched(gate))
+    await reg.start()
+    reg.wake("job")
+    await settle()
+    assert gate.started.is_set()
+    stopping = asyncio.create_task(reg.stop(timeout=5))
+    await settle()
+    assert not stopping.done()
+    gate.release.set()
+    await stopping
+    assert gate.finished and not gate.cancelled
+    assert reg.list()[0]["last_result"] == "ok"
+
+
+async def test_stop_cancels_a_run_that_exceeds_the_bound(world: World) -> None:
+    gate = Gate()
+    reg = world.registry()
+    reg.register(sched(gate))
+    await reg.start()
+    reg.wake("job")
+    await settle()
+    await reg.stop(timeout=0)
+    assert gate.cancelled and not gate.finished
+    [row] = reg.list()
+    assert row["last_result"] == "cancelled"
+    assert row["running"] is False
+    assert world.sample("timer_runs_total", schedule="job", result="cancelled") == 1
+
+
+async def test_a_failing_store_does_not_stop_the_worker(world: World) -> None:
+    class BrokenStore(InMemoryTimerStore):
+        async def claim_slot(self, name: str, slot: datetime, claimed_by: str, run_id: str) -> bool:
+            raise ConnectionError("db down")
+
+    rec = Recorder()
+    reg = TimerRegistry(store=BrokenStore(), clock=world.clock, sleeper=world.sleeper, environ={})
+    reg.register(sched(rec, mode=Mode.CLUSTER_ONCE))
+    await reg.start()
+    try:
+        await world.sleeper.advance_to(at(2))
+    finally:
+        await reg.stop(timeout=0)
+    assert rec.calls == []
+    [row] = reg.list()
+    assert row["counts"]["failed"] == 2
+    assert row["last_error"] == "slot claim failed: ConnectionError"
+
+
+# -- visibility --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    sent: int
+    at: datetime
+
+
+class WithSummary:
+    def summary(self) -> dict[str, int]:
+        return {"rows": 3}
+
+
+class Returns:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    async def run_once(self, as_of: datetime) -> object:
+        return self.value
+
+
+async def test_list_is_json_able_and_complete(world: World) -> None:
+    reg = world.registry(env={"TIMER_OFF_ENABLED": "false"})
+    reg.register(sched(Returns(DispatchResult(2, T0)), name="dispatch"))
+    reg.register(sched(Returns(WithSummary()), name="summary", mode=Mode.CLUSTER_ONCE))
+    reg.register(
+        sched(
+            Returns(object()),
+            name="daily",
+            interval=None,
+            cron="0 3 * * *",
+            timezone="Europe/Berlin",
+            mode=Mode.CLUSTER_ONCE,
+            misfire=Misfire.CATCH_UP,
+            catch_up_window=timedelta(days=2),
+        )
+    )
+    reg.register(sched(Recorder(), name="off", settings_prefix="TIMER_OFF_"))
+    await reg.run_due()
+    world.clock.set(at(1))
+    await reg.run_due()
+    rows = {row["name"]: row for row in json.loads(json.dumps(reg.list()))}
+    assert set(rows) == {"dispatch", "summary", "daily", "off"}
+    dispatch = rows["dispatch"]
+    assert dispatch["mode"] == "every_instance"
+    assert dispatch["interval_seconds"] == 60
+    assert dispatch["next_fire_at"] == "2025-01-06T12:02:00Z"
+    assert dispatch["last_slot"] == "2025-01-06T12:01:00Z"
+    assert dispatch["last_started_at"] == "2025-01-06T12:01:00Z"
+    assert dispatch["last_duration_seconds"] == 0
+    assert dispatch["last_result"] == "ok"
+    assert dispatch["last_summary"] == {"sent": 2, "at": "2025-01-06 12:00:00+00:00"}
+    assert dispatch["counts"] == {
+        "runs": 1,
+        "failed": 0,
+        "timed_out": 0,
+        "cancelled": 0,
+        "skipped_overlap": 0,
+        "deduped": 0,
+        "missed": 0,
+        "wakes": 0,
+    }
+    assert rows["summary"]["last_summary"] == {"rows": 3}
+    daily = rows["daily"]
+    assert (daily["cron"], daily["timezone"], daily["misfire"]) == (
+        "0 3 * * *",
+        "Europe/Berlin",
+        "catch_up",
+    )
+    assert daily["next_fire_at"] == "2025-01-07T02:00:00Z"
+    assert daily["last_result"] is None
+    assert rows["off"]["enabled"] is False
+    assert rows["off"]["next_fire_at"] is None
+
+
+async def test_metrics_series_exist_from_registration(world: World) -> None:
+    reg = world.registry()
+    reg.register(sched(Recorder()))
+    for result in ("ok", "failed", "timeout", "cancelled"):
+        assert (
+            world.prom.get_sample_value("timer_runs_total", {"schedule": "job", "result": result})
+            == 0
+        )
+    assert world.prom.get_sample_value("timer_overlap_skips_total", {"schedule": "job"}) == 0
+
+
+async def test_disabled_schedules_do_not_run(world: World) -> None:
+    rec = Recorder()
+    reg = world.registry(env={"TIMER_JOB_ENABLED": "0"})
+    reg.register(sched(rec, settings_prefix="TIMER_JOB_"))
+    await reg.start()
+    try:
+        await world.sleeper.advance_to(at(3))
+    finally:
+        await reg.stop(timeout=0)
+    assert rec.calls == []
+
+
+async def test_slot_pruner_deletes_old_claims(world: World) -> None:
+    for k in range(5):
+        await world.store.claim_slot("job", at(k), "w", f"r{k}")
+    pruner = SlotPruner(world.store, retention=timedelta(minutes=2), batch=2)
+    result = await pruner.run_once(at(4))
+    assert result.deleted == 2
+    assert sorted(s for _, s in world.store.claims) == [at(2), at(3), at(4)]
+
+
+def test_run_records_are_plain_data() -> None:
+    record = RunRecord("job", "r1", "on_time", T0, T0, "ok")
+    assert record.summary is None and record.error is None
