@@ -5,6 +5,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
+# The local stack's ports (stack/stack.sh reads the same variables) and the URLs built from them.
+export KAFKA_PORT ?= 19092
+export PG_PORT ?= 55432
+export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
+export DATABASE_URL ?= postgresql://reminders@127.0.0.1:$(PG_PORT)/reminders
 
 .PHONY: help install stack-up stack-down stack-status migrate topics worker demo lint typecheck \
         test test-unit test-integration test-e2e bench schema contracts clean

@@ -37,6 +37,12 @@ class AgentMetrics:
             ["topic"],
             registry=registry,
         )
+        self.gaps = Counter(
+            "stream_input_gaps_total",
+            "Offsets that never reached the stream; the partition was re-read from the gap",
+            ["topic"],
+            registry=registry,
+        )
         self.cache = Counter(
             "stream_table_cache_total",
             "Changelog-table cache lookups in front of PostgreSQL, by table and result (hit, miss)",

@@ -17,6 +17,7 @@ from faust.types import EventT, StreamT, TopicT
 
 from db.connector import is_transient
 from streams.agents.dlq import send_to_dlq
+from streams.agents.gaps import GapGuard, Verdict
 from streams.contracts import Contract, ContractError, TopicContract, decode
 from streams.metrics import AgentMetrics
 
@@ -58,12 +59,38 @@ class ContractConsumer(Generic[M]):
         self.metrics = metrics
         self.label = topic_label or contract.name
         self._sleep = sleep
+        self.gaps: GapGuard[Any] = GapGuard()
 
     async def run(self, stream: StreamT[Any]) -> None:
         # noack_take buffers events without acking them; StreamT does not declare it.
         batches = cast(Any, stream).noack_take(BATCH_MAX, within=BATCH_WITHIN_SECONDS)
+        app = stream.app
+        generation = None
+        gaps_seen = 0
         async for events in batches:
-            await self.handle(events)
+            if app.consumer_generation_id != generation:
+                # A rebalance restarts positions from committed offsets.
+                generation = app.consumer_generation_id
+                self.gaps.reset()
+            keep: list[EventT[Any]] = []
+            seeks: set[Any] = set()
+            for event in events:
+                tp = event.message.tp
+                verdict = self.gaps.admit(tp, event.message.offset)
+                if verdict is Verdict.PROCESS:
+                    keep.append(event)
+                elif verdict is Verdict.SEEK:
+                    seeks.add(tp)
+            for tp in seeks:
+                if self.gaps.healing(tp):  # a later record of the batch may have healed it
+                    # seek_wait runs in the consumer thread (a direct seek races the fetcher).
+                    await app.consumer.seek_wait({tp: self.gaps.seek_target(tp)})
+            if self.gaps.gaps_detected != gaps_seen:
+                self.metrics.gaps.labels(self.label).inc(self.gaps.gaps_detected - gaps_seen)
+                gaps_seen = self.gaps.gaps_detected
+            await self.handle(keep)
+            # Dropped events are acked too: they come again with the re-read, and commits
+            # never pass the gap until the re-read fills it (faust commits acked runs only).
             for event in events:
                 event.ack()
 
