@@ -9,7 +9,7 @@ from streams.agents import calendar_events
 from streams.outbox.relay import OutboxRelay
 from streams.runtime import Runtime
 from streams.settings import Settings
-from streams.timers.jobs import build_registry, dispatch_waker
+from streams.timers.jobs import CALENDAR_DISPATCH, build_registry, dispatch_waker
 from streams.timers.registry import TimerRegistry
 from streams.topics import Topics
 from streams.web import views
@@ -34,6 +34,8 @@ class WorkerServices(Service):
         )
         await self.relay.start()
         await self.registry.start()
+        # A (re)started worker catches up on due reminders now, not at the next 60 s slot.
+        self.registry.wake(CALENDAR_DISPATCH)
 
     async def on_stop(self) -> None:
         # Runs finish (or roll back) first, so their outbox rows are visible to the relay's

@@ -40,8 +40,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if command == "worker":
         from streams.app import create_app
+        from streams.timers.schedule import RegistrationError
 
-        app = create_app(settings)
+        try:
+            app = create_app(settings)
+        except (ConfigError, RegistrationError, ValueError) as exc:
+            # The worker does not start half-configured; the message names the setting.
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         sys.argv = [
             "reminders",
             "worker",

@@ -97,12 +97,14 @@ class CalendarReminderDispatcher:
         *,
         metrics: CalendarDispatchMetrics | None = None,
         on_next_due: Callable[[datetime], None] | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         self.runtime = runtime
         self.config = config or DispatchConfig()
         self.metrics = metrics or runtime.metrics.calendar_dispatch
         self.clock: Clock = runtime.clock
         self.on_next_due = on_next_due
+        self.should_stop = should_stop
         self.topic_prefix = runtime.settings.topic_prefix
 
     async def run_once(self, as_of: datetime) -> DispatchResult:
@@ -114,7 +116,11 @@ class CalendarReminderDispatcher:
         try:
             while True:
                 claimed = await self._batch(pool, as_of, result)
-                if claimed < self.config.batch_size or self.clock.monotonic() >= deadline:
+                if (
+                    claimed < self.config.batch_size
+                    or self.clock.monotonic() >= deadline
+                    or self.should_stop()  # shutdown: stop between batches, not inside one
+                ):
                     break
             async with pool.acquire() as conn:
                 result.backlog = await repo.count_backlog(conn, as_of)

@@ -81,7 +81,10 @@ def build_registry(runtime: Runtime) -> TimerRegistry:
     )
 
     dispatcher = CalendarReminderDispatcher(
-        runtime, DispatchConfig(), on_next_due=dispatch_waker(registry)
+        runtime,
+        DispatchConfig(),
+        on_next_due=dispatch_waker(registry),
+        should_stop=lambda: registry.stopping,
     )
     registry.register_all(
         [

@@ -268,6 +268,11 @@ class TimerRegistry:
 
     # -- declaration -------------------------------------------------------------------------
 
+    @property
+    def stopping(self) -> bool:
+        """True once stop() was called: long handlers check it between units of work."""
+        return self._stopping.is_set()
+
     def register(self, schedule: Schedule) -> ResolvedSchedule:
         """Validate and add a schedule; raises RegistrationError naming the schedule and setting."""
         [spec] = self.register_all([schedule])
