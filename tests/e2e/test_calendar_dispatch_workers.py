@@ -67,6 +67,9 @@ async def test_three_workers_send_each_of_10000_due_reminders_exactly_once(
         topic_prefix,
         TIMER_CALENDAR_DISPATCH_INTERVAL_SECONDS="2",
         TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS="1",
+        # A cluster-once job on a 1 s slot, to check one run per slot across the three.
+        TIMER_OUTBOX_RETENTION_INTERVAL_SECONDS="1",
+        TIMER_OUTBOX_RETENTION_MAX_DURATION_SECONDS="1",
     )
     workers = [WorkerProcess(env, tmp_path, f"dispatch-{i}") for i in range(3)]
     try:
@@ -93,6 +96,20 @@ async def test_three_workers_send_each_of_10000_due_reminders_exactly_once(
                 if x.startswith('calendar_reminder_dispatch_items_total{result="sent"}')
             )
             sent_by.append(float(line.split()[-1]))
+        # Cluster-once: at least 10 slots of outbox-retention, each run by exactly one worker.
+        deadline = time.monotonic() + 60
+        while (
+            await count(
+                database_url, "SELECT count(*) FROM ops.timer_slots WHERE name = 'outbox-retention'"
+            )
+            < 12
+        ):
+            assert time.monotonic() < deadline, "outbox-retention slots are not being claimed"
+            await asyncio.sleep(0.2)
+        timers = [w.get("/timers")[1] for w in workers]
+        slots = await count(
+            database_url, "SELECT count(*) FROM ops.timer_slots WHERE name = 'outbox-retention'"
+        )
     finally:
         for w in workers:
             w.stop()
@@ -103,6 +120,13 @@ async def test_three_workers_send_each_of_10000_due_reminders_exactly_once(
     assert len(set(outbox_ids)) == n
     assert await count(database_url, "SELECT count(*) FROM ops.outbox") == n
     assert sum(sent_by) == n, sent_by
+    retention = [next(t for t in ts if t["name"] == "outbox-retention")["counts"] for ts in timers]
+    runs = sum(c["runs"] for c in retention)
+    # Every claimed slot ran once (a run still finishing when /timers was read may be
+    # missing from the counts, hence the small tolerance below the claimed total).
+    assert slots - 3 <= runs <= slots, (slots, retention)
+    assert sum(c["deduped"] for c in retention) >= runs, retention
+    assert runs >= 10, retention
 
 
 async def test_sigterm_mid_run_commits_or_rolls_back_whole_batches_and_releases_locks(

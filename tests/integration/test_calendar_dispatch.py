@@ -302,3 +302,30 @@ async def test_backlog_gauge_counts_due_pending_rows_left(
             assert await repo.next_due(conn) == DUE
     finally:
         await pool.close()
+
+
+async def test_infrastructure_error_rolls_the_whole_batch_back_and_the_next_cycle_retries(
+    database_url: str, pool: asyncpg.Pool, applier: CalendarEventsApplier
+) -> None:
+    for _ in range(5):
+        await apply(applier, calendar_event(StartAt=START, ReminderOffsetsMinutes=[60]))
+    # The outbox insert fails (as a full disk or a lost connection would) after the
+    # claim and the transitions of the batch were already executed.
+    await pool.execute(
+        """
+        CREATE FUNCTION ops.fail_insert() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN RAISE EXCEPTION 'disk full' USING ERRCODE = '53100'; END $$;
+        CREATE TRIGGER tr_fail BEFORE INSERT ON ops.outbox
+            FOR EACH STATEMENT EXECUTE FUNCTION ops.fail_insert();
+        """
+    )
+    d = dispatcher(database_url)
+    with pytest.raises(asyncpg.exceptions.DiskFullError):
+        await d.run_once(AFTER_DUE)
+    assert await statuses(pool) == {"Pending": 5}
+    assert (
+        d.runtime.metrics.registry.get_sample_value("calendar_reminder_dispatch_errors_total") == 1
+    )
+    await pool.execute("DROP TRIGGER tr_fail ON ops.outbox")
+    result = await d.run_once(AFTER_DUE + timedelta(minutes=1))
+    assert result.sent_count == 5 and len(await outbox(pool)) == 5

@@ -14,29 +14,27 @@ async def seed_reminders(
     """Insert ``events`` Planned events with one Pending reminder per offset, in bulk SQL."""
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute(
+        n = await conn.fetchval(
             """
-            INSERT INTO calendar.events (event_id, tenant_id, owner_user_id, kind, start_at,
-                time_zone, status, reminder_offsets_minutes, version, occurred_at)
-            SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'Meeting',
-                   $1::timestamptz + make_interval(secs => i * $3::float8 / 1000), 'UTC',
-                   'Planned', $2::int[], 1, $1::timestamptz - interval '1 day'
-            FROM generate_series(1, $4::int) AS i
+            WITH ev AS (
+                INSERT INTO calendar.events (event_id, tenant_id, owner_user_id, kind, start_at,
+                    time_zone, status, reminder_offsets_minutes, version, occurred_at)
+                SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'Meeting',
+                       $1::timestamptz + make_interval(secs => i * $3::float8 / 1000), 'UTC',
+                       'Planned', $2::int[], 1, $1::timestamptz - interval '1 day'
+                FROM generate_series(1, $4::int) AS i
+                RETURNING event_id, start_at, reminder_offsets_minutes
+            ), ins AS (
+                INSERT INTO calendar.event_reminders (reminder_id, event_id, offset_minutes, due_at)
+                SELECT gen_random_uuid(), ev.event_id, o, ev.start_at - make_interval(mins => o)
+                FROM ev, unnest(ev.reminder_offsets_minutes) AS o
+                RETURNING 1
+            ) SELECT count(*) FROM ins
             """,
             start,
             list(offsets),
             spread_ms,
             events,
-        )
-        n = await conn.fetchval(
-            """
-            WITH ins AS (
-                INSERT INTO calendar.event_reminders (reminder_id, event_id, offset_minutes, due_at)
-                SELECT gen_random_uuid(), e.event_id, o, e.start_at - make_interval(mins => o)
-                FROM calendar.events e, unnest(e.reminder_offsets_minutes) AS o
-                RETURNING 1
-            ) SELECT count(*) FROM ins
-            """
         )
         await conn.execute("VACUUM ANALYZE calendar.events")
         await conn.execute("VACUUM ANALYZE calendar.event_reminders")
