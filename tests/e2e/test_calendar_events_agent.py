@@ -229,3 +229,24 @@ async def test_worker_killed_mid_stream_loses_no_message(stack: dict[str, Any]) 
         await conn.close()
     status, metrics = replacement.get("/metrics")
     assert status == 200 and "stream_messages_total" in metrics
+
+
+async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str, Any]) -> None:
+    worker: WorkerProcess = stack["worker"]
+    status, body = worker.get("/status?format=json")
+    assert status == 200
+    assert [a["agent"] for a in body["agents"]] == ["calendar-events"]
+    assert body["agents"][0]["messages"][stack["topic"]]["applied"] > 0
+    assert body["tables"][0]["table"] == "calendar-event-cache"
+    assert {t["name"] for t in body["timers"]} == {
+        "calendar-dispatch",
+        "outbox-retention",
+        "timer-slot-prune",
+    }
+    assert "backlog" in body["outbox"]
+    status, page = worker.get("/status")
+    assert status == 200 and "<h2>Timers</h2>" in page and "calendar-dispatch" in page
+    status, timers = worker.get("/timers")
+    assert status == 200 and all("next_fire_at" in t for t in timers)
+    status, live = worker.get("/health/live")
+    assert (status, live) == (200, {"status": "alive"})
