@@ -1,37 +1,136 @@
-"""The one place that creates asyncpg pools and translates driver errors."""
+"""The one place that creates asyncpg pools and translates driver errors by what they mean.
+
+Two meanings matter to callers:
+
+- ``DatabaseUnavailable``: the database or the network is unwell (connection lost, disk
+  full, out of memory, read-only after a failover, a lock not granted in time, a missing
+  table or privilege). The input is fine: retry later, and block rather than lose it.
+- ``InputRejected``: the database refused *this data* (SQLSTATE class 22 data exception,
+  23 integrity violation, 54 program limit such as an index row too large). Retrying the
+  same message can never succeed: it belongs in a dead-letter topic.
+
+Anything not recognised as either is treated as unavailable: blocking is visible (the
+partition stalls and ``/health`` says so) and loses nothing, dead-lettering a valid
+message would lose it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import asyncpg
 
+from db.queries import sql
+
 
 class DatabaseUnavailable(Exception):
-    """PostgreSQL could not be reached or the connection broke: retry later, input is fine."""
+    """PostgreSQL is unreachable or unwell: retry later, the input is fine."""
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
 
 
-# Errors that say "the database or the network is in trouble", not "this row is wrong".
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    asyncio.TimeoutError,
+class InputRejected(Exception):
+    """PostgreSQL refused the data of this statement (bad input, not a sick database)."""
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+# SQLSTATE classes that say "this data is wrong"; everything else says "the database is unwell".
+REJECTING_CLASSES = frozenset({"22", "23", "54"})
+
+# Driver-level failures of the connection itself (no SQLSTATE).
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionError,
+    TimeoutError,
+    socket.gaierror,
     asyncpg.exceptions.ConnectionDoesNotExistError,
     asyncpg.exceptions.InterfaceError,
+)
+
+# Kept for callers that catch "cannot reach PostgreSQL" around connect().
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    *_CONNECTION_ERRORS,
+    OSError,
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.TooManyConnectionsError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.SerializationError,
-    asyncpg.exceptions.DeadlockDetectedError,
-    asyncpg.exceptions.QueryCanceledError,
 )
+
+Meaning = Literal["unavailable", "rejected"]
+
+
+def classify(exc: BaseException) -> Meaning | None:
+    """What a database error means; None when ``exc`` is not a database error at all."""
+    if isinstance(exc, DatabaseUnavailable):
+        return "unavailable"
+    if isinstance(exc, InputRejected):
+        return "rejected"
+    if isinstance(exc, asyncpg.exceptions.DataError):
+        # Raised by the driver while encoding a parameter: the value itself is unusable.
+        return "rejected"
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None) or ""
+        return "rejected" if state[:2] in REJECTING_CLASSES else "unavailable"
+    if isinstance(exc, _CONNECTION_ERRORS) or type(exc) is OSError:
+        # Only the network flavours of OSError: IsADirectoryError and friends are bugs or
+        # bad input, and must not be retried forever as if the database were down.
+        return "unavailable"
+    return None
+
+
+def translate(exc: BaseException) -> BaseException:
+    """The project's exception for a driver error (the original is kept as ``__cause__``)."""
+    meaning = classify(exc)
+    if meaning is None or isinstance(exc, DatabaseUnavailable | InputRejected):
+        return exc
+    state = getattr(exc, "sqlstate", None)
+    text = f"{type(exc).__name__}" + (f" [{state}]" if state else "")
+    detail = str(exc).replace("\n", " ")[:200]
+    message = f"{text}: {detail}" if detail else text
+    if meaning == "rejected":
+        return InputRejected(message, state)
+    return DatabaseUnavailable(message, state)
 
 
 def is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, (*TRANSIENT_ERRORS, DatabaseUnavailable))
+    """Retry (and block) rather than dead-letter: the database, not the input, is the problem."""
+    return classify(exc) == "unavailable"
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """Per-connection limits that keep a paused or dead worker from holding the cluster."""
+
+    lock_timeout_seconds: float = 5.0
+    """A statement waiting this long for a row or table lock fails (55P03, retried)."""
+    idle_in_transaction_seconds: float = 60.0
+    """PostgreSQL ends a session idle this long inside a transaction (e.g. a SIGSTOPped
+    worker), releasing its locks; the worker's transaction rolls back and is redone."""
+    keepalive_idle_seconds: int = 30
+    """Server-side TCP keepalives notice a client host that vanished."""
+
+    def server_settings(self, application_name: str | None = None) -> dict[str, str]:
+        out = {
+            "lock_timeout": str(int(self.lock_timeout_seconds * 1000)),
+            "idle_in_transaction_session_timeout": str(
+                int(self.idle_in_transaction_seconds * 1000)
+            ),
+            "tcp_keepalives_idle": str(self.keepalive_idle_seconds),
+            "tcp_keepalives_interval": "10",
+            "tcp_keepalives_count": "3",
+        }
+        if application_name:
+            out["application_name"] = application_name[:63]
+        return out
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
@@ -49,10 +148,23 @@ async def connect(dsn: str, **kwargs: Any) -> asyncpg.Connection:
     return conn
 
 
-async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+async def create_pool(
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    limits: SessionLimits | None = None,
+    application_name: str | None = None,
+) -> asyncpg.Pool:
+    server_settings = limits.server_settings(application_name) if limits is not None else None
     try:
         pool = await asyncpg.create_pool(
-            dsn, min_size=min_size, max_size=max_size, init=_init_connection, command_timeout=60
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            init=_init_connection,
+            command_timeout=60,
+            server_settings=server_settings,
         )
     except TRANSIENT_ERRORS as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
@@ -62,6 +174,23 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asy
 
 @asynccontextmanager
 async def transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
-    """Acquire a connection and run one transaction; commits on exit, rolls back on error."""
-    async with pool.acquire() as conn, conn.transaction():
-        yield conn
+    """Acquire a connection and run one transaction; commits on exit, rolls back on error.
+
+    Driver errors leave as ``DatabaseUnavailable`` or ``InputRejected`` (see the module
+    docstring); anything else raised inside the block passes through unchanged.
+    """
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            yield conn
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        translated = translate(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
+
+
+async def ping(conn: asyncpg.Connection, *, timeout: float | None = None) -> None:
+    """Raise unless PostgreSQL answers a statement on ``conn``."""
+    await conn.fetchval(sql("health_ping"), timeout=timeout)

@@ -71,6 +71,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
     registry = build_registry(runtime)
     topics = Topics(app, settings)
     calendar = calendar_events.register(app, runtime, topics, on_due=dispatch_waker(registry))
-    views.register(app, runtime, registry, [c for c in [calendar.cache] if c is not None])
+    consumers = {"calendar-events": calendar.consumer} if calendar.consumer else {}
+    views.register(
+        app, runtime, registry, [c for c in [calendar.cache] if c is not None], consumers
+    )
     app.service(WorkerServices(runtime, registry))  # type: ignore[arg-type]
     return app

@@ -14,7 +14,7 @@ class AgentMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.messages = Counter(
             "stream_messages_total",
-            "Input messages handled, by topic and result (applied, stale, dlq)",
+            "Input messages handled, by topic and result: applied (changed state), noop (stale, replayed or unchanged), dlq",
             ["topic", "result"],
             registry=registry,
         )
@@ -22,6 +22,18 @@ class AgentMetrics:
             "stream_dlq_messages_total",
             "Input messages sent to the dead-letter topic, by topic and error kind",
             ["topic", "kind"],
+            registry=registry,
+        )
+        self.dlq_failures = Counter(
+            "stream_dlq_failures_total",
+            "Messages Kafka refused to take on the DLQ in any form (logged with their input coordinates)",
+            ["topic"],
+            registry=registry,
+        )
+        self.stalled = Gauge(
+            "stream_partitions_stalled",
+            "Assigned input partitions with lag that made no progress for STREAM_STALL_SECONDS",
+            ["agent"],
             registry=registry,
         )
         self.batch_seconds = Histogram(
@@ -33,7 +45,7 @@ class AgentMetrics:
         )
         self.retries = Counter(
             "stream_infrastructure_retries_total",
-            "Batches retried because PostgreSQL or Kafka was unavailable",
+            "Batches retried because PostgreSQL was unavailable or unwell (the input was fine)",
             ["topic"],
             registry=registry,
         )

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import asyncpg
 
-from db.connector import create_pool
+from db.connector import SessionLimits, create_pool
 from streams.clock import Clock, SystemClock
 from streams.metrics import Metrics
 from streams.settings import Settings
@@ -31,8 +32,16 @@ class Runtime:
                         self.settings.database_url,
                         min_size=self.settings.db_pool_min_size,
                         max_size=self.settings.db_pool_max_size,
+                        limits=self.session_limits(),
+                        application_name=f"{self.settings.app_id}:{os.getpid()}",
                     )
         return self._pool
+
+    def session_limits(self) -> SessionLimits:
+        return SessionLimits(
+            lock_timeout_seconds=self.settings.db_lock_timeout_seconds,
+            idle_in_transaction_seconds=self.settings.db_idle_in_transaction_timeout_seconds,
+        )
 
     async def close(self) -> None:
         if self._pool is not None:

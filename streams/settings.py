@@ -34,6 +34,14 @@ class Settings(BaseSettings):
 
     db_pool_min_size: int = Field(1, ge=0)
     db_pool_max_size: int = Field(10, ge=1)
+    # A statement waiting longer than this for a lock fails and is retried (55P03).
+    db_lock_timeout_seconds: float = Field(5.0, gt=0, le=600)
+    # PostgreSQL ends a worker's session idle this long inside a transaction (a paused
+    # worker), so its row and lane locks cannot hold the other workers.
+    db_idle_in_transaction_timeout_seconds: float = Field(60.0, gt=0, le=3600)
+
+    # A partition with lag that made no progress for this long makes /health not ready.
+    stream_stall_seconds: float = Field(120.0, gt=0)
 
     # Transactional outbox relay.
     outbox_batch_size: int = Field(500, ge=1, le=10_000)

@@ -33,6 +33,8 @@ class ApplyResult:
     reminders_skipped: int = 0
     earliest_due: datetime | None = None
     applied_ids: set[str] = field(default_factory=set)
+    # Positions in the batch of the messages that changed state (the rest were no-ops).
+    applied_positions: set[int] = field(default_factory=set)
 
 
 class CalendarEventsApplier:
@@ -52,10 +54,13 @@ class CalendarEventsApplier:
         self.runtime = runtime
         self.cache = cache
         self.on_due = on_due
+        self.consumer: ContractConsumer[CalendarEventChanged] | None = None
 
     async def __call__(self, batch: Sequence[Decoded[CalendarEventChanged]]) -> ApplyResult:
         newest: dict[Any, Decoded[CalendarEventChanged]] = {}
-        for d in batch:
+        position: dict[int, int] = {}
+        for i, d in enumerate(batch):
+            position[id(d)] = i
             seen = newest.get(d.message.event_id)
             if seen is None or d.message.version > seen.message.version:
                 newest[d.message.event_id] = d
@@ -74,6 +79,7 @@ class CalendarEventsApplier:
             await self._write([d.message for d in todo], result)
             for d in todo:
                 if str(d.message.event_id) in result.applied_ids:
+                    result.applied_positions.add(position[id(d)])
                     self._remember(d)
         if result.earliest_due is not None and self.on_due is not None:
             self.on_due(result.earliest_due)
@@ -134,4 +140,5 @@ def register(
     async def calendar_events(stream: StreamT[Any]) -> None:
         await consumer.run(stream)
 
+    applier.consumer = consumer
     return applier

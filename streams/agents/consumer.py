@@ -15,9 +15,10 @@ from typing import Any, Generic, TypeVar, cast
 
 from faust.types import EventT, StreamT, TopicT
 
-from db.connector import is_transient
-from streams.agents.dlq import send_to_dlq
+from db.connector import classify, is_transient
+from streams.agents.dlq import DeadLetterFailed, send_to_dlq
 from streams.agents.gaps import GapGuard, Verdict
+from streams.agents.progress import PartitionProgress, ReasonCounts
 from streams.contracts import Contract, ContractError, TopicContract, decode
 from streams.metrics import AgentMetrics
 
@@ -52,6 +53,7 @@ class ContractConsumer(Generic[M]):
         *,
         topic_label: str | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_outcome: Callable[[EventT[Any], str, str | None], None] | None = None,
     ) -> None:
         self.contract = contract
         self.apply = apply
@@ -60,6 +62,9 @@ class ContractConsumer(Generic[M]):
         self.label = topic_label or contract.name
         self._sleep = sleep
         self.gaps: GapGuard[Any] = GapGuard()
+        self.on_outcome = on_outcome
+        self.progress = PartitionProgress()
+        self.reasons = ReasonCounts()
 
     async def run(self, stream: StreamT[Any]) -> None:
         # noack_take buffers events without acking them; StreamT does not declare it.
@@ -93,62 +98,117 @@ class ContractConsumer(Generic[M]):
             # never pass the gap until the re-read fills it (faust commits acked runs only).
             for event in events:
                 event.ack()
+            self.progress.advanced(events)
 
     async def handle(self, events: Sequence[EventT[Any]]) -> None:
+        """Decode, dead-letter what cannot be used, apply the rest; never raises for input.
+
+        Every message ends in exactly one outcome: applied (it changed state), noop (stale,
+        replayed or unchanged) or dlq. Only an unwell database or an unreachable broker
+        makes this wait (retrying), which holds the partition without losing anything.
+        """
         good: list[Decoded[M]] = []
         for event in events:
             try:
                 good.append(Decoded(event, decode(self.contract, event.message.value)))
             except ContractError as exc:
                 await self._dead_letter(event, exc.reason, exc.kind)
+            except Exception as exc:  # a decoder bug must not stop the partition either
+                log.exception("action=decode_failed topic=%s", self.label)
+                await self._dead_letter(
+                    event, f"message could not be decoded: {type(exc).__name__}", "decode"
+                )
         if good:
             await self._apply(good)
 
     async def _dead_letter(self, event: EventT[Any], reason: str, kind: str) -> None:
-        await send_to_dlq(self.dlq, event, reason, kind)
+        try:
+            await send_to_dlq(self.dlq, event, reason, kind, sleep=self._sleep)
+        except DeadLetterFailed as exc:
+            # Kafka refuses every form of the record: it is still in the input topic at
+            # these coordinates; say so loudly and let the partition move on.
+            msg = event.message
+            self.metrics.dlq_failures.labels(self.label).inc()
+            log.error(
+                "action=dlq_failed topic=%s partition=%s offset=%s kind=%s error=%s",
+                msg.topic,
+                msg.partition,
+                msg.offset,
+                kind,
+                exc,
+            )
         self.metrics.dlq.labels(self.label, kind).inc()
-        self.metrics.messages.labels(self.label, "dlq").inc()
+        self.reasons.add(kind, reason)
+        self._outcome(event, "dlq", reason)
+
+    def _outcome(self, event: EventT[Any], outcome: str, reason: str | None = None) -> None:
+        self.metrics.messages.labels(self.label, outcome).inc()
+        if self.on_outcome is not None:
+            self.on_outcome(event, outcome, reason)
+
+    def _settle(self, batch: Sequence[Decoded[M]], result: object) -> None:
+        positions = getattr(result, "applied_positions", None)
+        for i, item in enumerate(batch):
+            applied = positions is None or i in positions
+            self._outcome(item.event, "applied" if applied else "noop")
 
     async def _apply(self, batch: list[Decoded[M]]) -> None:
         try:
-            await self._apply_retrying(batch)
-        except Exception:
-            # A message the database rejects must not hold back the others (or the
-            # partition): apply one by one and dead-letter whichever still fails.
+            result = await self._apply_retrying(batch)
+        except Exception as exc:
+            # A message the database rejects (or our code cannot handle) must not hold back
+            # the others or the partition: apply one by one, dead-letter whichever fails.
             log.warning(
-                "action=batch_failed topic=%s size=%d fallback=one_by_one", self.label, len(batch)
+                "action=batch_failed topic=%s size=%d error=%s fallback=one_by_one",
+                self.label,
+                len(batch),
+                type(exc).__name__,
             )
             for item in batch:
                 try:
-                    await self._apply_retrying([item])
+                    one = await self._apply_retrying([item])
                 except Exception as exc:
-                    log.exception("action=message_failed topic=%s", self.label)
-                    await self._dead_letter(
-                        item.event, f"processing failed: {type(exc).__name__}", "processing"
+                    log.warning(
+                        "action=message_failed topic=%s partition=%s offset=%s error=%s",
+                        self.label,
+                        item.event.message.partition,
+                        item.event.message.offset,
+                        type(exc).__name__,
                     )
+                    await self._dead_letter(item.event, processing_reason(exc), "processing")
                 else:
-                    self.metrics.messages.labels(self.label, "applied").inc()
+                    self._settle([item], one)
             return
-        self.metrics.messages.labels(self.label, "applied").inc(len(batch))
+        self._settle(batch, result)
 
-    async def _apply_retrying(self, messages: list[Decoded[M]]) -> None:
-        """Apply, retrying transient (infrastructure) errors until they pass or the worker stops."""
+    async def _apply_retrying(self, messages: list[Decoded[M]]) -> object:
+        """Apply, retrying while the database is unwell (the input is fine) until it passes or
+        the worker stops; raises what says the input itself is bad."""
         delay = RETRY_FIRST_SECONDS
         while True:
             try:
                 with self.metrics.batch_seconds.labels(self.label).time():
-                    await self.apply(messages)
-                return
+                    return await self.apply(messages)
             except Exception as exc:
                 if not is_transient(exc):
                     raise
                 self.metrics.retries.labels(self.label).inc()
                 log.warning(
-                    "action=retry topic=%s size=%d error=%s delay_s=%.1f",
+                    "action=retry topic=%s size=%d error=%s sqlstate=%s delay_s=%.1f",
                     self.label,
                     len(messages),
                     type(exc).__name__,
+                    getattr(exc, "sqlstate", None) or "-",
                     delay,
                 )
                 await self._sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+
+def processing_reason(exc: BaseException) -> str:
+    """A value-free reason: driver messages can quote the offending value, so only the
+    error type and SQLSTATE are kept."""
+    if classify(exc) == "rejected":
+        state = getattr(exc, "sqlstate", None) or "-"
+        return f"database rejected the message (SQLSTATE {state})"
+    return f"processing failed: {type(exc).__name__}"

@@ -9,7 +9,7 @@ from uuid import UUID
 
 from pydantic import Field, model_validator
 
-from streams.contracts.base import Contract, Instant, StateMessage, TimeZoneId
+from streams.contracts.base import MAX_VERSION, Contract, Instant, StateMessage, TimeZoneId
 
 
 class TriggerType(StrEnum):
@@ -40,7 +40,7 @@ class SourceEntityChanged(StateMessage):
     source_type: str = Field(min_length=1, max_length=64)
     source_guid: UUID
     business_unit_id: UUID
-    version: int = Field(ge=0)
+    version: int = Field(ge=0, le=MAX_VERSION)
     occurred_at: Instant
     is_active: bool
     attributes: dict[str, Any] = Field(default_factory=dict)
@@ -65,7 +65,7 @@ class ReminderSettingChanged(StateMessage):
     send_time_local: time = time(9, 0)
     threshold: Threshold | None = None
     active: bool
-    version: int = Field(ge=0)
+    version: int = Field(ge=0, le=MAX_VERSION)
 
     @model_validator(mode="after")
     def _trigger_fields(self) -> ReminderSettingChanged:
@@ -81,7 +81,7 @@ class BusinessUnitChanged(StateMessage):
 
     business_unit_id: UUID
     time_zone_id: TimeZoneId
-    version: int = Field(ge=0)
+    version: int = Field(ge=0, le=MAX_VERSION)
 
 
 class ReportPeriod(StrEnum):
@@ -98,7 +98,7 @@ class ReportSubscriptionChanged(StateMessage):
     cron: str | None = None
     period: ReportPeriod | None = None
     active: bool
-    version: int = Field(ge=0)
+    version: int = Field(ge=0, le=MAX_VERSION)
     manual_run_guid: UUID | None = None
 
     @model_validator(mode="after")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, available_timezones
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, PlainSerializer
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_pascal
 
 CONTRACT_VERSION = 1
@@ -16,17 +16,39 @@ def _iso(value: datetime) -> str:
     return value.isoformat()
 
 
+# Every zone key the tz database has (no folders such as "America", no "posix/" copies).
+_ZONES = frozenset(available_timezones()) | {"UTC"}
+# Instants outside these years are refused: date arithmetic near year 1 or 9999 overflows.
+MIN_YEAR, MAX_YEAR = 1900, 9000
+# Largest Version that fits PostgreSQL's bigint.
+MAX_VERSION = 2**63 - 1
+
+
 def _zone(value: str) -> str:
+    # Looked up in the set first: ZoneInfo("America") raises IsADirectoryError and a very
+    # long name OSError, neither of which a validator may let escape.
+    if value not in _ZONES:
+        raise ValueError("unknown IANA time zone")
     try:
         ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown IANA time zone {value!r}") from None
+    except Exception:
+        raise ValueError("unknown IANA time zone") from None
+    return value
+
+
+def _instant(value: datetime) -> datetime:
+    if not MIN_YEAR <= value.year <= MAX_YEAR:
+        raise ValueError(f"instant must be between the years {MIN_YEAR} and {MAX_YEAR}")
     return value
 
 
 # An instant on the wire: ISO-8601 with an explicit offset, e.g. 2026-12-01T09:00:00+00:00.
-Instant = Annotated[AwareDatetime, PlainSerializer(_iso, return_type=str, when_used="json")]
-TimeZoneId = Annotated[str, AfterValidator(_zone)]
+Instant = Annotated[
+    AwareDatetime,
+    AfterValidator(_instant),
+    PlainSerializer(_iso, return_type=str, when_used="json"),
+]
+TimeZoneId = Annotated[str, Field(max_length=64), AfterValidator(_zone)]
 
 
 class Contract(BaseModel):
@@ -50,4 +72,4 @@ class Contract(BaseModel):
 class StateMessage(Contract):
     """An input that carries the full state of an entity with a per-entity Version."""
 
-    version: int
+    version: int = Field(ge=0, le=MAX_VERSION)

@@ -7,7 +7,7 @@ from uuid import UUID
 
 from pydantic import Field, field_validator
 
-from streams.contracts.base import Contract, Instant, StateMessage, TimeZoneId
+from streams.contracts.base import MAX_VERSION, Contract, Instant, StateMessage, TimeZoneId
 
 
 class EventStatus(StrEnum):
@@ -35,7 +35,7 @@ class CalendarEventChanged(StateMessage):
     # Minutes before StartAt; 0 = at the start. Four weeks is the longest offset accepted.
     reminder_offsets_minutes: list[int] = Field(default_factory=list, max_length=32)
     appointment_id: UUID | None = None
-    version: int = Field(ge=0)
+    version: int = Field(ge=0, le=MAX_VERSION)
     occurred_at: Instant
 
     @field_validator("reminder_offsets_minutes")

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from pydantic import Field
 
-from streams.contracts.base import Contract, Instant, StateMessage
+from streams.contracts.base import MAX_VERSION, Contract, Instant, StateMessage
 
 
 class DocumentStatus(StrEnum):
@@ -31,7 +31,7 @@ class PersonDocumentChanged(StateMessage):
     expires_at: date | None = None
     status: DocumentStatus
     is_deleted: bool = False
-    version: int = Field(ge=0)
+    version: int = Field(ge=0, le=MAX_VERSION)
     occurred_at: Instant
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid5
 
 from streams.contracts.calendar import CalendarEventChanged
@@ -22,9 +22,18 @@ class ReminderSlot:
     due_at: datetime
 
 
+def utc_text(instant: datetime) -> str:
+    """The instant itself, not how its offset was written: 10:00Z and 11:00+01:00 read alike."""
+    return instant.astimezone(UTC).isoformat()
+
+
 def reminder_id(event_id: UUID, offset_minutes: int, due_at: datetime) -> UUID:
-    """The reminder's identity: same event, offset and due time → same id, on every replay."""
-    return uuid5(REMINDER_NAMESPACE, f"{event_id}:{offset_minutes}:{due_at.isoformat()}")
+    """The reminder's identity: same event, offset and due instant → same id, on every replay.
+
+    Built from the UTC form, which is what every UTC-written input produced before, so
+    identities of rows already stored from such inputs are unchanged.
+    """
+    return uuid5(REMINDER_NAMESPACE, f"{event_id}:{offset_minutes}:{utc_text(due_at)}")
 
 
 def wanted_reminders(event: CalendarEventChanged) -> list[ReminderSlot]:
@@ -63,7 +72,7 @@ def fingerprint(event: CalendarEventChanged) -> str:
         str(event.owner_user_id),
         str(event.client_user_id),
         event.kind,
-        event.start_at.isoformat(),
+        utc_text(event.start_at),
         event.time_zone,
         event.status.value,
         ",".join(str(m) for m in sorted(set(event.reminder_offsets_minutes))),

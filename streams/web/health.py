@@ -1,21 +1,62 @@
-"""Liveness and readiness: is the worker up, and can it do its job (Kafka, PostgreSQL, recovery)."""
+"""Liveness and readiness: is the worker up, and can it do its job (Kafka, PostgreSQL, recovery,
+agents alive, every assigned input partition moving)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import faust
 
+from db.connector import ping
+from streams.agents.consumer import ContractConsumer
+from streams.agents.progress import Stall
 from streams.runtime import Runtime
 
 
-async def readiness(app: faust.App, runtime: Runtime) -> tuple[bool, dict[str, Any]]:
+def agent_topics(app: faust.App, agent_name: str) -> set[str]:
+    agent = app.agents[agent_name]
+    return set(getattr(agent.channel, "topics", ()))
+
+
+def partition_stalls(
+    app: faust.App, runtime: Runtime, consumers: Mapping[str, ContractConsumer[Any]]
+) -> dict[str, list[Stall]]:
+    """Per agent, the assigned partitions that have lag and have not moved for too long."""
+    out: dict[str, list[Stall]] = {}
+    if not app.consumer.started:
+        return out
+    assigned = app.consumer.assignment()
+    committed = getattr(app.consumer, "_committed_offset", {})
+    limit = runtime.settings.stream_stall_seconds
+    for name, consumer in consumers.items():
+        topics = agent_topics(app, name)
+        mine = [tp for tp in assigned if tp.topic in topics]
+        consumer.progress.forget(mine)
+        stalls = []
+        for tp in mine:
+            stall = consumer.progress.check(
+                tp,
+                highwater=app.consumer.highwater(tp),
+                committed=committed.get(tp),
+                limit_seconds=limit,
+            )
+            if stall is not None:
+                stalls.append(stall)
+        runtime.metrics.agents.stalled.labels(name).set(len(stalls))
+        out[name] = stalls
+    return out
+
+
+async def readiness(
+    app: faust.App, runtime: Runtime, consumers: Mapping[str, ContractConsumer[Any]] = {}
+) -> tuple[bool, dict[str, Any]]:
     checks: dict[str, Any] = {}
     try:
         pool = await asyncio.wait_for(runtime.pool(), timeout=2)
         async with pool.acquire(timeout=2) as conn:
-            await conn.fetchval("SELECT 1", timeout=2)
+            await ping(conn, timeout=2)
         checks["postgres"] = "ok"
     except Exception as exc:  # readiness reports, it never raises
         checks["postgres"] = f"error: {type(exc).__name__}"
@@ -29,5 +70,19 @@ async def readiness(app: faust.App, runtime: Runtime) -> tuple[bool, dict[str, A
     checks["recovery"] = "done" if recovered else "in progress"
     crashed = [name for name, agent in app.agents.items() if agent.crash_reason is not None]
     checks["crashed_agents"] = crashed
-    ready = checks["postgres"] == "ok" and checks["kafka"] == "ok" and recovered and not crashed
+    stalls = partition_stalls(app, runtime, consumers)
+    checks["stalled_partitions"] = {
+        name: [
+            f"{s.partition.topic}:{s.partition.partition} lag={s.lag} for={s.seconds}s" for s in ss
+        ]
+        for name, ss in stalls.items()
+        if ss
+    }
+    ready = (
+        checks["postgres"] == "ok"
+        and checks["kafka"] == "ok"
+        and recovered
+        and not crashed
+        and not checks["stalled_partitions"]
+    )
     return ready, checks

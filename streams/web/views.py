@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import faust
 from faust.web import Request, Response, View
 from prometheus_client import generate_latest
 
+from streams.agents.consumer import ContractConsumer
 from streams.runtime import Runtime
 from streams.tables.cache import KeyCache
 from streams.timers.registry import TimerRegistry
-from streams.web.health import readiness
+from streams.web.health import partition_stalls, readiness
 
 
-def agent_stats(app: faust.App, runtime: Runtime) -> list[dict[str, Any]]:
-    """Per agent: messages by result, DLQ count, consumer lag over its assigned partitions."""
+def agent_stats(
+    app: faust.App, runtime: Runtime, consumers: Mapping[str, ContractConsumer[Any]] = {}
+) -> list[dict[str, Any]]:
+    """Per agent: messages by result, DLQ count and reasons, consumer lag over its assigned
+    partitions, and whether it is failing (crashed, or a partition stalled with lag)."""
     samples = runtime.metrics.registry
+    stalls = partition_stalls(app, runtime, consumers)
     out = []
     assigned = app.consumer.assignment() if app.consumer.started else set()
     for name, agent in app.agents.items():
@@ -39,15 +44,28 @@ def agent_stats(app: faust.App, runtime: Runtime) -> list[dict[str, Any]]:
                     {"topic": topic_label(topic, runtime), "result": result},
                 )
                 or 0
-                for result in ("applied", "dlq")
+                for result in ("applied", "noop", "dlq")
             }
+        crashed = agent.crash_reason is not None
+        stalled = [
+            {
+                "partition": f"{s.partition.topic}:{s.partition.partition}",
+                "lag": s.lag,
+                "seconds": s.seconds,
+            }
+            for s in stalls.get(name, [])
+        ]
+        consumer = consumers.get(name)
         out.append(
             {
                 "agent": name,
                 "topics": topics,
                 "messages": per_topic,
                 "lag": lag,
-                "crashed": agent.crash_reason is not None,
+                "crashed": crashed,
+                "stalled": stalled,
+                "failing": crashed or bool(stalled),
+                "dlq": consumer.reasons.snapshot() if consumer is not None else None,
             }
         )
     return out
@@ -70,11 +88,15 @@ def outbox_stats(runtime: Runtime) -> dict[str, Any]:
 
 
 def status(
-    app: faust.App, runtime: Runtime, registry: TimerRegistry, caches: Sequence[KeyCache]
+    app: faust.App,
+    runtime: Runtime,
+    registry: TimerRegistry,
+    caches: Sequence[KeyCache],
+    consumers: Mapping[str, ContractConsumer[Any]] = {},
 ) -> dict[str, Any]:
     return {
         "app": runtime.settings.app_id,
-        "agents": agent_stats(app, runtime),
+        "agents": agent_stats(app, runtime, consumers),
         "tables": [c.stats() for c in caches],
         "timers": registry.list(),
         "outbox": outbox_stats(runtime),
@@ -113,7 +135,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
 .ok{{color:#070}}.bad{{color:#b00}}</style></head><body>
 <h1>{html.escape(data["app"])} <span class="{"ok" if ready else "bad"}">{"ready" if ready else "not ready"}</span></h1>
 <p>{html.escape(json.dumps(checks))}</p>
-<h2>Agents</h2>{table(data["agents"], ["agent", "topics", "messages", "lag", "crashed"])}
+<h2>Agents</h2>{table(data["agents"], ["agent", "topics", "messages", "lag", "failing", "crashed", "stalled", "dlq"])}
 <h2>Tables</h2>{table(data["tables"], ["table", "keys", "hits", "misses", "hit_ratio"])}
 <h2>Timers</h2>{timers}
 <h2>Outbox</h2>{table([data["outbox"]], list(data["outbox"]))}
@@ -134,19 +156,23 @@ def register(
     runtime: Runtime,
     registry: TimerRegistry,
     caches: Sequence[KeyCache] = (),
+    consumers: Mapping[str, ContractConsumer[Any]] | None = None,
 ) -> None:
+    inputs: Mapping[str, ContractConsumer[Any]] = consumers or {}
+
     @app.page("/health/live")
     async def live(web: View, request: Request) -> Response:
         return web.json({"status": "alive"})
 
     @app.page("/health")
     async def health(web: View, request: Request) -> Response:
-        ready, checks = await readiness(app, runtime)
+        ready, checks = await readiness(app, runtime, inputs)
         body = {"status": "ready" if ready else "not ready", **checks}
         return web.json(body, status=200 if ready else 503)
 
     @app.page("/metrics")
     async def metrics(web: View, request: Request) -> Response:
+        partition_stalls(app, runtime, inputs)  # refreshes stream_partitions_stalled
         # aiohttp refuses a charset inside content_type; the exposition format is UTF-8 anyway.
         return web.bytes(
             generate_latest(runtime.metrics.registry), content_type="text/plain; version=0.0.4"
@@ -158,11 +184,11 @@ def register(
 
     @app.page("/status")
     async def status_page(web: View, request: Request) -> Response:
-        data = status(app, runtime, registry, caches)
+        data = status(app, runtime, registry, caches, inputs)
         wants_json = request.query.get("format") == "json" or "application/json" in (
             request.headers.get("Accept", "")
         )
         if wants_json:
             return web.json(data)
-        ready, checks = await readiness(app, runtime)
+        ready, checks = await readiness(app, runtime, inputs)
         return web.html(render_html(data, ready, checks))

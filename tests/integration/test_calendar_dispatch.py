@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from db import calendar as repo
-from db.connector import create_pool
+from db.connector import DatabaseUnavailable, create_pool
 from streams.agents.calendar_events import CalendarEventsApplier
 from streams.contracts.calendar import CalendarEventChanged
 from streams.timers.calendar_dispatch import CalendarReminderDispatcher, DispatchConfig
@@ -320,8 +320,9 @@ async def test_infrastructure_error_rolls_the_whole_batch_back_and_the_next_cycl
         """
     )
     d = dispatcher(database_url)
-    with pytest.raises(asyncpg.exceptions.DiskFullError):
+    with pytest.raises(DatabaseUnavailable) as raised:
         await d.run_once(AFTER_DUE)
+    assert raised.value.sqlstate == "53100"
     assert await statuses(pool) == {"Pending": 5}
     assert (
         d.runtime.metrics.registry.get_sample_value("calendar_reminder_dispatch_errors_total") == 1

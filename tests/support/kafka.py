@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
-from aiokafka.structs import ConsumerRecord
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
 Header = tuple[str, bytes]
 
@@ -93,3 +93,34 @@ async def consume(
             f"expected {count} records on {topic}, got {len(out)} within {timeout}s"
         )
     return out
+
+
+async def read_to_end(bootstrap: str, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every record on ``topic`` up to its end offsets taken at the call: a late duplicate
+    cannot slip past, as it could past a fixed listening window."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()
+        parts = [
+            TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])
+        ]
+        if not parts:
+            return []
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        out: list[ConsumerRecord[bytes, bytes]] = []
+        remaining = {tp for tp in parts if ends[tp] > 0}
+        while remaining:
+            batch = await consumer.getmany(*remaining, timeout_ms=500)
+            for tp, records in batch.items():
+                out.extend(r for r in records if r.offset < ends[tp])
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+        return out
+    finally:
+        await consumer.stop()

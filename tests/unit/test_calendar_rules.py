@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
+from uuid import uuid5
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.domain.calendar import (
+    REMINDER_NAMESPACE,
     fingerprint,
     insertable,
     newest_per_event,
@@ -86,3 +88,25 @@ def test_instants_keep_their_offset_on_the_wire() -> None:
     e = parsed(calendar_event(StartAt="2026-12-01T12:00:00+03:00"))
     assert e.start_at == datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
     assert '"StartAt":"2026-12-01T12:00:00+03:00"' in e.to_json().decode()
+
+
+def test_identity_depends_on_the_instant_not_on_how_its_offset_was_written() -> None:
+    base = calendar_event(StartAt="2026-12-01T10:00:00Z")
+    same_instant = {**base, "StartAt": "2026-12-01T11:00:00+01:00", "Version": 2}
+    a, b = parsed(base), parsed(same_instant)
+    assert [s.reminder_id for s in wanted_reminders(a)] == [
+        s.reminder_id for s in wanted_reminders(b)
+    ]
+    assert fingerprint(a) == fingerprint(b)
+    # Identities written before this rule (UTC inputs) are unchanged.
+    due = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    assert reminder_id(a.event_id, 0, due) == uuid5(
+        REMINDER_NAMESPACE, f"{a.event_id}:0:2026-12-01T10:00:00+00:00"
+    )
+
+
+@given(st.integers(min_value=-23 * 60, max_value=23 * 60))
+def test_reminder_id_is_the_same_in_every_offset(minutes: int) -> None:
+    e = parsed(calendar_event())
+    zone = timezone(timedelta(minutes=minutes))
+    assert reminder_id(e.event_id, 15, START) == reminder_id(e.event_id, 15, START.astimezone(zone))
