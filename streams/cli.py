@@ -11,6 +11,8 @@ USAGE = """usage: python -m streams <command>
   worker   run a Faust worker (agents, timers, outbox relay, web on WEB_PORT)
   migrate  apply database migrations
   topics   create the contract topics and DLQs that are missing
+  dlq replay TOPIC [--since ISO-8601] [--dry-run]
+           re-publish dead-lettered records of an input topic to their source topic
   demo     send a small calendar workload and report what came out
 """
 
@@ -48,6 +50,13 @@ def main(argv: list[str] | None = None) -> int:
             # The worker does not start half-configured; the message names the setting.
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        from streams.wait import startup_gate
+
+        # A worker started before PostgreSQL or Kafka waits for them (on the loop Faust
+        # will run on) instead of exiting; bad configuration still stops it at once.
+        code = startup_gate(app.loop, settings)
+        if code:
+            return code
         sys.argv = [
             "reminders",
             "worker",
@@ -59,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         ]
         app.main()
         return 0
+    if command == "dlq":
+        from streams.dlq_replay import run_cli
+
+        return run_cli(settings, rest)
     if command == "demo":
         from streams.demo import run_demo
 

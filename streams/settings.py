@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     web_port: int = Field(6066, ge=1, le=65535)
     log_level: str = "info"
 
+    # Seconds a starting worker waits for PostgreSQL and Kafka (0 = as long as it takes).
+    startup_wait_seconds: float = Field(0.0, ge=0)
+
     db_pool_min_size: int = Field(1, ge=0)
     db_pool_max_size: int = Field(10, ge=1)
     # A statement waiting longer than this for a lock fails and is retried (55P03).
@@ -53,6 +56,15 @@ class Settings(BaseSettings):
     def _postgres_url(cls, v: str) -> str:
         if not v.startswith(("postgresql://", "postgres://")):
             raise ValueError("must be a postgresql:// URL")
+        return v
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap_servers(cls, v: str) -> str:
+        for entry in (e.strip() for e in v.split(",")):
+            host, sep, port = entry.rpartition(":")
+            if not entry or (sep and (not host or not port.isdigit() or not 0 < int(port) < 65536)):
+                raise ValueError(f"must be host:port[,host:port], got {entry!r}")
         return v
 
     @field_validator("log_level")

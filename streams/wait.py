@@ -1,0 +1,245 @@
+"""Wait at startup until PostgreSQL and Kafka answer; stop at once on bad configuration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import asyncpg
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from streams.clock import Clock, SystemClock
+from streams.settings import Settings
+
+log = logging.getLogger("streams.wait")
+
+# asyncpg raises these for a reachable server that says "not like this": retrying does not help.
+_PG_CONFIG_ERRORS: tuple[tuple[type[BaseException], str], ...] = (
+    (asyncpg.InvalidAuthorizationSpecificationError, "PostgreSQL refused the login"),
+    (asyncpg.InvalidCatalogNameError, "the database does not exist"),
+    (asyncpg.InsufficientPrivilegeError, "the role may not connect to the database"),
+    (ValueError, "malformed URL"),  # includes asyncpg's ClientConfigurationError
+)
+# Errors that mean "not there yet / not ready yet": wait and retry.
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    KafkaError,
+)
+
+
+class DependencyConfigError(Exception):
+    """A dependency rejected the configuration; the message names the setting."""
+
+    def __init__(self, setting: str, problem: str) -> None:
+        super().__init__(f"setting {setting}: {problem}")
+        self.setting = setting
+
+
+class DependencyTimeout(Exception):
+    """STARTUP_WAIT_SECONDS ran out before a dependency answered."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before retry ``attempt`` (1-based): initial * factor**(attempt-1), capped."""
+
+    initial: float = 0.5
+    factor: float = 2.0
+    cap: float = 5.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.cap, self.initial * self.factor ** max(0, attempt - 1)))
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One thing the worker needs before it starts: a probe that raises while it is not ready,
+    and a classifier that turns a configuration error into a message (None = transient)."""
+
+    name: str
+    setting: str
+    probe: Callable[[], Awaitable[None]]
+    config_problem: Callable[[BaseException], str | None] = field(default=lambda exc: None)
+
+
+def _redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def postgres_dependency(database_url: str, timeout: float = 10.0) -> Dependency:
+    try:
+        password = urlsplit(database_url).password
+    except ValueError:
+        password = None
+
+    async def probe() -> None:
+        conn = await asyncpg.connect(database_url, timeout=timeout)
+        await conn.close(timeout=timeout)
+
+    def config_problem(exc: BaseException) -> str | None:
+        for kind, problem in _PG_CONFIG_ERRORS:
+            if isinstance(exc, kind):
+                # Server messages name the role or database, never a value; a password
+                # the URL parser echoes back is masked all the same.
+                return f"{problem}: {_redact(str(exc), password)} ({type(exc).__name__})"
+        return None
+
+    return Dependency("postgres", "DATABASE_URL", probe, config_problem)
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    # aiokafka logs every refused connection at ERROR; our own line says it once per retry.
+    logger = logging.getLogger(logger_name)
+    before = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
+def kafka_dependency(bootstrap: str, timeout_ms: int = 10_000) -> Dependency:
+    async def probe() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms)
+        with _quiet("aiokafka"):
+            try:
+                await admin.start()  # bootstrap = a metadata request answered by a broker
+            finally:
+                await admin.close()
+
+    def config_problem(exc: BaseException) -> str | None:
+        if isinstance(exc, ValueError):
+            return f"{exc} ({type(exc).__name__})"
+        return None
+
+    return Dependency("kafka", "KAFKA_BOOTSTRAP", probe, config_problem)
+
+
+async def wait_for(
+    deps: Sequence[Dependency],
+    *,
+    limit_s: float = 0.0,
+    backoff: Backoff | None = None,
+    clock: Clock | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> float:
+    """Probe each dependency in turn until it answers. Returns the seconds waited in all.
+
+    ``limit_s`` > 0 bounds the whole wait (DependencyTimeout); 0 waits forever. A
+    configuration error raises DependencyConfigError at once; an unexpected exception
+    (a bug, not an outage) propagates.
+    """
+    backoff = backoff or Backoff()
+    clock = clock or SystemClock()
+    started = clock.monotonic()
+    for dep in deps:
+        attempt = 0
+        while True:
+            try:
+                await dep.probe()
+            except Exception as exc:
+                problem = dep.config_problem(exc)
+                if problem is not None:
+                    raise DependencyConfigError(dep.setting, problem) from None
+                if not isinstance(exc, _TRANSIENT):
+                    raise
+                attempt += 1
+                waited = clock.monotonic() - started
+                delay = backoff.delay(attempt)
+                if limit_s > 0:
+                    if waited >= limit_s:
+                        raise DependencyTimeout(
+                            f"{dep.name} did not answer within STARTUP_WAIT_SECONDS={limit_s:g}"
+                            f" (last error {type(exc).__name__}; check {dep.setting})"
+                        ) from None
+                    delay = min(delay, limit_s - waited)
+                log.warning(
+                    "action=waiting_for_dependency dependency=%s setting=%s error=%s"
+                    " retry_in_s=%.1f waited_s=%.0f attempt=%d",
+                    dep.name,
+                    dep.setting,
+                    type(exc).__name__,
+                    delay,
+                    waited,
+                    attempt,
+                )
+                await sleep(delay)
+                continue
+            log.info(
+                "action=dependency_ready dependency=%s waited_s=%.1f",
+                dep.name,
+                clock.monotonic() - started,
+            )
+            break
+    return clock.monotonic() - started
+
+
+async def wait_for_dependencies(settings: Settings) -> float:
+    """The worker's startup gate: PostgreSQL first (the ledger), then Kafka."""
+    return await wait_for(
+        [postgres_dependency(settings.database_url), kafka_dependency(settings.kafka_bootstrap)],
+        limit_s=settings.startup_wait_seconds,
+    )
+
+
+@contextlib.contextmanager
+def startup_logging(level: str) -> Iterator[None]:
+    """A stderr handler for the wait, before Faust sets up its own logging (removed after,
+    so lines are not printed twice once the worker runs)."""
+    logger = logging.getLogger("streams.wait")
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        logging.Formatter("[%(asctime)s] [%(process)d] [%(levelname)s] [%(name)s] %(message)s")
+    )
+    before = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before[0])
+        logger.propagate = before[1]
+
+
+def startup_gate(loop: asyncio.AbstractEventLoop, settings: Settings) -> int:
+    """Wait for the dependencies on ``loop``. Returns 0 to start the worker, else the exit
+    code after printing why: 2 bad configuration, 1 STARTUP_WAIT_SECONDS ran out, 143/130
+    stopped by SIGTERM/SIGINT while waiting (the container's PID 1 has no default handler)."""
+    task = loop.create_task(wait_for_dependencies(settings))
+    stopped_by: list[int] = []
+
+    def stop(sig: int) -> None:
+        stopped_by.append(sig)
+        task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop, sig)
+    try:
+        with startup_logging(settings.log_level):
+            loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        print("stopped while waiting for dependencies", file=sys.stderr)
+        return 128 + (stopped_by[0] if stopped_by else signal.SIGTERM)
+    except DependencyConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except DependencyTimeout as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return 0

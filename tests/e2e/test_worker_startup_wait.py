@@ -1,0 +1,165 @@
+"""A worker started before PostgreSQL or Kafka waits for them, then becomes ready; bad
+configuration stops it at once with exit code 2 and the setting's name."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from streams.kafka_admin import contract_topic_names, ensure_topics
+from streams.settings import Settings
+from tests.conftest import with_database
+from tests.support.proxy import TcpProxy
+from tests.support.worker import ROOT, WorkerProcess, free_port, worker_env
+
+pytestmark = pytest.mark.e2e
+
+
+def with_port(url: str, port: int) -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)
+    host = f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host))
+
+
+def host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+async def wait_for_log(worker: WorkerProcess, needle: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert worker.proc is not None
+        text = worker.log_path.read_text(errors="replace") if worker.log_path.exists() else ""
+        if needle in text:
+            return text
+        if worker.proc.poll() is not None:
+            raise AssertionError(f"worker exited with {worker.proc.returncode}:\n{worker.tail()}")
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{needle!r} not in the worker log within {timeout}s:\n{worker.tail()}")
+
+
+@pytest.fixture
+def prefix(kafka_bootstrap: str) -> str:
+    p = f"w{uuid.uuid4().hex[:10]}."
+    settings = Settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=p)
+    asyncio.run(ensure_topics(settings, contract_topic_names(settings)))
+    return p
+
+
+async def test_worker_waits_for_postgres_then_becomes_ready(
+    module_database_url: str, kafka_bootstrap: str, prefix: str, module_tmp: Path
+) -> None:
+    proxy_port = free_port()
+    pg = urlsplit(module_database_url)
+    env = worker_env(with_port(module_database_url, proxy_port), kafka_bootstrap, prefix)
+    worker = WorkerProcess(env, module_tmp, "wait-pg").start()
+    proxy = TcpProxy(proxy_port, pg.hostname or "127.0.0.1", pg.port or 5432)
+    try:
+        log = await wait_for_log(worker, "action=waiting_for_dependency dependency=postgres")
+        assert "setting=DATABASE_URL error=ConnectionRefusedError retry_in_s=" in log
+        # Still waiting a couple of retries later, not exited.
+        await wait_for_log(worker, "attempt=3")
+        assert worker.proc is not None and worker.proc.poll() is None
+        assert "dependency=kafka" not in log  # PostgreSQL first
+        proxy.start()
+        health = await worker.wait_ready()
+        assert health["postgres"] == "ok" and proxy.connections > 0
+        assert "action=dependency_ready dependency=kafka" in worker.log_path.read_text()
+    finally:
+        worker.stop()
+        proxy.stop()
+
+
+async def test_worker_waits_for_kafka_then_becomes_ready(
+    module_database_url: str, kafka_bootstrap: str, prefix: str, module_tmp: Path
+) -> None:
+    proxy_port = free_port()
+    env = worker_env(module_database_url, f"127.0.0.1:{proxy_port}", prefix)
+    worker = WorkerProcess(env, module_tmp, "wait-kafka").start()
+    proxy = TcpProxy(proxy_port, *host_port(kafka_bootstrap))
+    try:
+        log = await wait_for_log(worker, "action=waiting_for_dependency dependency=kafka")
+        assert "setting=KAFKA_BOOTSTRAP error=KafkaConnectionError retry_in_s=" in log
+        assert "action=dependency_ready dependency=postgres" in log
+        await wait_for_log(worker, "attempt=3")
+        assert worker.proc is not None and worker.proc.poll() is None
+        proxy.start()
+        health = await worker.wait_ready()
+        assert health["kafka"] == "ok" and proxy.connections > 0
+    finally:
+        worker.stop()
+        proxy.stop()
+
+
+@pytest.mark.parametrize(
+    ("database", "user", "message"),
+    [
+        ("no_such_db_here", None, 'the database does not exist: database "no_such_db_here"'),
+        (None, "no_such_role", 'PostgreSQL refused the login: role "no_such_role"'),
+    ],
+)
+def test_bad_database_configuration_exits_2_naming_the_setting(
+    module_database_url: str,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    database: str | None,
+    user: str | None,
+    message: str,
+) -> None:
+    url = with_database(module_database_url, database) if database else module_database_url
+    if user:
+        parts = urlsplit(url)
+        url = urlunsplit(parts._replace(netloc=f"{user}@{parts.hostname}:{parts.port}"))
+    env = {
+        **worker_env(url, kafka_bootstrap, "unused."),
+        "WORKER_DATA_DIR": str(tmp_path),
+        "WEB_PORT": str(free_port()),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "streams", "worker"],
+        cwd=ROOT,
+        env={**_base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"error: setting DATABASE_URL: {message}" in done.stderr
+    assert "waiting_for_dependency" not in done.stderr
+
+
+def test_startup_wait_limit_exits_1(
+    module_database_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    env = {
+        **worker_env(with_port(module_database_url, free_port()), kafka_bootstrap, "unused."),
+        "WORKER_DATA_DIR": str(tmp_path),
+        "WEB_PORT": str(free_port()),
+        "STARTUP_WAIT_SECONDS": "2",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "streams", "worker"],
+        cwd=ROOT,
+        env={**_base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "waiting_for_dependency dependency=postgres" in done.stderr
+    assert "postgres did not answer within STARTUP_WAIT_SECONDS=2" in done.stderr
+
+
+def _base_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -1,0 +1,45 @@
+"""docker-compose.yml stays safe by default: loopback ports, restart policies, health checks.
+
+Read as text (the project has no YAML dependency); `docker compose config` validates the
+schema where Docker is installed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = (ROOT / "docker-compose.yml").read_text()
+
+
+def services() -> dict[str, str]:
+    """Each top-level service's block of text, by name."""
+    body = COMPOSE.split("\nservices:\n", 1)[1].split("\nvolumes:\n", 1)[0]
+    parts = re.split(r"^  ([a-z][a-z0-9_-]*):\n", body, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def test_the_stack_is_kafka_postgres_and_a_worker() -> None:
+    assert set(services()) == {"kafka", "postgres", "worker"}
+    assert "image: apache/kafka:4.4.0" in services()["kafka"]
+
+
+def test_every_published_port_is_on_loopback_unless_web_bind_opts_in() -> None:
+    published = re.findall(r"^\s+ports: \[(.*)\]$", COMPOSE, flags=re.M)
+    entries = [e.strip().strip('"') for line in published for e in line.split(",")]
+    assert sorted(entries) == [
+        "${WEB_BIND:-127.0.0.1}:6066:6066",
+        "127.0.0.1:19092:19092",
+        "127.0.0.1:55432:5432",
+    ]
+
+
+def test_restart_policies_and_health_checks_for_all_three() -> None:
+    s = services()
+    assert "restart: unless-stopped" in s["kafka"] and "restart: unless-stopped" in s["postgres"]
+    assert "restart: on-failure" in s["worker"]
+    for name, block in s.items():
+        assert "healthcheck:" in block, name
+    assert "/health/live" in s["worker"]
+    assert "condition: service_healthy" in s["worker"]
