@@ -3,29 +3,37 @@
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
 from bench.common import admin, database, seed_reminders
 from streams.clock import SystemClock
+from streams.domain.calendar import CLOSED_EVENT_REASONS
 from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.timers.calendar_dispatch import CalendarReminderDispatcher, DispatchConfig
 
 # Claim + transition + outbox insert for one batch, in a single statement: the reference.
+# It does the same work as the real path: the same claim, Sent with SentAt or Skipped with
+# the domain's skip reason (both passed in from streams.domain.calendar, not hard-coded),
+# and one outbox row per Sent reminder with the same payload fields and a correlation header.
 BARE = """
 WITH c AS (
     SELECT r.reminder_id, r.event_id, r.offset_minutes, e.tenant_id, e.owner_user_id,
-           e.client_user_id, e.kind, e.start_at, e.time_zone, e.status, e.appointment_id
+           e.client_user_id, e.kind, e.start_at, e.time_zone, e.status, e.appointment_id,
+           s.reason
     FROM calendar.event_reminders r JOIN calendar.events e ON e.event_id = r.event_id
+    LEFT JOIN unnest($3::text[], $4::text[]) AS s(status, reason) ON s.status = e.status
     WHERE r.status = 'Pending' AND r.due_at < $1
     ORDER BY r.due_at LIMIT $2
     FOR NO KEY UPDATE OF r SKIP LOCKED FOR SHARE OF e SKIP LOCKED
 ), u AS (
     UPDATE calendar.event_reminders r
-    SET status = CASE WHEN c.status IN ('Planned', 'InProgress') THEN 'Sent' ELSE 'Skipped' END,
-        sent_at = CASE WHEN c.status IN ('Planned', 'InProgress') THEN $1::timestamptz END,
+    SET status = CASE WHEN c.reason IS NULL THEN 'Sent' ELSE 'Skipped' END,
+        sent_at = CASE WHEN c.reason IS NULL THEN $1::timestamptz END,
+        skip_reason = c.reason,
         updated_at = $1
     FROM c WHERE r.reminder_id = c.reminder_id
     RETURNING r.reminder_id
@@ -37,12 +45,14 @@ WITH c AS (
                'ClientUserId', c.client_user_id, 'Kind', c.kind, 'StartAt', c.start_at,
                'TimeZone', c.time_zone, 'OffsetMinutes', c.offset_minutes,
                'AppointmentId', c.appointment_id),
-           '{}'::jsonb
-    FROM c WHERE c.status IN ('Planned', 'InProgress')
+           jsonb_build_object('correlation-id', $5::text)
+    FROM c WHERE c.reason IS NULL
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM u) AS n
 """
+CLOSED = [s.value for s in CLOSED_EVENT_REASONS]
+REASONS = list(CLOSED_EVENT_REASONS.values())
 
 
 async def bare(url: str, as_of: datetime, batch: int) -> tuple[int, float]:
@@ -52,7 +62,7 @@ async def bare(url: str, as_of: datetime, batch: int) -> tuple[int, float]:
         t = time.perf_counter()
         while True:
             async with conn.transaction():
-                n = await conn.fetchval(BARE, as_of, batch)
+                n = await conn.fetchval(BARE, as_of, batch, CLOSED, REASONS, uuid.uuid4().hex[:12])
             total += n
             if n < batch:
                 break

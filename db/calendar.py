@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime
 from uuid import UUID
 
@@ -39,15 +40,39 @@ async def upsert_events(
 
 
 async def skip_unwanted_reminders(
-    conn: asyncpg.Connection, event_ids: Sequence[UUID], wanted: Sequence[UUID], now: datetime
+    conn: asyncpg.Connection,
+    reasons: Mapping[UUID, str],
+    wanted: Sequence[UUID],
+    now: datetime,
 ) -> int:
-    """Skip the Pending reminders of ``event_ids`` that are not in ``wanted``."""
-    if not event_ids:
+    """Skip the Pending reminders of the events in ``reasons`` that are not in ``wanted``,
+    each with its event's reason."""
+    if not reasons:
         return 0
     rows = await conn.fetch(
-        sql("calendar_reminders_skip_unwanted"), list(event_ids), list(wanted), now
+        sql("calendar_reminders_skip_unwanted"),
+        list(reasons),
+        list(reasons.values()),
+        list(wanted),
+        now,
     )
     return len(rows)
+
+
+async def advance_versions(
+    conn: asyncpg.Connection, events: Sequence[CalendarEventChanged], now: datetime
+) -> set[UUID]:
+    """Move Version/OccurredAt of unchanged states forward; returns the ids that moved."""
+    if not events:
+        return set()
+    rows = await conn.fetch(
+        sql("calendar_events_version_advance"),
+        [e.event_id for e in events],
+        [e.version for e in events],
+        [e.occurred_at for e in events],
+        now,
+    )
+    return {r["event_id"] for r in rows}
 
 
 async def ensure_reminders(
@@ -67,13 +92,37 @@ async def ensure_reminders(
     return [r["due_at"] for r in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimedReminder:
+    """A due Pending reminder locked by a dispatch batch, with its event's state."""
+
+    reminder_id: UUID
+    event_id: UUID
+    offset_minutes: int
+    due_at: datetime
+    tenant_id: UUID
+    owner_user_id: UUID
+    client_user_id: UUID | None
+    kind: str
+    start_at: datetime
+    time_zone: str
+    event_status: str
+    appointment_id: UUID | None
+
+
+_CLAIMED = [f.name for f in fields(ClaimedReminder)]
+
+
 async def claim_due(
     conn: asyncpg.Connection, as_of: datetime, batch_size: int, exclude: Sequence[UUID]
-) -> tuple[list[asyncpg.Record], int]:
+) -> tuple[list[ClaimedReminder], int]:
     """Lock up to ``batch_size`` due reminders (with their event). Returns (rows, visible due)."""
     rows = await conn.fetch(sql("calendar_dispatch_claim"), as_of, batch_size, list(exclude))
-    visible = rows[0]["visible_due"] if rows else 0
-    return [r for r in rows if r["reminder_id"] is not None], visible
+    visible = int(rows[0]["visible_due"]) if rows else 0
+    claimed = [
+        ClaimedReminder(*(r[f] for f in _CLAIMED)) for r in rows if r["reminder_id"] is not None
+    ]
+    return claimed, visible
 
 
 async def mark_dispatched(

@@ -31,20 +31,24 @@ WHERE e.version < EXCLUDED.version
 RETURNING e.event_id;
 
 -- name: calendar_reminders_skip_unwanted
--- Pending rows of the changed events that their new state no longer wants → Skipped,
--- with the reason (cascade of a closed event, or a reschedule / removed offset).
+-- Pending rows of the changed events ($1) that their new state no longer wants (not in
+-- $3) → Skipped with the reason the domain gives for that event ($2, parallel to $1).
 UPDATE calendar.event_reminders r
-SET status = 'Skipped',
-    skip_reason = CASE e.status WHEN 'Cancelled' THEN 'EventCancelled'
-                                WHEN 'Completed' THEN 'EventCompleted'
-                                ELSE 'NoLongerScheduled' END,
-    updated_at = $3
-FROM calendar.events e
+SET status = 'Skipped', skip_reason = c.reason, updated_at = $4
+FROM unnest($1::uuid[], $2::text[]) AS c(event_id, reason)
 WHERE r.status = 'Pending'
-  AND r.event_id = ANY($1::uuid[])
-  AND e.event_id = r.event_id
-  AND r.reminder_id <> ALL($2::uuid[])
+  AND r.event_id = c.event_id
+  AND r.reminder_id <> ALL($3::uuid[])
 RETURNING r.reminder_id;
+
+-- name: calendar_events_version_advance
+-- States whose content equals what is stored (same fingerprint, per the cache) still move
+-- the stored Version and OccurredAt forward, so the projection never lags the cache.
+UPDATE calendar.events e
+SET version = u.version, occurred_at = u.occurred_at, updated_at = $4
+FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS u(event_id, version, occurred_at)
+WHERE e.event_id = u.event_id AND e.version < u.version
+RETURNING e.event_id;
 
 -- name: calendar_reminders_ensure
 -- Inserts wanted reminders; a Skipped one that is wanted again (e.g. rescheduled back)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 import faust
 from faust.types import StreamT
@@ -16,7 +17,7 @@ from db.connector import transaction
 from streams.agents.consumer import ContractConsumer, Decoded
 from streams.contracts import CALENDAR_EVENTS
 from streams.contracts.calendar import CalendarEventChanged
-from streams.domain.calendar import fingerprint, insertable, wanted_reminders
+from streams.domain.calendar import fingerprint, insertable, unwanted_reason, wanted_reminders
 from streams.runtime import Runtime
 from streams.tables.cache import KeyCache
 from streams.topics import Topics
@@ -66,26 +67,43 @@ class CalendarEventsApplier:
                 newest[d.message.event_id] = d
         result = ApplyResult(stale=len(batch) - len(newest))
         todo: list[Decoded[CalendarEventChanged]] = []
+        unchanged: list[Decoded[CalendarEventChanged]] = []
         for d in newest.values():
             cached = self.cache.get(str(d.message.event_id)) if self.cache else None
             if cached is not None and d.message.version <= cached["v"]:
                 result.stale += 1
             elif cached is not None and cached["fp"] == fingerprint(d.message):
-                result.cache_skipped += 1
-                self._remember(d)
+                unchanged.append(d)
             else:
                 todo.append(d)
-        if todo:
-            await self._write([d.message for d in todo], result)
+        if todo or unchanged:
+            advanced = await self._write(
+                [d.message for d in todo], [d.message for d in unchanged], result
+            )
             for d in todo:
                 if str(d.message.event_id) in result.applied_ids:
                     result.applied_positions.add(position[id(d)])
                     self._remember(d)
+            # Same content, newer Version: no reminder changes, only the stored Version
+            # moves; the cache follows the database, never leads it.
+            for d in unchanged:
+                if d.message.event_id in advanced:
+                    result.cache_skipped += 1
+                    self._remember(d)
+                else:
+                    result.stale += 1
         if result.earliest_due is not None and self.on_due is not None:
             self.on_due(result.earliest_due)
         return result
 
-    async def _write(self, events: list[CalendarEventChanged], result: ApplyResult) -> None:
+    async def _write(
+        self,
+        events: list[CalendarEventChanged],
+        unchanged: list[CalendarEventChanged],
+        result: ApplyResult,
+    ) -> set[UUID]:
+        """One transaction: new states with their reminders, and Version bumps of unchanged
+        states. Returns the ids of the unchanged states whose stored Version moved."""
         now = self.runtime.clock.now()
         pool = await self.runtime.pool()
         async with transaction(pool) as conn:
@@ -94,18 +112,20 @@ class CalendarEventsApplier:
             wanted = {e.event_id: wanted_reminders(e) for e in changed}
             result.reminders_skipped = await repo.skip_unwanted_reminders(
                 conn,
-                list(wanted),
+                {e.event_id: unwanted_reason(e.status) for e in changed},
                 [slot.reminder_id for slots in wanted.values() for slot in slots],
                 now,
             )
             new = [slot for e in changed for slot in insertable(wanted[e.event_id], e.occurred_at)]
             dues = await repo.ensure_reminders(conn, new, now)
+            advanced = await repo.advance_versions(conn, unchanged, now)
         result.applied += len(applied)
         result.stale += len(events) - len(applied)
         result.reminders_pending += len(dues)
         result.applied_ids.update(str(i) for i in applied)
         if dues:
             result.earliest_due = min(dues)
+        return advanced
 
     def _remember(self, d: Decoded[CalendarEventChanged]) -> None:
         if self.cache is not None:

@@ -8,10 +8,30 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid5
 
-from streams.contracts.calendar import CalendarEventChanged
+from streams.contracts.calendar import CalendarEventChanged, EventStatus
 
 # Namespace of ReminderId = uuid5(namespace, "event:offset:due"); fixed forever.
 REMINDER_NAMESPACE = UUID("6f0c7f8e-5b0a-4d6c-9a53-2f1f4b7f7c11")
+
+
+# Why a Pending reminder becomes Skipped. A closed event cascades with its own reason
+# (at materialization and at dispatch alike); an open event's reminder that its new state
+# no longer wants (rescheduled, offset removed) is NoLongerScheduled.
+CLOSED_EVENT_REASONS = {
+    EventStatus.CANCELLED: "EventCancelled",
+    EventStatus.COMPLETED: "EventCompleted",
+}
+NO_LONGER_SCHEDULED = "NoLongerScheduled"
+
+
+def dispatch_skip_reason(status: EventStatus) -> str | None:
+    """At dispatch: None sends the reminder (open event), else the reason it is Skipped."""
+    return CLOSED_EVENT_REASONS.get(status)
+
+
+def unwanted_reason(status: EventStatus) -> str:
+    """At materialization: why the event's no-longer-wanted Pending reminders are Skipped."""
+    return CLOSED_EVENT_REASONS.get(status, NO_LONGER_SCHEDULED)
 
 
 @dataclass(frozen=True, slots=True)

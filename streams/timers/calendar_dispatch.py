@@ -13,28 +13,32 @@ from uuid import UUID
 import asyncpg
 
 from db import calendar as repo
+from db.calendar import ClaimedReminder
 from db.connector import transaction
 from streams.clock import Clock
 from streams.contracts import REMINDER_DUE
 from streams.contracts.calendar import EventStatus, ReminderDueEvent
+from streams.domain.calendar import dispatch_skip_reason
 from streams.metrics import CalendarDispatchMetrics
 from streams.outbox.records import OutboxRecord, insert_many, record_for
 from streams.runtime import Runtime
 
 log = logging.getLogger("streams.timers.calendar_dispatch")
 
-SKIP_REASONS = {
-    EventStatus.CANCELLED.value: "EventCancelled",
-    EventStatus.COMPLETED.value: "EventCompleted",
-}
-
 
 @dataclass(frozen=True)
 class DispatchConfig:
-    """ReminderDispatchOptions: defaults from the seed; validated at construction."""
+    """ReminderDispatchOptions: defaults from the seed; validated at construction.
+
+    ``max_duration`` is the run's one budget: the registry's schedule passes its own
+    (``TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS``), and the dispatcher starts no batch
+    it could not finish inside it, so the registry's timeout never cuts a batch.
+    """
 
     batch_size: int = 200
     max_duration: timedelta = timedelta(seconds=30)
+    # Part of the budget kept free at the end (besides the longest batch seen so far).
+    reserve: float = 0.1
 
     def __post_init__(self) -> None:
         if not 0 < self.batch_size <= 10_000:
@@ -57,6 +61,8 @@ class DispatchResult:
     backlog: int = 0
     next_due: datetime | None = None
     poison: list[UUID] = field(default_factory=list)
+    # True when the run stopped with due rows left because its time budget ran out.
+    budget_exhausted: bool = False
 
     def summary(self) -> dict[str, Any]:
         out = asdict(self)
@@ -65,19 +71,19 @@ class DispatchResult:
         return out
 
 
-def build_event(row: asyncpg.Record) -> ReminderDueEvent:
+def build_event(row: ClaimedReminder) -> ReminderDueEvent:
     """The integration event of one claimed row (raises if the row cannot make one: poison)."""
     return ReminderDueEvent(
-        reminder_id=row["reminder_id"],
-        event_id=row["event_id"],
-        tenant_id=row["tenant_id"],
-        owner_user_id=row["owner_user_id"],
-        client_user_id=row["client_user_id"],
-        kind=row["kind"],
-        start_at=row["start_at"],
-        time_zone=row["time_zone"],
-        offset_minutes=row["offset_minutes"],
-        appointment_id=row["appointment_id"],
+        reminder_id=row.reminder_id,
+        event_id=row.event_id,
+        tenant_id=row.tenant_id,
+        owner_user_id=row.owner_user_id,
+        client_user_id=row.client_user_id,
+        kind=row.kind,
+        start_at=row.start_at,
+        time_zone=row.time_zone,
+        offset_minutes=row.offset_minutes,
+        appointment_id=row.appointment_id,
     )
 
 
@@ -110,17 +116,26 @@ class CalendarReminderDispatcher:
     async def run_once(self, as_of: datetime) -> DispatchResult:
         result = DispatchResult(run_id=uuid.uuid4().hex[:12])
         started = self.clock.monotonic()
-        deadline = started + self.config.max_duration.total_seconds()
+        budget = self.config.max_duration.total_seconds()
+        deadline = started + budget * (1 - self.config.reserve)
+        longest = 0.0
         log.debug("action=cycle_started run_id=%s as_of=%s", result.run_id, as_of.isoformat())
         pool = await self.runtime.pool()
         try:
             while True:
+                began = self.clock.monotonic()
                 claimed = await self._batch(pool, as_of, result)
+                ended = self.clock.monotonic()
+                longest = max(longest, ended - began)
                 if (
                     claimed < self.config.batch_size
-                    or self.clock.monotonic() >= deadline
+                    # Stop between batches: the next one might not finish inside the budget.
+                    or ended + longest >= deadline
                     or self.should_stop()  # shutdown: stop between batches, not inside one
                 ):
+                    result.budget_exhausted = claimed == self.config.batch_size and (
+                        ended + longest >= deadline
+                    )
                     break
             async with pool.acquire() as conn:
                 result.backlog = await repo.count_backlog(conn, as_of)
@@ -160,9 +175,9 @@ class CalendarReminderDispatcher:
         async with transaction(pool) as conn:
             rows, visible = await repo.claim_due(conn, as_of, n, result.poison)
             for row in rows:
-                reason = SKIP_REASONS.get(row["event_status"])
+                reason = dispatch_skip_reason(EventStatus(row.event_status))
                 if reason is not None:
-                    skipped.append((row["reminder_id"], "Skipped", reason))
+                    skipped.append((row.reminder_id, "Skipped", reason))
                     continue
                 try:
                     record = record_for(
@@ -172,18 +187,18 @@ class CalendarReminderDispatcher:
                         headers={"correlation-id": result.run_id},
                     )
                 except Exception as exc:  # poison: this row only; the batch goes on
-                    poison.append(row["reminder_id"])
+                    poison.append(row.reminder_id)
                     log.error(
                         "action=item_failed run_id=%s reminder_id=%s event_id=%s error=%s",
                         result.run_id,
-                        row["reminder_id"],
-                        row["event_id"],
+                        row.reminder_id,
+                        row.event_id,
                         type(exc).__name__,
                     )
                     continue
-                sent.append((row["reminder_id"], "Sent", None))
+                sent.append((row.reminder_id, "Sent", None))
                 records.append(record)
-                lateness.append((as_of - row["due_at"]).total_seconds())
+                lateness.append((as_of - row.due_at).total_seconds())
             await repo.mark_dispatched(conn, sent + skipped, as_of)
             await insert_many(conn, records)
         # Counted only once the transaction has committed.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -122,5 +123,10 @@ def build_registry(runtime: Runtime) -> TimerRegistry:
                 settings_prefix="TIMER_SLOT_PRUNE_",
             ),
         ]
+    )
+    # One budget: the dispatcher drains for as long as the schedule's (possibly overridden)
+    # max duration allows, and stops between batches before the registry would cancel it.
+    dispatcher.config = replace(
+        dispatcher.config, max_duration=registry.get(CALENDAR_DISPATCH).max_duration
     )
     return registry

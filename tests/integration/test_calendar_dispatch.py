@@ -203,7 +203,7 @@ async def test_rows_locked_by_an_inflight_cancel_are_passed_over_then_never_sent
         await tx.start()
         # The agent's cancel is in flight: event row updated and reminders locked.
         await repo.upsert_events(conn, [cancel], T0)
-        await repo.skip_unwanted_reminders(conn, [cancel.event_id], [], T0)
+        await repo.skip_unwanted_reminders(conn, {cancel.event_id: "EventCancelled"}, [], T0)
         d = dispatcher(database_url)
         during = await d.run_once(AFTER_DUE)
         assert (during.sent_count, during.skipped_locked_count) == (0, 1)
@@ -234,12 +234,14 @@ async def test_cancel_arriving_while_dispatcher_holds_the_row_waits_and_cannot_u
         async def cancel_event() -> int:
             async with canceller.transaction():
                 await repo.upsert_events(canceller, [cancel], T0)
-                return await repo.skip_unwanted_reminders(canceller, [cancel.event_id], [], T0)
+                return await repo.skip_unwanted_reminders(
+                    canceller, {cancel.event_id: "EventCancelled"}, [], T0
+                )
 
         task = asyncio.create_task(cancel_event())
         await wait_until_blocked(pool, "calendar.event_reminders")
         assert not task.done()
-        await repo.mark_dispatched(holder, [(rows[0]["reminder_id"], "Sent", None)], AFTER_DUE)
+        await repo.mark_dispatched(holder, [(rows[0].reminder_id, "Sent", None)], AFTER_DUE)
         await tx.commit()
         assert await task == 0  # the row was no longer Pending when the cancel got it
     finally:

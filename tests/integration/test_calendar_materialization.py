@@ -195,3 +195,42 @@ async def test_empty_or_stale_cache_gives_the_same_rows_as_no_cache(
         (15, "Skipped", "EventCancelled"),
     ]
     assert await pool.fetchval("SELECT version FROM calendar.events") == 3
+
+
+@pytest.mark.parametrize("order", ["in order", "newer first"])
+async def test_the_stored_version_follows_an_unchanged_newer_state_and_the_cache_never_leads(
+    database_url: str, pool: asyncpg.Pool, order: str
+) -> None:
+    table = DictTable()
+    cached = CalendarEventsApplier(make_runtime(database_url), KeyCache(table, Metrics().agents))  # type: ignore[arg-type]
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
+    same_content = {**e, "Version": 2, "OccurredAt": (T0 + timedelta(minutes=5)).isoformat()}
+    arrivals = [e, same_content] if order == "in order" else [same_content, e]
+    for msg in arrivals:
+        await apply(cached, msg)
+    stored = await pool.fetchrow("SELECT version, occurred_at FROM calendar.events")
+    assert stored["version"] == 2
+    assert stored["occurred_at"] == T0 + timedelta(minutes=5)
+    assert table[e["EventId"]]["v"] == 2  # the cache says what the database says
+    assert [r[2] for r in await reminders(pool, e["EventId"])] == ["Pending"]
+    # A later real change still applies on top.
+    changed = await apply(cached, {**e, "Version": 3, "Status": "Cancelled"})
+    assert changed.applied == 1
+
+
+async def test_an_unchanged_state_older_than_the_database_does_not_move_the_cache(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    plain = CalendarEventsApplier(make_runtime(database_url))
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
+    await apply(plain, {**e, "Version": 5, "Kind": "Call"})  # another worker got further
+    table = DictTable()
+    from streams.domain.calendar import fingerprint
+    from tests.support.factories import parsed
+
+    table[e["EventId"]] = {"v": 1, "fp": fingerprint(parsed(e))}  # a stale cache entry
+    cached = CalendarEventsApplier(make_runtime(database_url), KeyCache(table, Metrics().agents))  # type: ignore[arg-type]
+    result = await apply(cached, {**e, "Version": 2})  # same content as the stale entry
+    assert result.stale == 1 and result.cache_skipped == 0
+    assert table[e["EventId"]]["v"] == 1
+    assert await pool.fetchval("SELECT version FROM calendar.events") == 5

@@ -1,0 +1,78 @@
+"""One time budget for a dispatch run: the schedule's max duration, honoured between batches."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import asyncpg
+import pytest
+
+from streams.agents.calendar_events import CalendarEventsApplier
+from streams.clock import ManualClock
+from streams.timers.calendar_dispatch import CalendarReminderDispatcher, DispatchConfig
+from streams.timers.jobs import CALENDAR_DISPATCH, build_registry
+from tests.integration.calendar_support import apply, make_runtime
+from tests.support.factories import T0, calendar_event
+
+pytestmark = pytest.mark.integration
+
+START = T0 + timedelta(hours=2)
+AFTER_DUE = START
+
+
+class SlowBatches(CalendarReminderDispatcher):
+    """Each batch takes 0.25 s on the injected clock."""
+
+    async def _batch(self, *args: object) -> int:
+        claimed = await super()._batch(*args)  # type: ignore[arg-type]
+        assert isinstance(self.clock, ManualClock)
+        self.clock.advance(0.25)
+        return claimed
+
+
+@pytest.fixture
+async def seeded(database_url: str) -> AsyncIterator[str]:
+    applier = CalendarEventsApplier(make_runtime(database_url))
+    for _ in range(10):
+        await apply(applier, calendar_event(StartAt=START, ReminderOffsetsMinutes=[60]))
+    await applier.runtime.close()
+    yield database_url
+
+
+async def test_the_dispatcher_starts_no_batch_it_could_not_finish_within_its_budget(
+    seeded: str, pool: asyncpg.Pool
+) -> None:
+    runtime = make_runtime(seeded)
+    d = SlowBatches(runtime, DispatchConfig(batch_size=2, max_duration=timedelta(seconds=1)))
+    try:
+        result = await d.run_once(AFTER_DUE)
+    finally:
+        await runtime.close()
+    # 0.25 s per batch in a 1 s budget with 10% kept free: after the third batch (0.75 s) a
+    # fourth might end at 1.0 s, so the run stops between batches, inside the timeout.
+    assert (result.batches, result.sent_count, result.budget_exhausted) == (3, 6, True)
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM calendar.event_reminders WHERE status = 'Pending'"
+        )
+        == 4
+    )
+
+
+async def test_the_schedule_setting_is_the_dispatchers_budget(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = make_runtime(database_url)
+    monkeypatch.setenv("TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS", "45")
+    registry = build_registry(runtime)
+    handler = registry.get(CALENDAR_DISPATCH).handler
+    assert isinstance(handler, CalendarReminderDispatcher)
+    assert registry.get(CALENDAR_DISPATCH).max_duration == timedelta(seconds=45)
+    assert handler.config.max_duration == timedelta(seconds=45)
+    await runtime.close()
+    monkeypatch.setenv("TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS", "3")
+    other = make_runtime(database_url)
+    lowered = build_registry(other).get(CALENDAR_DISPATCH).handler
+    assert lowered.config.max_duration == timedelta(seconds=3)  # type: ignore[attr-defined]
+    await other.close()
