@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -75,9 +75,16 @@ async def lock_pending_lanes(
 
 
 async def fetch_pending(
-    conn: asyncpg.Connection, lanes: Sequence[int], per_lane: int
+    conn: asyncpg.Connection,
+    lanes: Sequence[int],
+    per_lane: int,
+    *,
+    probe: Collection[int] = (),
 ) -> list[PendingRow]:
-    rows = await conn.fetch(sql("outbox_pending_get"), list(lanes), per_lane)
+    """Up to ``per_lane`` oldest unpublished rows of each lane, in id order; lanes in
+    ``probe`` give only their head row."""
+    limits = [1 if lane in probe else per_lane for lane in lanes]
+    rows = await conn.fetch(sql("outbox_pending_get"), list(lanes), limits)
     return [
         PendingRow(
             id=int(r["id"]),

@@ -86,6 +86,13 @@ class OutboxMetrics:
         self.deleted = Counter(
             "outbox_deleted_total", "Published rows deleted after retention", registry=registry
         )
+        self.producer_restarts = Counter(
+            "outbox_producer_restarts_total",
+            "Relay Kafka producers replaced because they became unusable, by reason "
+            "(publish_timeout, fatal_error, closed, sender_stopped)",
+            ["reason"],
+            registry=registry,
+        )
 
 
 class CalendarDispatchMetrics:

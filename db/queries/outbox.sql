@@ -33,18 +33,19 @@ WHERE pg_try_advisory_xact_lock($1::int, lane)
 LIMIT $3;
 
 -- name: outbox_pending_get
--- The oldest unpublished rows of each locked lane ($1), at most $2 per lane, in id order.
+-- The oldest unpublished rows of each locked lane: lane $1[i] gives at most $2[i] rows
+-- (1 for a lane that only probes its refused head row), all in id order.
 -- Selecting by published_at IS NULL (not "id > last seen") is what keeps a row whose
 -- transaction commits after a higher id from being skipped.
 SELECT o.id, o.lane, o.topic, o.key, o.payload::text AS payload, o.headers::text AS headers,
        o.created_at
-FROM unnest($1::smallint[]) AS l(lane)
+FROM unnest($1::smallint[], $2::int[]) AS l(lane, max_rows)
 CROSS JOIN LATERAL (
     SELECT id, lane, topic, key, payload, headers, created_at
     FROM ops.outbox
     WHERE lane = l.lane AND published_at IS NULL
     ORDER BY id
-    LIMIT $2
+    LIMIT l.max_rows
 ) AS o
 ORDER BY o.id;
 

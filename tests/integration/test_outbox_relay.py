@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -19,6 +19,7 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 import db.outbox as repo
@@ -407,9 +408,14 @@ async def listener_pids(pool: asyncpg.Pool) -> list[int]:
 # ---------------------------------------------------------------------------- failures
 
 
-async def test_row_kafka_refuses_holds_back_only_its_lane(
+async def test_row_kafka_refuses_holds_back_only_its_lane_and_is_probed_alone(
     database_url: str, pool: asyncpg.Pool, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
+    """A row the broker refuses (too large for its topic) holds back its lane only. While it
+    is refused, retry passes send that head row alone (a probe): the row behind it, which
+    Kafka already accepted in the first pass, is not re-sent on every retry. Bound asserted:
+    the row behind is on the topic at most twice (the first pass, and once more after the
+    refused row goes through); every other row exactly once."""
     good, tiny = f"{topic_prefix}outbox.good", f"{topic_prefix}outbox.tiny"
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     await admin.start()
@@ -438,6 +444,8 @@ async def test_row_kafka_refuses_holds_back_only_its_lane(
     same_lane = [i for i in ids if lanes[i] == lanes[poison]]
     other_lanes = [i for i in ids if lanes[i] != lanes[poison]]
     assert other_lanes
+    held_back = {i for i in same_lane if i >= poison}
+    retries = 3
 
     metrics = Metrics()
     clock = ManualClock(datetime.now(UTC))
@@ -448,25 +456,62 @@ async def test_row_kafka_refuses_holds_back_only_its_lane(
         clock=clock,
     )
     async with relay:
-        result = await relay.run_once()
-        assert result.failed == len([i for i in same_lane if i >= poison])
-        assert result.published == len(ids) - result.failed
+        # Passes until none finds work: the poisoned lane cools down after its first refusal.
+        first = [await relay.run_once() for _ in range(64)]
+        assert first[-1].lanes == 0, "the relay went idle with the poisoned lane cooling down"
         async with pool.acquire() as conn:
             unpublished = {
                 r["id"]
                 for r in await conn.fetch("SELECT id FROM ops.outbox WHERE published_at IS NULL")
             }
-        assert unpublished == {i for i in same_lane if i >= poison}
+        assert unpublished == held_back
         assert head not in unpublished and behind in unpublished
+        assert sum(r.failed for r in first) == len(held_back)
+        assert sum(r.published for r in first) == len(ids) - len(held_back)
         assert sample(metrics, "outbox_publish_errors_total") == 1
 
-        # The failing lane cools down: the next pass leaves it alone...
-        assert (await relay.run_once()).lanes == 0
-        # ...until the cool-down is over; then the head is retried and fails again.
+        # Retries while Kafka still refuses: each is due after the cool-down.
+        retried = []
+        for _ in range(retries):
+            assert (await relay.run_once()).lanes == 0, "cooling down: left alone"
+            clock.advance(60)
+            retried.append(await relay.run_once())
+
+        # The cause is fixed (topic config); the next probe goes through, then the rest.
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.alter_configs(
+                [
+                    ConfigResource(
+                        ConfigResourceType.TOPIC, tiny, configs={"max.message.bytes": "1048588"}
+                    )
+                ]
+            )
+        finally:
+            await admin.close()
         clock.advance(60)
-        retry = await relay.run_once()
-        assert (retry.lanes, retry.published) == (1, 0)
-        assert sample(metrics, "outbox_publish_errors_total") == 2
+        probe = await relay.run_once()
+        rest = await drain(relay)
+    assert await backlog(pool) == 0
+
+    on_good = ids_of(await consume(kafka_bootstrap, good, count=len(ids) - 1, settle=1.0))
+    on_tiny = ids_of(await consume(kafka_bootstrap, tiny, count=1, settle=0.5))
+    counts = Counter(on_good + on_tiny)
+    # The bound: the row behind the refused one went out in the first pass and once more
+    # after the refused row was accepted; never on the retries in between.
+    assert counts[behind] <= 2, f"row behind the refused one published {counts[behind]} times"
+    assert {i: n for i, n in counts.items() if i != behind} == {i: 1 for i in ids if i != behind}, (
+        "every other row exactly once"
+    )
+    assert on_tiny == [poison]
+    # What each retry did: the head row alone, refused again.
+    assert [(r.lanes, r.published, r.failed) for r in retried] == [(1, 0, 1)] * retries
+    assert sample(metrics, "outbox_publish_errors_total") == 1 + retries
+    assert (probe.lanes, probe.published, probe.failed, probe.more) == (1, 1, 0, True)
+    assert rest == len(held_back) - 1
+    # Per key, first appearances on the topic follow the outbox order.
+    assert_per_key_order(await consume(kafka_bootstrap, good, count=len(ids) - 1, settle=0.5))
 
 
 # ---------------------------------------------------------------------------- metrics & retention

@@ -1,0 +1,122 @@
+"""Pure rules of the outbox relay: which Kafka errors stop a lane and which replace the
+producer, when a producer counts as unusable, and the relay's configuration checks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import errors as kafka_errors
+
+from streams.outbox.relay import (
+    DEFAULT_MAX_LANES_PER_PASS,
+    RelayConfig,
+    TopicUnavailable,
+    is_record_error,
+    producer_fault,
+)
+from streams.settings import ConfigError, Settings, load_settings
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        kafka_errors.MessageSizeTooLargeError(),
+        kafka_errors.RecordTooLargeError(),
+        kafka_errors.UnknownTopicOrPartitionError(),
+        kafka_errors.TopicAuthorizationFailedError("t"),
+        kafka_errors.InvalidTopicError(),
+        TopicUnavailable("no metadata"),
+        ValueError("cannot serialize"),  # not Kafka's: about the record
+    ],
+)
+def test_errors_about_one_record_hold_back_its_lane_only(exc: BaseException) -> None:
+    assert is_record_error(exc)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        kafka_errors.OutOfOrderSequenceNumber(),
+        kafka_errors.ProducerFenced(),
+        kafka_errors.InvalidProducerEpoch(),
+        kafka_errors.UnknownProducerId(),
+        kafka_errors.ProducerClosed(),
+        kafka_errors.KafkaTimeoutError(),
+        kafka_errors.KafkaError("Unexpected error during batch delivery"),
+        kafka_errors.ClusterAuthorizationFailedError(),
+        asyncio.CancelledError(),
+    ],
+)
+def test_errors_about_the_producer_replace_it(exc: BaseException) -> None:
+    assert not is_record_error(exc)
+
+
+class _FakeSender:
+    def __init__(self, task: object) -> None:
+        self.sender_task = task
+
+
+class _FakeAiokafka:
+    def __init__(self, *, closed: bool, task: object) -> None:
+        self._closed = closed
+        self._sender = _FakeSender(task)
+
+
+async def test_producer_fault_reads_closed_and_sender_state() -> None:
+    loop = asyncio.get_running_loop()
+    running: asyncio.Future[None] = loop.create_future()
+    ended: asyncio.Future[None] = loop.create_future()
+    ended.set_result(None)
+    assert producer_fault(_FakeAiokafka(closed=False, task=running)) is None
+    assert producer_fault(_FakeAiokafka(closed=False, task=None)) is None  # not started yet
+    assert producer_fault(_FakeAiokafka(closed=True, task=running)) == "closed"
+    assert producer_fault(_FakeAiokafka(closed=False, task=ended)) == "sender_stopped"
+    assert producer_fault(object()) is None  # not aiokafka: no state to read
+    running.cancel()
+
+
+def test_lanes_per_pass_are_bounded_by_default() -> None:
+    assert RelayConfig().max_lanes_per_pass == DEFAULT_MAX_LANES_PER_PASS == 16
+    assert Settings().outbox_max_lanes_per_pass == 16
+    assert RelayConfig.from_settings(Settings()).max_lanes_per_pass == 16
+    assert RelayConfig.from_settings(Settings()).publish_timeout == 10.0
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"publish_timeout": 0}, {"publish_timeout": -1}, {"producer_stop_timeout": 0}]
+)
+def test_relay_config_rejects_bad_timeouts(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="RelayConfig"):
+        RelayConfig(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OUTBOX_PUBLISH_TIMEOUT_SECONDS", "0"),
+        ("OUTBOX_MAX_LANES_PER_PASS", "0"),
+        ("OUTBOX_MAX_LANES_PER_PASS", "65"),
+    ],
+)
+def test_bad_relay_settings_stop_startup_with_their_name(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=name):
+        load_settings()
+
+
+def test_publish_timeout_must_stay_well_below_the_idle_in_transaction_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OUTBOX_PUBLISH_TIMEOUT_SECONDS", "31")
+    monkeypatch.setenv("DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "60")
+    settings = load_settings()
+    with pytest.raises(ConfigError) as caught:
+        RelayConfig.from_settings(settings)
+    assert "OUTBOX_PUBLISH_TIMEOUT_SECONDS" in str(caught.value)
+    assert "DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS" in str(caught.value)
+
+    monkeypatch.setenv("OUTBOX_PUBLISH_TIMEOUT_SECONDS", "30")
+    assert RelayConfig.from_settings(load_settings()).publish_timeout == 30
