@@ -6,6 +6,7 @@ import faust
 from mode import Service
 
 from streams.agents import calendar_events
+from streams.outbox.config import RelayConfig
 from streams.outbox.relay import OutboxRelay
 from streams.runtime import Runtime
 from streams.settings import Settings
@@ -47,6 +48,7 @@ class WorkerServices(Service):
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
+    RelayConfig.from_settings(settings)  # relay settings that cannot work stop startup here
     runtime = runtime or Runtime(settings)
     settings.worker_data_dir.mkdir(parents=True, exist_ok=True)
     app = faust.App(

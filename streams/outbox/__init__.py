@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from streams.outbox.config import RelayConfig, RelayResult
+from streams.outbox.producer import Producer, ProducerFactory, kafka_producer_factory
 from streams.outbox.records import (
     OUTBOX_ID_HEADER,
     OutboxRecord,
@@ -10,14 +12,7 @@ from streams.outbox.records import (
     record_for,
     wire_headers,
 )
-from streams.outbox.relay import (
-    OutboxRelay,
-    Producer,
-    ProducerFactory,
-    RelayConfig,
-    RelayResult,
-    kafka_producer_factory,
-)
+from streams.outbox.relay import OutboxRelay
 from streams.outbox.retention import OutboxRetention, RetentionConfig, RetentionResult
 
 __all__ = [

@@ -8,6 +8,7 @@ import signal
 import sys
 
 from streams.metrics import Metrics
+from streams.outbox.config import RelayConfig
 from streams.outbox.relay import OutboxRelay
 from streams.settings import ConfigError, Settings, load_settings
 
@@ -37,6 +38,7 @@ async def serve(settings: Settings) -> int:
 def main() -> int:
     try:
         settings = load_settings()
+        RelayConfig.from_settings(settings)  # bad relay settings stop here, named
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2

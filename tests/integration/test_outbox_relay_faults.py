@@ -27,13 +27,9 @@ from aiokafka.structs import TopicPartition
 import db.outbox as repo
 from streams.metrics import Metrics
 from streams.outbox import OutboxRecord, OutboxRelay, Producer, RelayConfig
+from streams.outbox.config import DEFAULT_MAX_LANES_PER_PASS, PublishTimeout
+from streams.outbox.producer import ProducerUnavailable, kafka_producer_factory
 from streams.outbox.records import KafkaHeaders
-from streams.outbox.relay import (
-    DEFAULT_MAX_LANES_PER_PASS,
-    ProducerUnavailable,
-    PublishTimeout,
-    kafka_producer_factory,
-)
 from tests.integration.test_outbox_relay import (
     assert_per_key_order,
     backlog,

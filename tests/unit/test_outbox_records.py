@@ -10,6 +10,7 @@ import pytest
 
 from streams.contracts import CALENDAR_EVENTS, REMINDER_DUE
 from streams.contracts.calendar import ReminderDueEvent
+from streams.outbox.config import RelayConfig
 from streams.outbox.records import (
     OUTBOX_ID_HEADER,
     OutboxRecord,
@@ -17,7 +18,6 @@ from streams.outbox.records import (
     record_for,
     wire_headers,
 )
-from streams.outbox.relay import RelayConfig
 from streams.outbox.retention import RetentionConfig
 
 

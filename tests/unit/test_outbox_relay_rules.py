@@ -8,13 +8,8 @@ import asyncio
 import pytest
 from aiokafka import errors as kafka_errors
 
-from streams.outbox.relay import (
-    DEFAULT_MAX_LANES_PER_PASS,
-    RelayConfig,
-    TopicUnavailable,
-    is_record_error,
-    producer_fault,
-)
+from streams.outbox.config import DEFAULT_MAX_LANES_PER_PASS, RelayConfig
+from streams.outbox.producer import TopicUnavailable, is_record_error, producer_fault
 from streams.settings import ConfigError, Settings, load_settings
 
 

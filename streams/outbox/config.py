@@ -1,0 +1,102 @@
+"""The relay's settings (validated), the result of one pass, and its errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from db.outbox import LANES
+from streams.settings import ConfigError, Settings
+
+DEFAULT_MAX_LANES_PER_PASS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    batch_size: int = 500
+    """Most rows per pass (one transaction), spread over the lanes that have work."""
+    poll_interval: float = 1.0
+    """Seconds between passes when no NOTIFY arrives."""
+    max_lanes_per_pass: int = DEFAULT_MAX_LANES_PER_PASS
+    """Most lanes one pass locks. A relay paused in the middle of a pass (a stopped process,
+    a long GC, a hung host) holds at most this many of the 64 lanes; other relays keep
+    publishing the rest. Fewer lanes per pass also let several relays share the work."""
+    metrics_interval: float = 1.0
+    """Backlog and oldest-age gauges are refreshed at most this often."""
+    listener_check_interval: float = 30.0
+    """How often the LISTEN connection is pinged to notice a silently dropped socket."""
+    max_backoff: float = 30.0
+    """Ceiling of the retry delay after failed passes and of a failing lane's cool-down."""
+    stop_timeout: float = 30.0
+    """``stop()`` waits this long for the current pass, then cancels (rolls it back)."""
+    publish_timeout: float = 10.0
+    """Longest a pass waits for Kafka (topic metadata, sends, acknowledgements) while it holds
+    its transaction and lanes; then it rolls back and the producer is replaced. Also bounds
+    starting a producer. Keep it well below PostgreSQL's idle_in_transaction_session_timeout,
+    which would otherwise end the session first."""
+    producer_stop_timeout: float = 5.0
+    """How long the relay waits for a replaced producer to stop. One whose broker does not
+    answer cannot stop (aiokafka flushes first): it goes on stopping in the background, and
+    ``close()`` gives up on it after this long again."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError("RelayConfig.batch_size must be >= 1")
+        if not 1 <= self.max_lanes_per_pass <= LANES:
+            raise ValueError(f"RelayConfig.max_lanes_per_pass must be in 1..{LANES}")
+        for name in (
+            "poll_interval",
+            "metrics_interval",
+            "listener_check_interval",
+            "max_backoff",
+            "stop_timeout",
+            "publish_timeout",
+            "producer_stop_timeout",
+        ):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"RelayConfig.{name} must be > 0")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RelayConfig:
+        config = cls(
+            batch_size=settings.outbox_batch_size,
+            poll_interval=settings.outbox_poll_interval_seconds,
+            metrics_interval=settings.outbox_poll_interval_seconds,
+            max_lanes_per_pass=settings.outbox_max_lanes_per_pass,
+            publish_timeout=settings.outbox_publish_timeout_seconds,
+        )
+        # A pass is idle in its transaction while it waits for Kafka; PostgreSQL must not end
+        # the session first (the pass would fail instead of rolling back cleanly and
+        # replacing its producer), so the publish timeout has to be clearly shorter.
+        idle = settings.db_idle_in_transaction_timeout_seconds
+        if config.publish_timeout > idle / 2:
+            raise ConfigError(
+                "invalid configuration: setting OUTBOX_PUBLISH_TIMEOUT_SECONDS "
+                f"({config.publish_timeout:g}) must be at most half of "
+                f"DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS ({idle:g}): a relay pass waits "
+                "for Kafka inside its transaction"
+            )
+        return config
+
+
+@dataclass(frozen=True, slots=True)
+class RelayResult:
+    lanes: int
+    """Lanes this pass locked."""
+    published: int
+    """Rows acknowledged by Kafka and marked published."""
+    failed: int
+    """Rows left unpublished because Kafka refused a row at or before them in their lane,
+    or because the producer failed."""
+    more: bool
+    """Some lane may hold more rows: run another pass without waiting."""
+    producer_replaced: bool = False
+    """The producer failed during this pass and was replaced: the loop backs off."""
+
+
+class RelayNotOpen(RuntimeError):
+    pass
+
+
+class PublishTimeout(RuntimeError):
+    """Kafka did not acknowledge a pass's rows within ``publish_timeout``: the pass rolled
+    back and released its lanes; the rows stay unpublished."""

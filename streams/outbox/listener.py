@@ -1,0 +1,91 @@
+"""LISTEN/NOTIFY wake-ups for the relay, on a dedicated connection that heals itself."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import db.outbox as repo
+from db.connector import connect
+from streams.asynctools import describe, wait_any
+
+log = logging.getLogger("streams.outbox.relay")
+
+
+class NotifyListener:
+    """Sets ``wake`` on every NOTIFY of the outbox channel, and once after each (re)connect
+    (NOTIFYs sent while nobody listened are gone: one pass catches up on them).
+
+    A pooled connection would lose LISTEN on release, so this one is its own; it is pinged
+    every ``check_interval`` to notice a silently dropped socket, and reconnects with
+    ``backoff(failures)`` after a loss.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        wake: asyncio.Event,
+        *,
+        check_interval: float,
+        backoff: Callable[[int], float],
+        name: str,
+    ) -> None:
+        self._dsn = dsn
+        self._wake = wake
+        self._check_interval = check_interval
+        self._backoff = backoff
+        self._name = name
+        self.listening = asyncio.Event()
+
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, _payload: str) -> None:
+        self._wake.set()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        failures = 0
+        while not stopping.is_set():
+            conn: Any = None
+            lost = asyncio.Event()
+            try:
+                conn = await connect(self._dsn, timeout=10)
+                conn.add_termination_listener(_setter(lost))
+                await repo.listen(conn, self._on_notify)
+                failures = 0
+                self.listening.set()
+                self._wake.set()
+                log.info("action=outbox_listen relay=%s channel=%s", self._name, repo.CHANNEL)
+                while not (stopping.is_set() or lost.is_set()):
+                    await wait_any(stopping, lost, within=self._check_interval)
+                    if not (stopping.is_set() or lost.is_set()):
+                        await asyncio.wait_for(repo.ping(conn), timeout=10)
+                if lost.is_set():
+                    raise ConnectionError("LISTEN connection closed")
+            except Exception as exc:
+                failures += 1
+                log.warning(
+                    "action=outbox_listen_lost relay=%s attempt=%d error=%s",
+                    self._name,
+                    failures,
+                    describe(exc),
+                )
+            finally:
+                self.listening.clear()
+                if conn is not None:
+                    await _close_quietly(conn)
+            if not stopping.is_set():
+                await wait_any(stopping, within=self._backoff(failures))
+
+
+def _setter(event: asyncio.Event) -> Callable[[Any], None]:
+    return lambda _conn: event.set()
+
+
+async def _close_quietly(conn: Any) -> None:
+    try:
+        await asyncio.wait_for(conn.close(), timeout=5)
+    except asyncio.CancelledError:
+        conn.terminate()
+        raise
+    except Exception:
+        conn.terminate()

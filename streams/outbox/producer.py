@@ -1,0 +1,205 @@
+"""The relay's Kafka producer: what it needs, which errors are about a record and which about
+the producer, and a slot that replaces a producer that can send no more."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaProducer
+from aiokafka import errors as kafka_errors
+
+from streams.asynctools import describe
+from streams.metrics import OutboxMetrics
+from streams.outbox.records import KafkaHeaders
+
+log = logging.getLogger("streams.outbox.relay")
+
+
+class Producer(Protocol):
+    """The part of ``aiokafka.AIOKafkaProducer`` the relay uses."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def partitions_for(self, topic: str) -> set[int]: ...
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: KafkaHeaders | None = None,
+    ) -> asyncio.Future[Any]: ...
+
+
+ProducerFactory = Callable[[], Producer]
+
+
+def kafka_producer_factory(bootstrap: str, **options: Any) -> ProducerFactory:
+    """Idempotent, acks=all producers: a retried send can neither duplicate nor reorder."""
+
+    def make() -> Producer:
+        config: dict[str, Any] = {
+            "bootstrap_servers": bootstrap,
+            "client_id": "outbox-relay",
+            "acks": "all",
+            "enable_idempotence": True,
+            # A pass sends its rows back to back; a short linger fills batches.
+            "linger_ms": 5,
+            "max_batch_size": 256 * 1024,
+        }
+        config.update(options)
+        producer: Producer = AIOKafkaProducer(**config)
+        return producer
+
+    return make
+
+
+class TopicUnavailable(Exception):
+    """No metadata for a row's topic within the bound (e.g. the topic does not exist)."""
+
+
+class ProducerUnavailable(RuntimeError):
+    """A new Kafka producer could not be started (within ``publish_timeout``)."""
+
+
+# Kafka refused the record itself (its size, its topic, its content): only its lane waits.
+RECORD_ERRORS: tuple[type[BaseException], ...] = (
+    kafka_errors.MessageSizeTooLargeError,
+    kafka_errors.RecordTooLargeError,
+    kafka_errors.RecordListTooLargeError,
+    kafka_errors.UnknownTopicOrPartitionError,
+    kafka_errors.TopicAuthorizationFailedError,
+    kafka_errors.InvalidTopicError,
+    kafka_errors.CorruptRecordException,
+    kafka_errors.InvalidTimestampError,
+    kafka_errors.PolicyViolationError,
+    kafka_errors.UnsupportedForMessageFormatError,
+    TopicUnavailable,
+)
+
+
+def is_record_error(exc: BaseException) -> bool:
+    """True when ``exc`` refuses one record (its lane waits, the producer is fine); False when
+    the producer failed as a whole: any other Kafka error (fenced, out-of-order sequence,
+    closed, timed out, sender crashed) or a cancelled send. Errors that are not Kafka's
+    (a value the client cannot serialize) concern the record."""
+    if isinstance(exc, RECORD_ERRORS):
+        return True
+    return isinstance(exc, Exception) and not isinstance(exc, kafka_errors.KafkaError)
+
+
+def producer_fault(producer: object) -> str | None:
+    """Why ``producer`` can send no more, or None. aiokafka has no public health check, so
+    this reads its state: closed, or its background sender task ended (a crash fails every
+    later send; a cancelled sender leaves sends waiting forever). Other producers (test
+    doubles) always look healthy here."""
+    if getattr(producer, "_closed", None) is True:
+        return "closed"
+    sender = getattr(producer, "_sender", None)
+    task = getattr(sender, "sender_task", None)
+    if isinstance(task, asyncio.Future) and task.done():
+        return "sender_stopped"
+    return None
+
+
+class ProducerSlot:
+    """Holds the relay's current producer; starts one on demand and retires one that failed.
+
+    A retired producer is stopped within ``stop_timeout``; one whose broker does not answer
+    cannot stop (aiokafka flushes first) and goes on stopping in the background until
+    ``close()`` gives up on it.
+    """
+
+    def __init__(
+        self,
+        factory: ProducerFactory,
+        metrics: OutboxMetrics,
+        *,
+        start_timeout: float,
+        stop_timeout: float,
+        name: str,
+    ) -> None:
+        self._factory = factory
+        self._metrics = metrics
+        self._start_timeout = start_timeout
+        self._stop_timeout = stop_timeout
+        self._name = name
+        self.current: Producer | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> Producer:
+        producer = self._factory()
+        try:
+            await asyncio.wait_for(producer.start(), self._start_timeout)
+        except Exception as exc:
+            await self._stop(producer)
+            raise ProducerUnavailable(f"Kafka producer did not start: {describe(exc)}") from exc
+        except BaseException:
+            self._stop_in_background(producer)
+            raise
+        self.current = producer
+        return producer
+
+    async def ready(self) -> Producer:
+        """The current producer, or a new one if there is none or it can send no more."""
+        producer = self.current
+        if producer is not None:
+            fault = producer_fault(producer)
+            if fault is None:
+                return producer
+            await self.replace(producer, fault, None)
+        return await self.start()
+
+    async def replace(self, producer: Producer, reason: str, error: BaseException | None) -> None:
+        """Retire ``producer``; the next ``ready()`` starts a new one from the factory."""
+        if self.current is producer:
+            self.current = None
+        self._metrics.producer_restarts.labels(reason=reason).inc()
+        log.warning(
+            "action=outbox_producer_replaced relay=%s reason=%s error=%s",
+            self._name,
+            reason,
+            describe(error) if error is not None else "-",
+        )
+        await self._stop(producer)
+
+    async def close(self) -> None:
+        producer, self.current = self.current, None
+        if producer is not None:
+            await self._stop(producer)
+        if self._retiring:
+            _, stuck = await asyncio.wait(list(self._retiring), timeout=self._stop_timeout)
+            if stuck:
+                log.warning(
+                    "action=outbox_producer_abandoned relay=%s producers=%d",
+                    self._name,
+                    len(stuck),
+                )
+                for task in stuck:
+                    task.cancel()
+                await asyncio.gather(*stuck, return_exceptions=True)
+
+    def _stop_in_background(self, producer: Producer) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._stop_quietly(producer), name=f"outbox-stop-{self._name}")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+        return task
+
+    async def _stop(self, producer: Producer) -> None:
+        task = self._stop_in_background(producer)
+        await asyncio.wait([task], timeout=self._stop_timeout)
+
+    async def _stop_quietly(self, producer: Producer) -> None:
+        try:
+            await producer.stop()
+        except Exception as exc:
+            log.warning(
+                "action=outbox_producer_stop_failed relay=%s error=%s", self._name, describe(exc)
+            )

@@ -1,0 +1,137 @@
+"""Sending one pass's rows: produce in id order, wait for every acknowledgement, and say which
+rows may be marked published without reordering any key."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from db.outbox import PendingRow
+from streams.asynctools import describe
+from streams.outbox.producer import Producer, TopicUnavailable, is_record_error
+from streams.outbox.records import wire_headers
+
+log = logging.getLogger("streams.outbox.relay")
+
+
+@dataclass(slots=True)
+class Sent:
+    acked: list[PendingRow]
+    """Acknowledged rows before their lane's first failure: these may be marked."""
+    failed_lanes: set[int]
+    """Lanes with a row that was not acknowledged, for whatever reason."""
+    refused_lanes: set[int]
+    """Lanes whose row Kafka refused (a record error): these cool down."""
+    producer_error: BaseException | None
+    """The first error that says the producer, not a record, failed."""
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    # A pass that timed out no longer awaits its futures: read their errors here so that
+    # asyncio does not report them as never retrieved.
+    if not future.cancelled():
+        future.exception()
+
+
+async def unavailable_topics(
+    producer: Producer, topics: Collection[str], bound: float
+) -> dict[str, BaseException]:
+    """Topics whose metadata the producer cannot get, each looked up within ``bound`` seconds
+    (concurrently). Without this, a send to a topic Kafka does not know waits for its
+    metadata (request_timeout_ms, 40 s by default) and every later row of the pass waits
+    behind it; with it, only that topic's lanes are refused."""
+
+    async def check(topic: str) -> BaseException | None:
+        try:
+            await asyncio.wait_for(producer.partitions_for(topic), bound)
+        except TimeoutError:
+            return TopicUnavailable(f"no metadata for the topic within {bound:g}s")
+        except Exception as exc:
+            return exc
+        return None
+
+    names = sorted(topics)
+    outcomes = await asyncio.gather(*(check(t) for t in names))
+    return {t: e for t, e in zip(names, outcomes, strict=True) if e is not None}
+
+
+async def publish(
+    producer: Producer, rows: Sequence[PendingRow], *, metadata_bound: float, relay: str
+) -> Sent:
+    """Send ``rows`` (id order) and wait for every acknowledgement. Returns, per lane, the
+    acknowledged rows before the lane's first failed row: marking a later row of a lane
+    but not an earlier one would reorder its keys. The caller bounds the time."""
+    first_failure: dict[int, int] = {}
+    refused: set[int] = set()
+    producer_error: BaseException | None = None
+
+    def failed(row: PendingRow, exc: BaseException) -> None:
+        nonlocal producer_error
+        first_failure[row.lane] = min(row.id, first_failure.get(row.lane, row.id))
+        if is_record_error(exc):
+            refused.add(row.lane)
+            log.warning(
+                "action=outbox_publish_refused relay=%s outbox_id=%d topic=%s lane=%d error=%s",
+                relay,
+                row.id,
+                row.topic,
+                row.lane,
+                describe(exc),
+            )
+        elif producer_error is None:
+            producer_error = exc
+            log.warning(
+                "action=outbox_producer_failed relay=%s outbox_id=%d topic=%s error=%s",
+                relay,
+                row.id,
+                row.topic,
+                describe(exc),
+            )
+
+    unavailable = await unavailable_topics(producer, {r.topic for r in rows}, metadata_bound)
+    sent: list[tuple[PendingRow, asyncio.Future[Any]]] = []
+    for row in rows:
+        if producer_error is not None:
+            break  # the producer is unusable: the rest waits for the next one
+        if row.lane in first_failure:
+            continue  # the rest of the lane waits for the next pass anyway
+        topic_error = unavailable.get(row.topic)
+        if topic_error is not None:
+            failed(row, topic_error)
+            continue
+        try:
+            future = await producer.send(
+                row.topic,
+                value=row.payload.encode("utf-8"),
+                key=row.key.encode("utf-8"),
+                headers=wire_headers(row.id, row.headers),
+            )
+        except Exception as exc:  # record too large for the client, producer closed, ...
+            failed(row, exc)
+            continue
+        future.add_done_callback(_retrieve)
+        sent.append((row, future))
+    if sent:
+        # asyncio.wait, not gather: a timeout must not cancel the producer's futures.
+        await asyncio.wait([f for _, f in sent])
+    acked_candidates: list[PendingRow] = []
+    for row, future in sent:
+        if future.cancelled():
+            failed(row, asyncio.CancelledError())
+            continue
+        error = future.exception()
+        if error is not None:
+            failed(row, error)
+        else:
+            acked_candidates.append(row)
+    acked = [r for r in acked_candidates if r.id < first_failure.get(r.lane, math.inf)]
+    return Sent(
+        acked=acked,
+        failed_lanes=set(first_failure),
+        refused_lanes=refused,
+        producer_error=producer_error,
+    )
