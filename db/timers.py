@@ -26,18 +26,50 @@ class TimerRepository:
     def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
         self._db = db
 
-    async def claim_slot(self, name: str, slot: datetime, claimed_by: str, run_id: str) -> bool:
+    async def claim_slot(
+        self,
+        name: str,
+        slot: datetime,
+        claimed_by: str,
+        run_id: str,
+        lease_expires_at: datetime | None = None,
+    ) -> bool:
         async with _translated():
-            won = await self._db.fetchval(sql("timer_slot_claim"), name, slot, claimed_by, run_id)
+            won = await self._db.fetchval(
+                sql("timer_slot_claim"), name, slot, claimed_by, run_id, lease_expires_at
+            )
         return won is not None
+
+    async def reclaim_slot(
+        self,
+        name: str,
+        slot: datetime,
+        claimed_by: str,
+        run_id: str,
+        lease_expires_at: datetime,
+        now: datetime,
+    ) -> bool:
+        async with _translated():
+            won = await self._db.fetchval(
+                sql("timer_slot_reclaim"), name, slot, claimed_by, run_id, lease_expires_at, now
+            )
+        return won is not None
+
+    async def unfinished_slots(
+        self, name: str, since: datetime, limit: int
+    ) -> list[tuple[datetime, datetime]]:
+        async with _translated():
+            rows = await self._db.fetch(sql("timer_slot_unfinished"), name, since, limit)
+        return [(r["slot"], r["lease_expires_at"]) for r in rows]
 
     async def finish_slot(
         self, name: str, slot: datetime, run_id: str, result: str, duration_seconds: float
-    ) -> None:
+    ) -> bool:
         async with _translated():
-            await self._db.execute(
+            owned = await self._db.fetchval(
                 sql("timer_slot_finish"), name, slot, run_id, result, duration_seconds
             )
+        return owned is not None
 
     async def prune_slots(self, before: datetime, limit: int) -> int:
         async with _translated():

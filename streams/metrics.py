@@ -55,6 +55,18 @@ class AgentMetrics:
             ["topic"],
             registry=registry,
         )
+        self.offset_holes = Counter(
+            "stream_input_offset_holes_total",
+            "Offset jumps with no record on the broker (transaction markers, compaction)",
+            ["topic"],
+            registry=registry,
+        )
+        self.gap_reads = Counter(
+            "stream_input_gap_reads_total",
+            "Broker reads made to fill or verify offsets the stream skipped",
+            ["topic"],
+            registry=registry,
+        )
         self.cache = Counter(
             "stream_table_cache_total",
             "Changelog-table cache lookups in front of PostgreSQL, by table and result (hit, miss)",

@@ -17,7 +17,7 @@ from faust.types import EventT, StreamT, TopicT
 
 from db.connector import classify, is_transient
 from streams.agents.dlq import DeadLetterFailed, send_to_dlq
-from streams.agents.gaps import GapGuard, Verdict
+from streams.agents.gaps import GapGuard, GapHealer
 from streams.agents.progress import PartitionProgress, ReasonCounts
 from streams.contracts import Contract, ContractError, TopicContract, decode
 from streams.metrics import AgentMetrics
@@ -69,36 +69,25 @@ class ContractConsumer(Generic[M]):
     async def run(self, stream: StreamT[Any]) -> None:
         # noack_take buffers events without acking them; StreamT does not declare it.
         batches = cast(Any, stream).noack_take(BATCH_MAX, within=BATCH_WITHIN_SECONDS)
-        app = stream.app
-        generation = None
-        gaps_seen = 0
-        async for events in batches:
-            if app.consumer_generation_id != generation:
-                # A rebalance restarts positions from committed offsets.
-                generation = app.consumer_generation_id
-                self.gaps.reset()
-            keep: list[EventT[Any]] = []
-            seeks: set[Any] = set()
-            for event in events:
-                tp = event.message.tp
-                verdict = self.gaps.admit(tp, event.message.offset)
-                if verdict is Verdict.PROCESS:
-                    keep.append(event)
-                elif verdict is Verdict.SEEK:
-                    seeks.add(tp)
-            for tp in seeks:
-                if self.gaps.healing(tp):  # a later record of the batch may have healed it
-                    # seek_wait runs in the consumer thread (a direct seek races the fetcher).
-                    await app.consumer.seek_wait({tp: self.gaps.seek_target(tp)})
-            if self.gaps.gaps_detected != gaps_seen:
-                self.metrics.gaps.labels(self.label).inc(self.gaps.gaps_detected - gaps_seen)
-                gaps_seen = self.gaps.gaps_detected
-            await self.handle(keep)
-            # Dropped events are acked too: they come again with the re-read, and commits
-            # never pass the gap until the re-read fills it (faust commits acked runs only).
-            for event in events:
-                event.ack()
-            self.progress.advanced(events)
+        # Offsets the stream skipped are read from the broker and handled in order, ahead of
+        # the record that revealed the jump (streams/agents/gaps.py).
+        healer = GapHealer(
+            stream.app, self.gaps, metrics=self.metrics, label=self.label, sleep=self._sleep
+        )
+        try:
+            async for events in batches:
+                healer.new_batch()
+                batch: list[EventT[Any]] = []
+                for event in events:
+                    batch.extend(await healer.admit(event))
+                await self.handle(batch)
+                # Acked only once handled: no record after a jump is acked before the
+                # records of the jump are, so Faust never commits past one still being read.
+                for event in batch:
+                    event.ack()
+                self.progress.advanced(batch)
+        finally:
+            await healer.close()
 
     async def handle(self, events: Sequence[EventT[Any]]) -> None:
         """Decode, dead-letter what cannot be used, apply the rest; never raises for input.

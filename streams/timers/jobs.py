@@ -33,16 +33,42 @@ class RuntimeTimerStore:
     async def last_slots(self, names: Sequence[str]) -> dict[str, datetime]:
         return await (await self._repo()).last_slots(names)
 
-    async def claim_slot(self, name: str, slot: datetime, claimed_by: str, run_id: str) -> bool:
-        return await (await self._repo()).claim_slot(name, slot, claimed_by, run_id)
+    async def claim_slot(
+        self,
+        name: str,
+        slot: datetime,
+        claimed_by: str,
+        run_id: str,
+        lease_expires_at: datetime | None = None,
+    ) -> bool:
+        repo = await self._repo()
+        return await repo.claim_slot(name, slot, claimed_by, run_id, lease_expires_at)
+
+    async def reclaim_slot(
+        self,
+        name: str,
+        slot: datetime,
+        claimed_by: str,
+        run_id: str,
+        lease_expires_at: datetime,
+        now: datetime,
+    ) -> bool:
+        repo = await self._repo()
+        return await repo.reclaim_slot(name, slot, claimed_by, run_id, lease_expires_at, now)
+
+    async def unfinished_slots(
+        self, name: str, since: datetime, limit: int
+    ) -> list[tuple[datetime, datetime]]:
+        return await (await self._repo()).unfinished_slots(name, since, limit)
 
     async def advance_state(self, name: str, slot: datetime, worker: str) -> None:
         await (await self._repo()).advance_state(name, slot, worker)
 
     async def finish_slot(
-        self, name: str, slot: datetime, run_id: str, result: str, duration: float
-    ) -> None:
-        await (await self._repo()).finish_slot(name, slot, run_id, result, duration)
+        self, name: str, slot: datetime, run_id: str, result: str, duration_seconds: float
+    ) -> bool:
+        repo = await self._repo()
+        return await repo.finish_slot(name, slot, run_id, result, duration_seconds)
 
     async def prune_slots(self, before: datetime, limit: int) -> int:
         return await (await self._repo()).prune_slots(before, limit)

@@ -34,6 +34,12 @@ log = logging.getLogger("streams.timers")
 
 # Slots remembered per planning step; the catch-up window is validated to fit in it.
 MAX_BACKLOG = 1000
+# A cluster-once claim is held for the schedule's max duration plus this margin (time from
+# claim to start, cancellation unwinding, clock skew between workers).
+LEASE_MARGIN = timedelta(seconds=10)
+# Backoff between retries of a slot whose claim failed (store unavailable): first, at most.
+CLAIM_RETRY_FIRST = timedelta(seconds=1)
+CLAIM_RETRY_MAX = timedelta(seconds=30)
 _SUMMARY_CHARS = 500
 _ERROR_CHARS = 300
 
@@ -43,8 +49,36 @@ class TimerStore(Protocol):
 
     async def last_slots(self, names: Sequence[str]) -> dict[str, datetime]: ...
 
-    async def claim_slot(self, name: str, slot: datetime, claimed_by: str, run_id: str) -> bool:
-        """Insert-wins claim of (name, slot): True for exactly one caller."""
+    async def claim_slot(
+        self,
+        name: str,
+        slot: datetime,
+        claimed_by: str,
+        run_id: str,
+        lease_expires_at: datetime | None = None,
+    ) -> bool:
+        """Insert-wins claim of (name, slot), held until ``lease_expires_at``: True for
+        exactly one caller."""
+        ...
+
+    async def reclaim_slot(
+        self,
+        name: str,
+        slot: datetime,
+        claimed_by: str,
+        run_id: str,
+        lease_expires_at: datetime,
+        now: datetime,
+    ) -> bool:
+        """Take over (name, slot) if its run never finished and its lease ran out by ``now``:
+        True for at most one caller."""
+        ...
+
+    async def unfinished_slots(
+        self, name: str, since: datetime, limit: int
+    ) -> builtins.list[tuple[datetime, datetime]]:
+        """(slot, lease_expires_at) of the slots of ``name`` from ``since`` on whose run has
+        not finished, oldest first."""
         ...
 
     async def advance_state(self, name: str, slot: datetime, worker: str) -> None:
@@ -53,7 +87,9 @@ class TimerStore(Protocol):
 
     async def finish_slot(
         self, name: str, slot: datetime, run_id: str, result: str, duration_seconds: float
-    ) -> None: ...
+    ) -> bool:
+        """Record the end of run ``run_id``; False when the slot was taken over meanwhile."""
+        ...
 
     async def prune_slots(self, before: datetime, limit: int) -> int: ...
 
@@ -79,22 +115,80 @@ class ClockSleeper:
             await asyncio.sleep(min(delay, self._max_nap))
 
 
+@dataclass
+class _Claim:
+    claimed_by: str
+    run_id: str
+    lease_expires_at: datetime | None
+    result: str | None = None
+    takeovers: int = 0
+
+
 class InMemoryTimerStore:
     """A TimerStore in one process (tests, single-worker tools); claims are insert-wins too."""
 
     def __init__(self) -> None:
-        self.claims: dict[tuple[str, datetime], str] = {}
+        self.slots: dict[tuple[str, datetime], _Claim] = {}
         self.state: dict[str, datetime] = {}
-        self.finished: dict[tuple[str, datetime], str] = {}
+
+    @property
+    def claims(self) -> dict[tuple[str, datetime], str]:
+        return {k: c.claimed_by for k, c in self.slots.items()}
+
+    @property
+    def finished(self) -> dict[tuple[str, datetime], str]:
+        return {k: c.result for k, c in self.slots.items() if c.result is not None}
 
     async def last_slots(self, names: Sequence[str]) -> dict[str, datetime]:
         return {n: self.state[n] for n in names if n in self.state}
 
-    async def claim_slot(self, name: str, slot: datetime, claimed_by: str, run_id: str) -> bool:
-        if (name, slot) in self.claims:
+    async def claim_slot(
+        self,
+        name: str,
+        slot: datetime,
+        claimed_by: str,
+        run_id: str,
+        lease_expires_at: datetime | None = None,
+    ) -> bool:
+        if (name, slot) in self.slots:
             return False
-        self.claims[(name, slot)] = claimed_by
+        self.slots[(name, slot)] = _Claim(claimed_by, run_id, lease_expires_at)
         return True
+
+    async def reclaim_slot(
+        self,
+        name: str,
+        slot: datetime,
+        claimed_by: str,
+        run_id: str,
+        lease_expires_at: datetime,
+        now: datetime,
+    ) -> bool:
+        claim = self.slots.get((name, slot))
+        if (
+            claim is None
+            or claim.result is not None
+            or claim.lease_expires_at is None
+            or claim.lease_expires_at > now
+        ):
+            return False
+        claim.claimed_by, claim.run_id, claim.lease_expires_at = (
+            claimed_by,
+            run_id,
+            lease_expires_at,
+        )
+        claim.takeovers += 1
+        return True
+
+    async def unfinished_slots(
+        self, name: str, since: datetime, limit: int
+    ) -> builtins.list[tuple[datetime, datetime]]:
+        found = sorted(
+            (slot, c.lease_expires_at)
+            for (n, slot), c in self.slots.items()
+            if n == name and slot >= since and c.result is None and c.lease_expires_at is not None
+        )
+        return found[:limit]
 
     async def advance_state(self, name: str, slot: datetime, worker: str) -> None:
         if name not in self.state or self.state[name] < slot:
@@ -102,14 +196,17 @@ class InMemoryTimerStore:
 
     async def finish_slot(
         self, name: str, slot: datetime, run_id: str, result: str, duration_seconds: float
-    ) -> None:
-        self.finished[(name, slot)] = result
+    ) -> bool:
+        claim = self.slots.get((name, slot))
+        if claim is None or claim.run_id != run_id:
+            return False
+        claim.result = result
+        return True
 
     async def prune_slots(self, before: datetime, limit: int) -> int:
-        old = [k for k in self.claims if k[1] < before][:limit]
+        old = [k for k in self.slots if k[1] < before][:limit]
         for k in old:
-            self.claims.pop(k)
-            self.finished.pop(k, None)
+            self.slots.pop(k)
         return len(old)
 
 
@@ -119,7 +216,8 @@ class RunRecord:
 
     schedule: str
     run_id: str
-    # on_time, catch_up, coalesced or wake
+    # on_time, catch_up, coalesced, reclaimed (taken over from a claimant that died or
+    # stalled mid-run) or wake
     kind: str
     slot: datetime | None
     as_of: datetime
@@ -168,6 +266,9 @@ class _Stats:
     deduped: int = 0
     missed: int = 0
     wakes: int = 0
+    claim_retries: int = 0
+    reclaimed: int = 0
+    lease_lost: int = 0
     last_slot: datetime | None = None
     last_started_at: datetime | None = None
     last_duration_seconds: float | None = None
@@ -183,6 +284,14 @@ class _Entry:
     stats: _Stats = field(default_factory=_Stats)
     # Every slot at or before the horizon has been planned (run, deduped, missed or skipped).
     horizon: datetime | None = None
+    # Missed slots up to here are counted already (a slot planned again after a failed claim
+    # is counted once).
+    missed_until: datetime | None = None
+    # After a failed slot claim: no planning before retry_at (backoff), consecutive failures.
+    retry_at: datetime | None = None
+    claim_failures: int = 0
+    # Cluster-once: when the next unfinished slot's lease runs out (look for a takeover then).
+    lease_check_at: datetime | None = None
     wake_at: datetime | None = None
     # Runs started so far, and how many had started when the pending wake-up was asked for:
     # only a run that starts after the request can serve it.
@@ -251,6 +360,8 @@ class TimerRegistry:
         handlers: Mapping[str, Handler] | None = None,
         worker_id: str | None = None,
         tick_tolerance: timedelta = timedelta(0),
+        lease_margin: timedelta = LEASE_MARGIN,
+        claim_retry: timedelta = CLAIM_RETRY_FIRST,
     ) -> None:
         self._store = store
         self._clock: Clock = clock or SystemClock()
@@ -260,6 +371,8 @@ class TimerRegistry:
         self._handlers: Mapping[str, Handler] = handlers or {}
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self._tolerance = tick_tolerance
+        self._lease_margin = lease_margin
+        self._claim_retry = claim_retry
         self._entries: dict[str, _Entry] = {}
         self._frozen = False
         self._loaded = False
@@ -391,6 +504,9 @@ class TimerRegistry:
                 _log(logging.WARNING, "timer_state_load_failed", error=type(exc).__name__)
         for entry in self._enabled():
             entry.horizon = persisted.get(entry.spec.name, now)
+            if entry.spec.mode is Mode.CLUSTER_ONCE:
+                # Slots a dead claimant left unfinished are looked for at once.
+                entry.lease_check_at = now
 
     # -- wake-ups ----------------------------------------------------------------------------
 
@@ -431,8 +547,11 @@ class TimerRegistry:
     def _next_target(self, entry: _Entry) -> datetime:
         horizon = entry.horizon or self._clock.now()
         target = slots.next_fire(entry.spec.cadence, horizon)
-        if entry.wake_at is not None and entry.wake_at < target:
-            return entry.wake_at
+        if entry.retry_at is not None and target < entry.retry_at:
+            target = entry.retry_at
+        for extra in (entry.wake_at, entry.lease_check_at):
+            if extra is not None and extra < target:
+                target = extra
         return target
 
     async def _wait(self, target: datetime, event: asyncio.Event) -> None:
@@ -469,7 +588,11 @@ class TimerRegistry:
             while not self._stopping.is_set():
                 planned_at = (now or self._clock.now()) + self._tolerance
                 now = None
-                runs = self._plan(entry, planned_at)
+                if entry.retry_at is not None and planned_at < entry.retry_at:
+                    runs = []  # a claim failed: wait for the backoff before planning again
+                else:
+                    entry.retry_at = None
+                    runs = self._plan(entry, planned_at)
                 wake_at, wake_floor = entry.wake_at, entry.wake_floor
                 wake_due = wake_at is not None and wake_at <= planned_at
                 if wake_due:
@@ -483,6 +606,10 @@ class TimerRegistry:
                     records.append(record)
                     if record.started_at is not None:
                         executed.append((entry.started, record.as_of))
+                    if entry.retry_at is not None:
+                        # The claim failed: this slot and the later ones are planned again
+                        # after the backoff (the store is likely down for them too).
+                        break
                 if wake_due and not self._stopping.is_set():
                     assert wake_at is not None
                     # A slot run that started after the request, as of its time or later,
@@ -493,6 +620,10 @@ class TimerRegistry:
                         records.append(record)
                         executed.append((entry.started, record.as_of))
                 self._count_overlap(entry, planned_at)
+                if entry.retry_at is not None:
+                    break
+            if entry.spec.mode is Mode.CLUSTER_ONCE and not self._stopping.is_set():
+                records.extend(await self._reclaim_expired(entry))
         finally:
             entry.busy = False
         return records
@@ -515,7 +646,8 @@ class TimerRegistry:
             return []
         if now <= entry.horizon:
             return []
-        due = slots.slots_between(spec.cadence, entry.horizon, now, keep=MAX_BACKLOG)
+        horizon = entry.horizon
+        due = slots.slots_between(spec.cadence, horizon, now, keep=MAX_BACKLOG)
         entry.horizon = now
         if due.count == 0:
             return []
@@ -525,8 +657,16 @@ class TimerRegistry:
         missed_count = due.count - (1 if on_time else 0)
         runs: list[tuple[datetime, str]] = []
         if missed_count:
-            entry.stats.missed += missed_count
-            self._metrics.missed.labels(schedule=spec.name).inc(missed_count)
+            fresh = missed_count
+            counted = entry.missed_until
+            if counted is not None and counted > horizon:
+                # Planned again after a failed claim: those were counted the first time.
+                fresh -= slots.slots_between(spec.cadence, horizon, min(counted, now)).count
+            if missed:
+                entry.missed_until = max(missed[-1], counted or missed[-1])
+            if fresh > 0:
+                entry.stats.missed += fresh
+                self._metrics.missed.labels(schedule=spec.name).inc(fresh)
             _log(
                 logging.WARNING,
                 "timer_missed_slots",
@@ -548,21 +688,57 @@ class TimerRegistry:
 
     # -- one run -----------------------------------------------------------------------------
 
+    def _lease(self, entry: _Entry) -> datetime:
+        """Until when a claim made now holds its slot: the run is cancelled at its max
+        duration, so a live holder finishes (and releases the slot) before that."""
+        return self._clock.now() + entry.spec.max_duration + self._lease_margin
+
+    def _claim_failed(self, entry: _Entry, slot: datetime) -> None:
+        """Plan ``slot`` (and what follows it) again after a backoff; the misfire policy
+        decides then whether it still runs."""
+        entry.claim_failures += 1
+        entry.stats.claim_retries += 1
+        backoff = min(self._claim_retry * 2 ** (entry.claim_failures - 1), CLAIM_RETRY_MAX)
+        entry.retry_at = self._clock.now() + backoff
+        if entry.horizon is None or entry.horizon >= slot:
+            entry.horizon = slot - timedelta(microseconds=1)
+
     async def _run(
-        self, entry: _Entry, slot: datetime | None, kind: str, *, as_of: datetime
+        self,
+        entry: _Entry,
+        slot: datetime | None,
+        kind: str,
+        *,
+        as_of: datetime,
+        run_id: str | None = None,
+        claimed: bool = False,
     ) -> RunRecord:
+        """Claim (cluster-once, unless ``claimed`` already) and run one slot or wake-up."""
         spec, stats = entry.spec, entry.stats
         name = spec.name
-        run_id = uuid.uuid4().hex
-        if slot is not None and spec.mode is Mode.CLUSTER_ONCE:
+        run_id = run_id or uuid.uuid4().hex
+        if slot is not None and spec.mode is Mode.CLUSTER_ONCE and not claimed:
             assert self._store is not None
             try:
-                won = await self._store.claim_slot(name, slot, self.worker_id, run_id)
+                won = await self._store.claim_slot(
+                    name, slot, self.worker_id, run_id, self._lease(entry)
+                )
             except Exception as exc:
                 claim_error = f"slot claim failed: {type(exc).__name__}"
-                _log(logging.ERROR, "timer_claim_failed", schedule=name, run_id=run_id, slot=slot)
+                self._claim_failed(entry, slot)
+                _log(
+                    logging.ERROR,
+                    "timer_claim_failed",
+                    schedule=name,
+                    run_id=run_id,
+                    slot=slot,
+                    error=type(exc).__name__,
+                    retry_at=entry.retry_at,
+                )
                 self._record_outcome(entry, "failed", None, claim_error, None)
                 return RunRecord(name, run_id, kind, slot, as_of, "failed", error=claim_error)
+            entry.claim_failures = 0
+            entry.retry_at = None
             if not won:
                 stats.deduped += 1
                 self._metrics.dedupes.labels(schedule=name).inc()
@@ -597,7 +773,7 @@ class TimerRegistry:
         if slot is not None and spec.mode is Mode.CLUSTER_ONCE:
             assert self._store is not None
             try:
-                await self._store.finish_slot(name, slot, run_id, result, duration)
+                owned = await self._store.finish_slot(name, slot, run_id, result, duration)
             except Exception as exc:
                 _log(
                     logging.WARNING,
@@ -606,6 +782,19 @@ class TimerRegistry:
                     run_id=run_id,
                     error=type(exc).__name__,
                 )
+            else:
+                if not owned:
+                    # Our lease ran out (paused or too slow) and another worker took the slot
+                    # over: its record stands, ours is not written.
+                    stats.lease_lost += 1
+                    _log(
+                        logging.WARNING,
+                        "timer_lease_lost",
+                        schedule=name,
+                        run_id=run_id,
+                        slot=slot,
+                        result=result,
+                    )
         _log(
             logging.DEBUG if result == "ok" else logging.WARNING,
             "timer_run_end",
@@ -615,6 +804,74 @@ class TimerRegistry:
             duration=duration,
         )
         return RunRecord(name, run_id, kind, slot, as_of, result, started, duration, summary, error)
+
+    def _reclaim_floor(self, spec: ResolvedSchedule, now: datetime) -> datetime:
+        """The oldest slot still worth running after its claimant died: within the catch-up
+        window for catch_up; otherwise only the latest slot (skip and coalesce never replay
+        an older slot - the next one does its work)."""
+        if spec.misfire is Misfire.CATCH_UP:
+            assert spec.catch_up_window is not None
+            return now - spec.catch_up_window
+        return slots.slot_at(spec.cadence, now)
+
+    async def _reclaim_expired(self, entry: _Entry) -> builtins.list[RunRecord]:
+        """Take over and run this schedule's slots whose claimant died or stalled mid-run
+        (unfinished, lease expired); remember when the next live lease runs out."""
+        spec = entry.spec
+        name = spec.name
+        assert self._store is not None
+        now = self._clock.now()
+        entry.lease_check_at = None
+        try:
+            unfinished = await self._store.unfinished_slots(
+                name, self._reclaim_floor(spec, now), MAX_BACKLOG
+            )
+        except Exception as exc:
+            _log(
+                logging.WARNING, "timer_lease_check_failed", schedule=name, error=type(exc).__name__
+            )
+            entry.lease_check_at = now + self._claim_retry
+            return []
+        records: list[RunRecord] = []
+        for slot, lease in unfinished:
+            if self._stopping.is_set():
+                break
+            now = self._clock.now()
+            if lease > now:
+                # Still held by a live (or not yet presumed dead) claimant.
+                if entry.lease_check_at is None or lease < entry.lease_check_at:
+                    entry.lease_check_at = lease
+                continue
+            run_id = uuid.uuid4().hex
+            try:
+                won = await self._store.reclaim_slot(
+                    name, slot, self.worker_id, run_id, self._lease(entry), now
+                )
+            except Exception as exc:
+                _log(
+                    logging.WARNING,
+                    "timer_reclaim_failed",
+                    schedule=name,
+                    slot=slot,
+                    error=type(exc).__name__,
+                )
+                entry.lease_check_at = now + self._claim_retry
+                continue
+            if not won:
+                continue  # another worker took it over first
+            entry.stats.reclaimed += 1
+            _log(
+                logging.WARNING,
+                "timer_slot_reclaimed",
+                schedule=name,
+                slot=slot,
+                run_id=run_id,
+                lease_expired_at=lease,
+            )
+            records.append(
+                await self._run(entry, slot, "reclaimed", as_of=slot, run_id=run_id, claimed=True)
+            )
+        return records
 
     def _record_outcome(
         self,
@@ -729,6 +986,9 @@ class TimerRegistry:
                         "deduped": stats.deduped,
                         "missed": stats.missed,
                         "wakes": stats.wakes,
+                        "claim_retries": stats.claim_retries,
+                        "reclaimed": stats.reclaimed,
+                        "lease_lost": stats.lease_lost,
                     },
                 }
             )

@@ -33,7 +33,9 @@ def _tail(paths: list[Path]) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in paths)
 
 
-async def _spawn(database_url: str, worker_id: str, log: IO[bytes]) -> asyncio.subprocess.Process:
+async def _spawn(
+    database_url: str, worker_id: str, log: IO[bytes], **extra: str
+) -> asyncio.subprocess.Process:
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
@@ -42,6 +44,7 @@ async def _spawn(database_url: str, worker_id: str, log: IO[bytes]) -> asyncio.s
         "TIMER_E2E_EVERY_INTERVAL_SECONDS": str(INTERVAL),
         "TIMER_E2E_EVERY_MAX_DURATION_SECONDS": str(INTERVAL * 0.8),
         "PYTHONUNBUFFERED": "1",
+        **extra,
     }
     return await asyncio.create_subprocess_exec(
         sys.executable,
@@ -143,3 +146,73 @@ async def _run_workers_and_check(
     assert all(r["n"] == r["slots"] >= 3 for r in every)
     state = await conn.fetchval("SELECT last_slot FROM ops.timer_state WHERE name = 'e2e-cluster'")
     assert state == per_slot[-1]["slot"]
+
+
+async def test_a_cluster_once_slot_whose_claimant_is_killed_mid_run_is_run_by_another(
+    database_url: str, tmp_path: Path
+) -> None:
+    conn = await connect(database_url)
+    await conn.execute(
+        "CREATE TABLE e2e_timer_runs (schedule text NOT NULL, slot timestamptz NOT NULL, "
+        "worker_id text NOT NULL)"
+    )
+    worker_ids = [f"worker-{i}" for i in range(WORKERS)]
+    log_paths = [tmp_path / f"{w}.log" for w in worker_ids]
+    procs: dict[str, asyncio.subprocess.Process] = {}
+    # e2e-lease: every 10 s, runs 3 s, max duration 4 s, lease margin 1 s; the other two
+    # schedules stay at their 60 s defaults.
+    extra = {"TIMER_E2E_LEASE_ENABLED": "true", "TIMER_E2E_MARGIN_SECONDS": "1"}
+    try:
+        for worker_id, path in zip(worker_ids, log_paths, strict=True):
+            log = _log_file(path)
+            try:
+                procs[worker_id] = await _spawn(database_url, worker_id, log, **extra)
+            finally:
+                log.close()
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        started = None
+        while started is None:
+            started = await conn.fetchrow(
+                "SELECT slot, worker_id FROM e2e_timer_runs WHERE schedule = 'e2e-lease:start' "
+                "ORDER BY slot LIMIT 1"
+            )
+            assert time.monotonic() < deadline, "no e2e-lease run started\n" + _tail(log_paths)
+            await asyncio.sleep(0.05)
+        slot, victim = started["slot"], started["worker_id"]
+        procs[victim].kill()  # SIGKILL mid-run: no finish, no clean shutdown
+        await procs[victim].wait()
+        done = None
+        while done is None:
+            done = await conn.fetchrow(
+                "SELECT worker_id FROM e2e_timer_runs WHERE schedule = 'e2e-lease' AND slot = $1",
+                slot,
+            )
+            assert time.monotonic() < deadline, (
+                f"slot {slot} of killed {victim} never finished\n" + _tail(log_paths)
+            )
+            await asyncio.sleep(0.1)
+        claim = await conn.fetchrow(
+            "SELECT claimed_by, result, takeovers FROM ops.timer_slots "
+            "WHERE name = 'e2e-lease' AND slot = $1",
+            slot,
+        )
+    finally:
+        for p in procs.values():
+            if p.returncode is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try:
+                await asyncio.wait_for(p.wait(), timeout=15)
+            except TimeoutError:
+                p.kill()
+                await p.wait()
+        await conn.close()
+    assert done["worker_id"] != victim
+    assert (claim["claimed_by"], claim["result"], claim["takeovers"]) == (
+        done["worker_id"],
+        "ok",
+        1,
+    )
+    survivors = [procs[w].returncode for w in worker_ids if w != victim]
+    assert survivors == [0, 0], _tail(log_paths)
+    assert "action=timer_slot_reclaimed" in (tmp_path / f"{done['worker_id']}.log").read_text()

@@ -19,6 +19,23 @@ from streams.timers import Mode, Schedule, TimerRegistry
 RUNS_TABLE = "e2e_timer_runs"
 
 
+class SlowRun:
+    """Records its start, works ``seconds``, records its end: a kill in between leaves a
+    started slot without an end, which another worker must take over and finish."""
+
+    def __init__(self, pool: asyncpg.Pool, schedule: str, worker_id: str, seconds: float) -> None:
+        self.pool = pool
+        self.schedule = schedule
+        self.worker_id = worker_id
+        self.seconds = seconds
+
+    async def run_once(self, as_of: datetime) -> None:
+        insert = f"INSERT INTO {RUNS_TABLE} (schedule, slot, worker_id) VALUES ($1, $2, $3)"
+        await self.pool.execute(insert, f"{self.schedule}:start", as_of, self.worker_id)
+        await asyncio.sleep(self.seconds)
+        await self.pool.execute(insert, self.schedule, as_of, self.worker_id)
+
+
 class RecordRun:
     """Inserts (schedule, as_of, worker) for every run, so the test can count runs per slot."""
 
@@ -40,7 +57,11 @@ async def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
     worker_id = os.environ["TIMER_E2E_WORKER_ID"]
     pool = await create_pool(os.environ["DATABASE_URL"], min_size=1, max_size=4)
-    registry = TimerRegistry(store=TimerRepository(pool), worker_id=worker_id)
+    registry = TimerRegistry(
+        store=TimerRepository(pool),
+        worker_id=worker_id,
+        lease_margin=timedelta(seconds=float(os.environ.get("TIMER_E2E_MARGIN_SECONDS", "1"))),
+    )
     # Intervals come from TIMER_E2E_*_INTERVAL_SECONDS, as in a deployment.
     registry.register(
         Schedule(
@@ -60,6 +81,24 @@ async def main() -> int:
             max_duration=timedelta(seconds=5),
             mode=Mode.EVERY_INSTANCE,
             settings_prefix="TIMER_E2E_EVERY_",
+        )
+    )
+    # Off unless TIMER_E2E_LEASE_ENABLED=true: a slow cluster-once job whose claimant the
+    # test kills mid-run.
+    registry.register(
+        Schedule(
+            name="e2e-lease",
+            interval=timedelta(seconds=10),
+            handler=SlowRun(
+                pool,
+                "e2e-lease",
+                worker_id,
+                float(os.environ.get("TIMER_E2E_SLOW_RUN_SECONDS", "3")),
+            ),
+            max_duration=timedelta(seconds=4),
+            mode=Mode.CLUSTER_ONCE,
+            settings_prefix="TIMER_E2E_LEASE_",
+            enabled=False,
         )
     )
     stop = asyncio.Event()

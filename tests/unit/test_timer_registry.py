@@ -593,7 +593,7 @@ async def test_stop_cancels_a_run_that_exceeds_the_bound(world: World) -> None:
 
 async def test_a_failing_store_does_not_stop_the_worker(world: World) -> None:
     class BrokenStore(InMemoryTimerStore):
-        async def claim_slot(self, name: str, slot: datetime, claimed_by: str, run_id: str) -> bool:
+        async def claim_slot(self, *args: Any, **kwargs: Any) -> bool:
             raise ConnectionError("db down")
 
     rec = Recorder()
@@ -606,8 +606,208 @@ async def test_a_failing_store_does_not_stop_the_worker(world: World) -> None:
         await reg.stop(timeout=0)
     assert rec.calls == []
     [row] = reg.list()
-    assert row["counts"]["failed"] == 2
+    # Slot 1: claimed at 0 s, then retried 1, 3, 7, 15 and 31 s after it (backoff); at 31 s it
+    # is past its 30 s grace, so the skip policy drops it (one missed slot). Slot 2: once.
+    assert row["counts"]["failed"] == 6
+    assert row["counts"]["claim_retries"] == 6
+    assert row["counts"]["missed"] == 1
     assert row["last_error"] == "slot claim failed: ConnectionError"
+
+
+class FailingClaims(InMemoryTimerStore):
+    """Claims raise (PostgreSQL unavailable) ``failures`` times, then work."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def claim_slot(self, *args: Any, **kwargs: Any) -> bool:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("db down")
+        return await super().claim_slot(*args, **kwargs)
+
+
+async def test_a_failed_claim_is_retried_and_the_slot_runs(world: World) -> None:
+    store = FailingClaims(1)
+    rec = Recorder()
+    reg = TimerRegistry(store=store, clock=world.clock, sleeper=world.sleeper, environ={})
+    reg.register(sched(rec, mode=Mode.CLUSTER_ONCE))
+    await reg.start()
+    try:
+        await world.sleeper.advance_to(at(1) + timedelta(seconds=5))
+    finally:
+        await reg.stop(timeout=0)
+    # Claimed at 12:01:00 (failed), again 1 s later (won): the slot ran, on time.
+    assert rec.calls == [at(1)]
+    assert store.finished == {("job", at(1)): "ok"}
+    assert counts(reg)["claim_retries"] == 1
+    assert counts(reg)["missed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "window", "runs", "kind"),
+    [
+        (Misfire.SKIP, None, [], None),
+        (Misfire.CATCH_UP, timedelta(minutes=5), [1], "catch_up"),
+        (Misfire.COALESCE, None, [1], "coalesced"),
+    ],
+)
+async def test_a_slot_whose_claim_failed_is_subject_to_the_misfire_policy(
+    world: World, policy: Misfire, window: timedelta | None, runs: list[int], kind: str | None
+) -> None:
+    store = FailingClaims(1)
+    rec = Recorder()
+    reg = TimerRegistry(store=store, clock=world.clock, metrics=world.metrics, environ={})
+    reg.register(sched(rec, mode=Mode.CLUSTER_ONCE, misfire=policy, catch_up_window=window))
+    await reg.run_due()
+    world.clock.set(at(1))
+    [failed] = await reg.run_due()
+    assert (failed.slot, failed.result) == (at(1), "failed")
+    # The next step comes after the grace (30 s): the slot is a missed one now.
+    world.clock.set(at(1) + timedelta(seconds=45))
+    records = await reg.run_due()
+    assert rec.calls == [at(k) for k in runs]
+    assert [(r.slot, r.kind) for r in records] == [(at(k), kind) for k in runs]
+    assert counts(reg)["missed"] == 1
+    assert world.sample("timer_missed_slots_total", schedule="job") == 1
+    # The next slot is planned as usual.
+    world.clock.set(at(2))
+    [record] = await reg.run_due()
+    assert (record.slot, record.kind, record.result) == (at(2), "on_time", "ok")
+
+
+async def test_catch_up_slots_after_a_failed_claim_are_counted_missed_once(world: World) -> None:
+    await world.store.advance_state("job", at(0), "old-worker")
+    store = FailingClaims(1)
+    store.state = dict(world.store.state)
+    world.clock.set(at(3.75))
+    rec = Recorder()
+    reg = TimerRegistry(store=store, clock=world.clock, environ={})
+    reg.register(
+        sched(
+            rec,
+            mode=Mode.CLUSTER_ONCE,
+            misfire=Misfire.CATCH_UP,
+            catch_up_window=timedelta(minutes=10),
+        )
+    )
+    [failed] = await reg.run_due()  # slots 1..3 missed; the claim of slot 1 fails
+    assert (failed.slot, failed.result) == (at(1), "failed")
+    world.clock.set(at(3.75) + timedelta(seconds=2))
+    records = await reg.run_due()
+    assert [(r.slot, r.result) for r in records] == [(at(k), "ok") for k in (1, 2, 3)]
+    assert counts(reg)["missed"] == 3
+
+
+# -- leases: a claimant that died or stalled mid-run ---------------------------------------------
+
+
+async def test_a_slot_whose_claimant_died_is_taken_over_when_its_lease_runs_out(
+    world: World,
+) -> None:
+    rec = Recorder()
+    reg = world.registry("w2")
+    reg.register(sched(rec, mode=Mode.CLUSTER_ONCE, max_duration=timedelta(seconds=20)))
+    await reg.start()
+    try:
+        await world.sleeper.advance_to(at(1) - timedelta(seconds=1))
+        # w1 claims slot 1 first (lease: 20 s max duration + 10 s margin) and is killed.
+        assert await world.store.claim_slot(
+            "job", at(1), "w1", "dead", at(1) + timedelta(seconds=30)
+        )
+        await world.sleeper.advance_to(at(1) + timedelta(seconds=29))
+        assert rec.calls == []
+        assert counts(reg)["deduped"] == 1
+        await world.sleeper.advance_to(at(1) + timedelta(seconds=31))
+        assert rec.calls == [at(1)]
+    finally:
+        await reg.stop(timeout=1)
+    claim = world.store.slots[("job", at(1))]
+    assert (claim.claimed_by, claim.result, claim.takeovers) == ("w2", "ok", 1)
+    assert counts(reg)["reclaimed"] == 1
+    [row] = reg.list()
+    assert row["last_slot"] == "2025-01-06T12:01:00Z"
+    # The dead claimant's finish, should it come, changes nothing.
+    assert not await world.store.finish_slot("job", at(1), "dead", "ok", 1.0)
+    assert world.store.slots[("job", at(1))].claimed_by == "w2"
+
+
+class Stalled:
+    """Ignores cancellation for ``stall`` of virtual time, as a paused process would."""
+
+    def __init__(self, sleeper: FakeSleeper, stall: timedelta) -> None:
+        self.sleeper = sleeper
+        self.stall = stall
+        self.calls: list[datetime] = []
+
+    async def run_once(self, as_of: datetime) -> str:
+        self.calls.append(as_of)
+        try:
+            await self.sleeper.sleep_until(self.sleeper.clock.now() + timedelta(hours=1))
+        except asyncio.CancelledError:
+            await self.sleeper.sleep_until(self.sleeper.clock.now() + self.stall)
+        return "late"
+
+
+async def test_a_stalled_holder_loses_its_slot_and_its_finish_is_fenced(world: World) -> None:
+    stalled = Stalled(world.sleeper, timedelta(minutes=5))
+    rec = Recorder()
+    reg_a, reg_b = world.registry("w1"), world.registry("w2")
+    reg_a.register(sched(stalled, mode=Mode.CLUSTER_ONCE, max_duration=timedelta(seconds=20)))
+    reg_b.register(sched(rec, mode=Mode.CLUSTER_ONCE, max_duration=timedelta(seconds=20)))
+    await reg_a.start()
+    await world.sleeper.advance_to(at(1) - timedelta(seconds=1))
+    await reg_b.start()
+    try:
+        await world.sleeper.advance_to(at(1) + timedelta(seconds=31))
+        # w1 won the slot, stalled past its lease (30 s); w2 took it over and ran it.
+        assert stalled.calls == [at(1)] and rec.calls == [at(1)]
+        assert world.store.slots[("job", at(1))].claimed_by == "w2"
+        await world.sleeper.advance_to(at(1) + timedelta(minutes=6))
+    finally:
+        await reg_a.stop(timeout=1)
+        await reg_b.stop(timeout=1)
+    claim = world.store.slots[("job", at(1))]
+    assert (claim.claimed_by, claim.result) == ("w2", "ok")
+    assert counts(reg_a)["lease_lost"] == 1 and counts(reg_b)["reclaimed"] == 1
+
+
+async def test_an_unfinished_slot_older_than_the_latest_is_not_replayed_under_skip(
+    world: World,
+) -> None:
+    rec = Recorder()
+    await world.store.claim_slot("job", at(1), "w1", "dead", at(1) + timedelta(seconds=30))
+    await world.store.advance_state("job", at(1), "w1")
+    world.clock.set(at(2) + timedelta(seconds=5))
+    reg = world.registry("w2")
+    reg.register(sched(rec, mode=Mode.CLUSTER_ONCE))
+    records = await reg.run_due()
+    # Slot 2 runs on time; slot 1 (died mid-run) is older than the latest slot: skip.
+    assert [(r.slot, r.kind) for r in records] == [(at(2), "on_time")]
+    assert world.store.slots[("job", at(1))].result is None
+
+
+async def test_catch_up_takes_over_unfinished_slots_within_its_window(world: World) -> None:
+    rec = Recorder()
+    for k in (1, 2, 3):
+        await world.store.claim_slot("job", at(k), "w1", f"dead{k}", at(k) + timedelta(seconds=40))
+    await world.store.finish_slot("job", at(2), "dead2", "ok", 1.0)
+    await world.store.advance_state("job", at(3), "w1")
+    world.clock.set(at(3) + timedelta(seconds=45))
+    reg = world.registry("w2")
+    reg.register(
+        sched(
+            rec,
+            mode=Mode.CLUSTER_ONCE,
+            misfire=Misfire.CATCH_UP,
+            catch_up_window=timedelta(minutes=2, seconds=30),
+        )
+    )
+    records = await reg.run_due()
+    # Slot 1 is out of the window, slot 2 finished: only slot 3 is taken over.
+    assert [(r.slot, r.kind, r.result) for r in records] == [(at(3), "reclaimed", "ok")]
+    assert rec.calls == [at(3)]
 
 
 # -- visibility --------------------------------------------------------------------------------
@@ -672,6 +872,9 @@ async def test_list_is_json_able_and_complete(world: World) -> None:
         "deduped": 0,
         "missed": 0,
         "wakes": 0,
+        "claim_retries": 0,
+        "reclaimed": 0,
+        "lease_lost": 0,
     }
     assert rows["summary"]["last_summary"] == {"rows": 3}
     daily = rows["daily"]
