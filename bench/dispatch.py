@@ -13,7 +13,7 @@ from streams.clock import SystemClock
 from streams.domain.calendar import CLOSED_EVENT_REASONS
 from streams.runtime import Runtime
 from streams.settings import Settings
-from streams.timers.calendar_dispatch import CalendarReminderDispatcher, DispatchConfig
+from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 
 # Claim + transition + outbox insert for one batch, in a single statement: the reference.
 # It does the same work as the real path: the same claim, Sent with SentAt or Skipped with

@@ -1,16 +1,18 @@
-"""The Faust app, built once per process from settings: topics, agents, tables, services, web."""
+"""The Faust app, built once per process from settings: the shared services (timer registry,
+outbox relay, web views) and every slice in streams/slices, which adds its own topics,
+agents, tables, schedules and status sections."""
 
 from __future__ import annotations
 
 import faust
 from mode import Service
 
-from streams.agents import calendar_events
 from streams.outbox.config import RelayConfig
 from streams.outbox.relay import OutboxRelay
 from streams.runtime import Runtime
 from streams.settings import Settings
-from streams.timers.jobs import CALENDAR_DISPATCH, build_registry, dispatch_waker
+from streams.slices import SliceContext, install_all
+from streams.timers.jobs import build_registry
 from streams.timers.registry import TimerRegistry
 from streams.topics import Topics
 from streams.web import views
@@ -20,10 +22,11 @@ class WorkerServices(Service):
     """Background parts of a worker that are not agents: the timer registry and the outbox
     relay. Started once the app is up (tables recovered); the database pool closes last."""
 
-    def __init__(self, runtime: Runtime, registry: TimerRegistry, **kwargs: object) -> None:
+    def __init__(self, ctx: SliceContext, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.runtime = runtime
-        self.registry = registry
+        self.ctx = ctx
+        self.runtime: Runtime = ctx.runtime
+        self.registry: TimerRegistry = ctx.registry
         self.relay: OutboxRelay | None = None
 
     async def on_start(self) -> None:
@@ -35,8 +38,8 @@ class WorkerServices(Service):
         )
         await self.relay.start()
         await self.registry.start()
-        # A (re)started worker catches up on due reminders now, not at the next 60 s slot.
-        self.registry.wake(CALENDAR_DISPATCH)
+        for started in self.ctx.on_started:
+            started()
 
     async def on_stop(self) -> None:
         # Runs finish (or roll back) first, so their outbox rows are visible to the relay's
@@ -70,12 +73,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
         table_standby_replicas=0,
         logging_config=None,
     )
-    registry = build_registry(runtime)
-    topics = Topics(app, settings)
-    calendar = calendar_events.register(app, runtime, topics, on_due=dispatch_waker(registry))
-    consumers = {"calendar-events": calendar.consumer} if calendar.consumer else {}
-    views.register(
-        app, runtime, registry, [c for c in [calendar.cache] if c is not None], consumers
-    )
-    app.service(WorkerServices(runtime, registry))  # type: ignore[arg-type]
+    ctx = SliceContext(app, runtime, Topics(app, settings), build_registry(runtime))
+    install_all(ctx)
+    views.register(ctx)
+    app.service(WorkerServices(ctx))  # type: ignore[arg-type]
     return app

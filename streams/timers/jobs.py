@@ -1,9 +1,12 @@
-"""Every periodic job of a worker, declared in this one place through the timer registry."""
+"""The worker's timer registry: its PostgreSQL store and the shared maintenance jobs.
+
+Slices declare their own schedules on the same registry when they install themselves
+(streams/slices/*/__init__.py), before it starts: every timer goes through this one registry.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,13 +15,8 @@ import asyncpg
 from db.timers import TimerRepository
 from streams.outbox.retention import OutboxRetention, RetentionConfig
 from streams.runtime import Runtime
-from streams.timers.calendar_dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.timers.registry import SlotPruner, TimerRegistry
 from streams.timers.schedule import Handler, Misfire, Mode, Schedule
-
-CALENDAR_DISPATCH = "calendar-dispatch"
-# Dispatch runs need DueAt < AsOf (strict), so a precise wake-up comes just after DueAt.
-WAKE_NUDGE = timedelta(milliseconds=2)
 
 
 class RuntimeTimerStore:
@@ -88,18 +86,9 @@ class OnPool:
         return await self._handler.run_once(as_of)
 
 
-def dispatch_waker(registry: TimerRegistry) -> Callable[[datetime], None]:
-    """Wake the calendar dispatcher right after ``due_at`` (sub-second lateness; the 60 s
-    cycle remains the safety net). Used by the dispatcher itself and the events agent."""
-
-    def wake(due_at: datetime) -> None:
-        registry.wake(CALENDAR_DISPATCH, at=due_at + WAKE_NUDGE)
-
-    return wake
-
-
 def build_registry(runtime: Runtime) -> TimerRegistry:
-    """The worker's registry with every job declared; raises RegistrationError on bad settings."""
+    """The worker's registry with the maintenance jobs declared; raises RegistrationError on
+    bad settings. Slices add theirs before ``start()``."""
     from streams.timers.metrics import TimerMetrics
 
     store = RuntimeTimerStore(runtime)
@@ -107,22 +96,8 @@ def build_registry(runtime: Runtime) -> TimerRegistry:
         store=store, clock=runtime.clock, metrics=TimerMetrics(runtime.metrics.registry)
     )
 
-    dispatcher = CalendarReminderDispatcher(
-        runtime,
-        DispatchConfig(),
-        on_next_due=dispatch_waker(registry),
-        should_stop=lambda: registry.stopping,
-    )
     registry.register_all(
         [
-            Schedule(
-                name=CALENDAR_DISPATCH,
-                interval=timedelta(seconds=60),
-                handler=dispatcher,
-                max_duration=timedelta(seconds=30),
-                mode=Mode.EVERY_INSTANCE,
-                settings_prefix="TIMER_CALENDAR_DISPATCH_",
-            ),
             Schedule(
                 name="outbox-retention",
                 interval=timedelta(hours=1),
@@ -149,10 +124,5 @@ def build_registry(runtime: Runtime) -> TimerRegistry:
                 settings_prefix="TIMER_SLOT_PRUNE_",
             ),
         ]
-    )
-    # One budget: the dispatcher drains for as long as the schedule's (possibly overridden)
-    # max duration allows, and stops between batches before the registry would cancel it.
-    dispatcher.config = replace(
-        dispatcher.config, max_duration=registry.get(CALENDAR_DISPATCH).max_duration
     )
     return registry

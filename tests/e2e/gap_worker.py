@@ -24,8 +24,8 @@ from typing import Any
 
 from faust.transport import consumer as faust_consumer
 
-from streams.agents import calendar_events
 from streams.cli import main
+from streams.slices.calendar import events as calendar_events
 
 INPUT = "pin.calendar.events.v1"
 

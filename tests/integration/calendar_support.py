@@ -9,11 +9,12 @@ from unittest.mock import MagicMock
 
 import asyncpg
 
-from streams.agents.calendar_events import ApplyResult, CalendarEventsApplier
+from streams.agents.applier import ApplyResult
 from streams.agents.consumer import Decoded
 from streams.clock import ManualClock
 from streams.runtime import Runtime
 from streams.settings import Settings
+from streams.slices.calendar.events import CalendarEventsApplier, CalendarWrite
 from tests.support.factories import T0, parsed
 
 
@@ -21,7 +22,9 @@ def make_runtime(database_url: str, now: datetime = T0, **settings: Any) -> Runt
     return Runtime(Settings(database_url=database_url, **settings), clock=ManualClock(now))
 
 
-async def apply(applier: CalendarEventsApplier, *messages: dict[str, Any]) -> ApplyResult:
+async def apply(
+    applier: CalendarEventsApplier, *messages: dict[str, Any]
+) -> ApplyResult[CalendarWrite]:
     # The Kafka event is only needed by the cache (changelog partition); a stand-in does here.
     return await applier([Decoded(MagicMock(), parsed(m)) for m in messages])
 

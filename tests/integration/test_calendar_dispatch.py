@@ -14,9 +14,9 @@ import pytest
 
 from db import calendar as repo
 from db.connector import DatabaseUnavailable, create_pool
-from streams.agents.calendar_events import CalendarEventsApplier
 from streams.contracts.calendar import CalendarEventChanged
-from streams.timers.calendar_dispatch import CalendarReminderDispatcher, DispatchConfig
+from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
+from streams.slices.calendar.events import CalendarEventsApplier
 from tests.integration.calendar_support import apply, make_runtime, outbox
 from tests.support.factories import T0, calendar_event, parsed
 
@@ -150,7 +150,7 @@ async def test_poison_row_is_excluded_logged_and_retried_next_cycle(
         "UPDATE calendar.events SET time_zone = 'Mars/Olympus' WHERE event_id = $1::uuid", bad
     )
     d = dispatcher(database_url, batch_size=2)
-    with caplog.at_level(logging.ERROR, logger="streams.timers.calendar_dispatch"):
+    with caplog.at_level(logging.ERROR, logger="streams.slices.calendar.dispatch"):
         result = await d.run_once(AFTER_DUE)
     assert (result.sent_count, result.failed_count) == (4, 1)
     assert await statuses(pool) == {"Sent": 4, "Pending": 1}

@@ -6,12 +6,18 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import asyncpg
+import faust
 import pytest
 
-from streams.agents.calendar_events import CalendarEventsApplier
 from streams.clock import ManualClock
-from streams.timers.calendar_dispatch import CalendarReminderDispatcher, DispatchConfig
-from streams.timers.jobs import CALENDAR_DISPATCH, build_registry
+from streams.runtime import Runtime
+from streams.slices import SliceContext, install_all
+from streams.slices.calendar import CALENDAR_DISPATCH
+from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
+from streams.slices.calendar.events import CalendarEventsApplier
+from streams.timers.jobs import build_registry
+from streams.timers.registry import TimerRegistry
+from streams.topics import Topics
 from tests.integration.calendar_support import apply, make_runtime
 from tests.support.factories import T0, calendar_event
 
@@ -29,6 +35,14 @@ class SlowBatches(CalendarReminderDispatcher):
         assert isinstance(self.clock, ManualClock)
         self.clock.advance(0.25)
         return claimed
+
+
+def installed(runtime: Runtime) -> TimerRegistry:
+    """The registry of a worker with the calendar slice installed (the app is never started)."""
+    app = faust.App(f"budget-{id(runtime)}", broker="kafka://127.0.0.1:9", autodiscover=False)
+    ctx = SliceContext(app, runtime, Topics(app, runtime.settings), build_registry(runtime))
+    install_all(ctx, ["calendar"])
+    return ctx.registry
 
 
 @pytest.fixture
@@ -65,7 +79,7 @@ async def test_the_schedule_setting_is_the_dispatchers_budget(
 ) -> None:
     runtime = make_runtime(database_url)
     monkeypatch.setenv("TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS", "45")
-    registry = build_registry(runtime)
+    registry = installed(runtime)
     handler = registry.get(CALENDAR_DISPATCH).handler
     assert isinstance(handler, CalendarReminderDispatcher)
     assert registry.get(CALENDAR_DISPATCH).max_duration == timedelta(seconds=45)
@@ -73,6 +87,6 @@ async def test_the_schedule_setting_is_the_dispatchers_budget(
     await runtime.close()
     monkeypatch.setenv("TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS", "3")
     other = make_runtime(database_url)
-    lowered = build_registry(other).get(CALENDAR_DISPATCH).handler
+    lowered = installed(other).get(CALENDAR_DISPATCH).handler
     assert lowered.config.max_duration == timedelta(seconds=3)  # type: ignore[attr-defined]
     await other.close()

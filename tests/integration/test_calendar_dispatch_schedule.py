@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from streams.agents.calendar_events import CalendarEventsApplier
 from streams.clock import ManualClock
 from streams.runtime import Runtime
 from streams.settings import Settings
+from streams.slices.calendar.dispatch import CalendarReminderDispatcher
+from streams.slices.calendar.events import CalendarEventsApplier
 from streams.timers import InMemoryTimerStore, Mode, Schedule, TimerRegistry
-from streams.timers.calendar_dispatch import CalendarReminderDispatcher
 from tests.integration.calendar_support import apply
 from tests.support.factories import calendar_event
 

@@ -8,8 +8,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from streams.agents.calendar_events import CalendarEventsApplier
 from streams.metrics import Metrics
+from streams.slices.calendar.events import CalendarEventsApplier
 from streams.tables.cache import KeyCache
 from tests.integration.calendar_support import apply, make_runtime, reminders
 from tests.support.factories import T0, calendar_event
@@ -35,8 +35,9 @@ async def test_create_materializes_one_pending_row_per_offset(
 ) -> None:
     e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60, 15, 15])
     result = await apply(applier, e)
-    assert result.applied == 1 and result.reminders_pending == 2
-    assert result.earliest_due == START - timedelta(minutes=60)
+    assert result.applied == 1 and result.details is not None
+    assert result.details.reminders_pending == 2
+    assert result.details.earliest_due == START - timedelta(minutes=60)
     assert await reminders(pool, e["EventId"]) == [
         (60, START - timedelta(minutes=60), "Pending", None),
         (15, START - timedelta(minutes=15), "Pending", None),

@@ -12,10 +12,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from streams.agents.calendar_events import CalendarEventsApplier
 from streams.agents.consumer import ContractConsumer
 from streams.contracts import CALENDAR_EVENTS
 from streams.runtime import Runtime
+from streams.slices.calendar.events import CalendarEventsApplier
 from tests.integration.calendar_support import make_runtime
 from tests.support.factories import calendar_event, encode
 
@@ -187,7 +187,7 @@ async def test_a_message_the_database_rejects_goes_to_the_dlq_and_the_rest_of_th
 async def test_a_code_error_while_applying_dead_letters_that_message_only(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import streams.agents.calendar_events as agent
+    import streams.slices.calendar.events as agent
 
     real = agent.wanted_reminders
 

@@ -19,11 +19,11 @@ from streams.clock import Clock
 from streams.contracts import REMINDER_DUE
 from streams.contracts.calendar import EventStatus, ReminderDueEvent
 from streams.domain.calendar import dispatch_skip_reason
-from streams.metrics import CalendarDispatchMetrics
 from streams.outbox.records import OutboxRecord, insert_many, record_for
 from streams.runtime import Runtime
+from streams.slices.calendar.metrics import CalendarDispatchMetrics
 
-log = logging.getLogger("streams.timers.calendar_dispatch")
+log = logging.getLogger("streams.slices.calendar.dispatch")
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class CalendarReminderDispatcher:
     ) -> None:
         self.runtime = runtime
         self.config = config or DispatchConfig()
-        self.metrics = metrics or runtime.metrics.calendar_dispatch
+        self.metrics = metrics or runtime.metrics.family(CalendarDispatchMetrics)
         self.clock: Clock = runtime.clock
         self.on_next_due = on_next_due
         self.should_stop = should_stop

@@ -1,0 +1,154 @@
+"""The versioned-state recipe every state input follows: newest Version per key in a batch,
+consult the cache, write in one transaction, remember in the cache only after the commit.
+
+A slice supplies a ``StateWriter`` (its key, its content fingerprint and its SQL through a
+repository); everything else is here, so each new input is a writer and a few lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+import asyncpg
+
+from db.connector import transaction
+from streams.agents.consumer import Decoded
+from streams.contracts.base import StateMessage
+from streams.runtime import Runtime
+from streams.tables.cache import KeyCache
+
+M = TypeVar("M", bound=StateMessage)
+D = TypeVar("D")
+M_contra = TypeVar("M_contra", bound=StateMessage, contravariant=True)
+
+
+@dataclass
+class Written(Generic[D]):
+    """What one transaction of a writer did."""
+
+    applied: set[str]
+    """Keys whose new state was stored (the database's Version check let it in)."""
+    advanced: set[str]
+    """Keys of unchanged states whose stored Version moved forward."""
+    details: D
+    """Whatever else the slice reports (rows made, earliest due time, ...)."""
+
+
+class StateWriter(Protocol[M_contra, D]):
+    def key(self, message: M_contra) -> str:
+        """The entity's identity (the cache key)."""
+        ...
+
+    def fingerprint(self, message: M_contra) -> str:
+        """Digest of everything the stored rows depend on (not Version or OccurredAt): two
+        states with one fingerprint lead to the same rows."""
+        ...
+
+    async def write(
+        self,
+        conn: asyncpg.Connection,
+        changed: Sequence[M_contra],
+        unchanged: Sequence[M_contra],
+        now: datetime,
+    ) -> Written[D]:
+        """Store ``changed`` states where newer (Version guard in SQL) and move the stored
+        Version of ``unchanged`` ones forward, in the caller's transaction."""
+        ...
+
+
+@dataclass
+class ApplyResult(Generic[D]):
+    applied: int = 0
+    """Messages whose state changed rows."""
+    stale: int = 0
+    """Not newer than what is stored or cached, or superseded within the batch."""
+    cache_skipped: int = 0
+    """Newer Version with unchanged content: only the stored Version moved."""
+    applied_keys: set[str] = field(default_factory=set)
+    applied_positions: set[int] = field(default_factory=set)
+    """Positions in the batch of the messages that changed state (the rest were no-ops)."""
+    details: D | None = None
+
+
+class VersionedStateApplier(Generic[M, D]):
+    """``apply`` for ContractConsumer: idempotent, so replays and redeliveries are no-ops.
+
+    The cache (key → last Version + fingerprint) only saves work: a message it calls stale
+    changes nothing; one it calls unchanged only moves the stored Version; anything else
+    goes to PostgreSQL, whose Version check decides. The cache is written after the
+    commit and only for what the database accepted, so it may lag but never lead.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        writer: StateWriter[M, D],
+        cache: KeyCache | None = None,
+        after_commit: Callable[[D], None] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.writer = writer
+        self.cache = cache
+        self.after_commit = after_commit
+
+    async def __call__(self, batch: Sequence[Decoded[M]]) -> ApplyResult[D]:
+        writer = self.writer
+        newest: dict[str, tuple[int, Decoded[M]]] = {}
+        for i, d in enumerate(batch):
+            key = writer.key(d.message)
+            seen = newest.get(key)
+            if seen is None or d.message.version > seen[1].message.version:
+                newest[key] = (i, d)
+        result: ApplyResult[D] = ApplyResult(stale=len(batch) - len(newest))
+        changed: list[tuple[int, Decoded[M]]] = []
+        unchanged: list[Decoded[M]] = []
+        for key, (i, d) in newest.items():
+            cached = self.cache.get(key) if self.cache is not None else None
+            if cached is not None and d.message.version <= cached["v"]:
+                result.stale += 1
+            elif cached is not None and cached["fp"] == writer.fingerprint(d.message):
+                unchanged.append(d)
+            else:
+                changed.append((i, d))
+        if not changed and not unchanged:
+            return result
+        pool = await self.runtime.pool()
+        async with transaction(pool) as conn:
+            written = await writer.write(
+                conn,
+                [d.message for _, d in changed],
+                [d.message for d in unchanged],
+                self.runtime.clock.now(),
+            )
+        # Committed: from here on the cache may learn what the database now says.
+        result.details = written.details
+        for i, d in changed:
+            key = writer.key(d.message)
+            if key in written.applied:
+                result.applied += 1
+                result.applied_keys.add(key)
+                result.applied_positions.add(i)
+                self._remember(d, key)
+            else:
+                result.stale += 1
+        for d in unchanged:
+            key = writer.key(d.message)
+            if key in written.advanced:
+                result.cache_skipped += 1
+                self._remember(d, key)
+            else:
+                result.stale += 1
+        if self.after_commit is not None:
+            self.after_commit(written.details)
+        return result
+
+    def _remember(self, d: Decoded[M], key: str) -> None:
+        if self.cache is not None:
+            value: dict[str, Any] = {
+                "v": d.message.version,
+                "fp": self.writer.fingerprint(d.message),
+            }
+            self.cache.put(d.event, key, value)

@@ -1,0 +1,80 @@
+"""Calendar input: event states become the events projection and Pending reminder rows.
+
+The recipe's versioned-state applier does the batching, caching and transaction; this
+module says what an event's key, fingerprint and rows are (rules in streams/domain/calendar.py,
+SQL in db/calendar.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from db import calendar as repo
+from streams.agents.applier import VersionedStateApplier, Written
+from streams.contracts.calendar import CalendarEventChanged
+from streams.domain.calendar import fingerprint, insertable, unwanted_reason, wanted_reminders
+from streams.runtime import Runtime
+from streams.tables.cache import KeyCache
+
+
+@dataclass(frozen=True)
+class CalendarWrite:
+    reminders_pending: int = 0
+    """Reminder rows made Pending (new, or Skipped rows wanted again)."""
+    reminders_skipped: int = 0
+    """Pending rows the new states no longer want."""
+    earliest_due: datetime | None = None
+    """The earliest DueAt among the rows made Pending (to wake the dispatcher then)."""
+
+
+class CalendarEventsWriter:
+    def key(self, message: CalendarEventChanged) -> str:
+        return str(message.event_id)
+
+    def fingerprint(self, message: CalendarEventChanged) -> str:
+        return fingerprint(message)
+
+    async def write(
+        self,
+        conn: asyncpg.Connection,
+        changed: Sequence[CalendarEventChanged],
+        unchanged: Sequence[CalendarEventChanged],
+        now: datetime,
+    ) -> Written[CalendarWrite]:
+        applied = await repo.upsert_events(conn, changed, now)
+        stored = [e for e in changed if e.event_id in applied]
+        wanted = {e.event_id: wanted_reminders(e) for e in stored}
+        skipped = await repo.skip_unwanted_reminders(
+            conn,
+            {e.event_id: unwanted_reason(e.status) for e in stored},
+            [slot.reminder_id for slots in wanted.values() for slot in slots],
+            now,
+        )
+        new = [slot for e in stored for slot in insertable(wanted[e.event_id], e.occurred_at)]
+        dues = await repo.ensure_reminders(conn, new, now)
+        advanced = await repo.advance_versions(conn, unchanged, now)
+        return Written(
+            applied={str(i) for i in applied},
+            advanced={str(i) for i in advanced},
+            details=CalendarWrite(len(dues), skipped, min(dues) if dues else None),
+        )
+
+
+class CalendarEventsApplier(VersionedStateApplier[CalendarEventChanged, CalendarWrite]):
+    """Applies a batch of event states; ``on_due`` hears the earliest new DueAt after commit."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        cache: KeyCache | None = None,
+        on_due: Callable[[datetime], None] | None = None,
+    ) -> None:
+        def after_commit(details: CalendarWrite) -> None:
+            if on_due is not None and details.earliest_due is not None:
+                on_due(details.earliest_due)
+
+        super().__init__(runtime, CalendarEventsWriter(), cache, after_commit)

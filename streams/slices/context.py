@@ -1,0 +1,73 @@
+"""What a slice gets to install itself: the app, the runtime, the topics, the timer registry,
+and helpers that wire an input, a cache table or a status section the same way every time."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import faust
+from faust.types import StreamT
+
+from streams.agents.consumer import ContractConsumer, Decoded
+from streams.contracts import Contract, TopicContract
+from streams.runtime import Runtime
+from streams.tables.cache import KeyCache
+from streams.timers.registry import TimerRegistry
+from streams.topics import Topics
+
+M = TypeVar("M", bound=Contract)
+
+
+@dataclass
+class SliceContext:
+    app: faust.App
+    runtime: Runtime
+    topics: Topics
+    registry: TimerRegistry
+    consumers: dict[str, ContractConsumer[Any]] = field(default_factory=dict)
+    """Agent name → its consumer (health and /status read their progress and DLQ counts)."""
+    caches: list[KeyCache] = field(default_factory=list)
+    status_sections: dict[str, Callable[[], Any]] = field(default_factory=dict)
+    """Extra /status sections: name → a function returning JSON-able data."""
+    on_started: list[Callable[[], None]] = field(default_factory=list)
+    """Called once the worker's services run (e.g. catch up on what came due while down)."""
+
+    def cache_table(self, name: str, help: str) -> KeyCache:
+        """A changelog-backed table (RocksDB, JSON keys and values) used as a per-key cache
+        in front of PostgreSQL, counted and shown on /status."""
+        table = self.app.Table(
+            name,
+            default=None,
+            partitions=self.runtime.settings.topic_partitions,
+            schema=faust.Schema(key_serializer="json", value_serializer="json"),
+            help=help,
+        )
+        cache = KeyCache(table, self.runtime.metrics.agents)
+        self.caches.append(cache)
+        return cache
+
+    def input(
+        self,
+        agent_name: str,
+        contract: TopicContract[M],
+        apply: Callable[[Sequence[Decoded[M]]], Awaitable[object]],
+    ) -> ContractConsumer[M]:
+        """An agent on ``contract``'s topic with the shared loop: batch, decode, dead-letter
+        bad messages, ``apply`` the rest, ack after the commit. One in-flight batch per
+        partition (concurrency 1), so a partition is never processed out of order."""
+        consumer = ContractConsumer(
+            contract, apply, self.topics.dlq_of(contract), self.runtime.metrics.agents
+        )
+
+        async def run(stream: StreamT[Any]) -> None:
+            await consumer.run(stream)
+
+        run.__name__ = run.__qualname__ = agent_name.replace("-", "_")
+        self.app.agent(self.topics.input(contract), name=agent_name, concurrency=1)(run)
+        self.consumers[agent_name] = consumer
+        return consumer
+
+    def status(self, name: str, section: Callable[[], Any]) -> None:
+        self.status_sections[name] = section
