@@ -150,3 +150,14 @@ async def count_backlog(conn: asyncpg.Connection, as_of: datetime) -> int:
 async def next_due(conn: asyncpg.Connection) -> datetime | None:
     value: datetime | None = await conn.fetchval(sql("calendar_next_due"))
     return value
+
+
+async def events_count(conn: asyncpg.Connection, event_ids: Sequence[UUID]) -> int:
+    return int(await conn.fetchval(sql("calendar_events_count"), list(event_ids)))
+
+
+async def reminders_status_count(
+    conn: asyncpg.Connection, event_ids: Sequence[UUID]
+) -> dict[str, int]:
+    rows = await conn.fetch(sql("calendar_reminders_status_count"), list(event_ids))
+    return {str(r["status"]): int(r["n"]) for r in rows}

@@ -110,3 +110,13 @@ SELECT count(*) FROM calendar.event_reminders WHERE status = 'Pending' AND due_a
 -- name: calendar_next_due
 -- The earliest Pending DueAt, to wake the dispatcher exactly then.
 SELECT min(due_at) FROM calendar.event_reminders WHERE status = 'Pending';
+
+-- name: calendar_events_count
+-- How many of the given events are in the projection (demo and operators' checks).
+SELECT count(*) FROM calendar.events WHERE event_id = ANY($1::uuid[]);
+
+-- name: calendar_reminders_status_count
+-- Reminder rows of the given events by status.
+SELECT status, count(*) AS n FROM calendar.event_reminders
+WHERE event_id = ANY($1::uuid[])
+GROUP BY status;

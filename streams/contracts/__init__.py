@@ -99,7 +99,10 @@ def decode(contract: TopicContract[M], raw: bytes | None) -> M:
     if raw is None:
         raise ContractError("message has no value (tombstone)", "json")
     try:
-        return contract.model.model_validate_json(raw)
+        # Wire names only (PascalCase aliases): snake_case is how our code builds models,
+        # not something a producer may send. Strict: "5" is not a Version, 1.0 is not a
+        # ContractVersion, a number is not an instant.
+        return contract.model.model_validate_json(raw, by_alias=True, by_name=False, strict=True)
     except ValidationError as exc:
         errors = exc.errors(include_input=False, include_url=False)
         if any(e["type"] == "json_invalid" for e in errors):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from datetime import date, time
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from streams.contracts.base import MAX_VERSION, Contract, Instant, StateMessage, TimeZoneId
 
@@ -34,6 +35,16 @@ class FiringPolicy(StrEnum):
     FALSE_TO_TRUE = "FalseToTrue"
 
 
+def _all_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_all_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_all_finite(v) for v in value)
+    return True
+
+
 class SourceEntityChanged(StateMessage):
     """pin.automation.source-events.v1 — key SourceType:SourceGuid."""
 
@@ -44,6 +55,13 @@ class SourceEntityChanged(StateMessage):
     occurred_at: Instant
     is_active: bool
     attributes: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("attributes")
+    @classmethod
+    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if not _all_finite(v):
+            raise ValueError("numbers must be finite (NaN and Infinity cannot be re-encoded)")
+        return v
 
 
 class Threshold(Contract):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -36,9 +36,14 @@ def _zone(value: str) -> str:
     return value
 
 
+_EARLIEST = datetime(MIN_YEAR, 1, 1, tzinfo=UTC)
+_LATEST = datetime(MAX_YEAR, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+
+
 def _instant(value: datetime) -> datetime:
-    if not MIN_YEAR <= value.year <= MAX_YEAR:
-        raise ValueError(f"instant must be between the years {MIN_YEAR} and {MAX_YEAR}")
+    # Compared as instants (aware comparison cannot overflow), not by the written local year.
+    if not _EARLIEST <= value <= _LATEST:
+        raise ValueError(f"instant must be between the years {MIN_YEAR} and {MAX_YEAR} (UTC)")
     return value
 
 
@@ -60,6 +65,8 @@ class Contract(BaseModel):
         frozen=True,
         # Producers may add fields (additive changes keep ContractVersion 1); we ignore them.
         extra="ignore",
+        # NaN and Infinity cannot be written back as JSON (they would become null).
+        allow_inf_nan=False,
         str_strip_whitespace=False,
     )
 
