@@ -14,7 +14,7 @@ from streams.contracts.calendar import CalendarEventChanged
 from streams.domain.calendar import ReminderSlot
 
 
-async def upsert_events(
+async def events_upsert(
     conn: asyncpg.Connection, events: Sequence[CalendarEventChanged], now: datetime
 ) -> set[UUID]:
     """Store newer event states; returns the ids whose state was applied."""
@@ -39,7 +39,7 @@ async def upsert_events(
     return {r["event_id"] for r in rows}
 
 
-async def skip_unwanted_reminders(
+async def reminders_skip_unwanted(
     conn: asyncpg.Connection,
     reasons: Mapping[UUID, str],
     wanted: Sequence[UUID],
@@ -59,7 +59,7 @@ async def skip_unwanted_reminders(
     return len(rows)
 
 
-async def advance_versions(
+async def events_version_advance(
     conn: asyncpg.Connection, events: Sequence[CalendarEventChanged], now: datetime
 ) -> set[UUID]:
     """Move Version/OccurredAt of unchanged states forward; returns the ids that moved."""
@@ -75,7 +75,7 @@ async def advance_versions(
     return {r["event_id"] for r in rows}
 
 
-async def ensure_reminders(
+async def reminders_ensure(
     conn: asyncpg.Connection, slots: Sequence[ReminderSlot], now: datetime
 ) -> list[datetime]:
     """Insert (or re-open Skipped) reminders; returns the DueAt of every row made Pending."""
@@ -113,11 +113,11 @@ class ClaimedReminder:
 _CLAIMED = [f.name for f in fields(ClaimedReminder)]
 
 
-async def claim_due(
+async def reminders_claim_due(
     conn: asyncpg.Connection, as_of: datetime, batch_size: int, exclude: Sequence[UUID]
 ) -> tuple[list[ClaimedReminder], int]:
     """Lock up to ``batch_size`` due reminders (with their event). Returns (rows, visible due)."""
-    rows = await conn.fetch(sql("calendar_dispatch_claim"), as_of, batch_size, list(exclude))
+    rows = await conn.fetch(sql("calendar_reminders_claim_due"), as_of, batch_size, list(exclude))
     visible = int(rows[0]["visible_due"]) if rows else 0
     claimed = [
         ClaimedReminder(*(r[f] for f in _CLAIMED)) for r in rows if r["reminder_id"] is not None
@@ -125,7 +125,7 @@ async def claim_due(
     return claimed, visible
 
 
-async def mark_dispatched(
+async def reminders_mark_dispatched(
     conn: asyncpg.Connection,
     transitions: Sequence[tuple[UUID, str, str | None]],
     as_of: datetime,
@@ -134,7 +134,7 @@ async def mark_dispatched(
     if not transitions:
         return 0
     status = await conn.execute(
-        sql("calendar_dispatch_mark"),
+        sql("calendar_reminders_mark_dispatched"),
         [t[0] for t in transitions],
         [t[1] for t in transitions],
         [t[2] for t in transitions],
@@ -143,12 +143,12 @@ async def mark_dispatched(
     return int(status.split()[-1])
 
 
-async def count_backlog(conn: asyncpg.Connection, as_of: datetime) -> int:
-    return int(await conn.fetchval(sql("calendar_dispatch_backlog"), as_of))
+async def reminders_count_due(conn: asyncpg.Connection, as_of: datetime) -> int:
+    return int(await conn.fetchval(sql("calendar_reminders_count_due"), as_of))
 
 
-async def next_due(conn: asyncpg.Connection) -> datetime | None:
-    value: datetime | None = await conn.fetchval(sql("calendar_next_due"))
+async def reminders_next_due(conn: asyncpg.Connection) -> datetime | None:
+    value: datetime | None = await conn.fetchval(sql("calendar_reminders_next_due"))
     return value
 
 

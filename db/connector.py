@@ -28,6 +28,10 @@ import asyncpg
 
 from db.queries import sql
 
+# What streams/ may name: the database port's types, not the driver module.
+Pool = asyncpg.Pool
+Connection = asyncpg.Connection
+
 
 class DatabaseUnavailable(Exception):
     """PostgreSQL is unreachable or unwell: retry later, the input is fine."""

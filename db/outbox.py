@@ -67,14 +67,12 @@ async def lane_transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connecti
         yield conn
 
 
-async def lock_pending_lanes(
-    conn: asyncpg.Connection, *, exclude: Sequence[int], limit: int
-) -> list[int]:
+async def lanes_lock(conn: asyncpg.Connection, *, exclude: Sequence[int], limit: int) -> list[int]:
     rows = await conn.fetch(sql("outbox_lanes_lock"), LANE_LOCK_SPACE, list(exclude), limit)
     return sorted(int(r["lane"]) for r in rows)
 
 
-async def fetch_pending(
+async def pending_get(
     conn: asyncpg.Connection,
     lanes: Sequence[int],
     per_lane: int,
@@ -99,18 +97,18 @@ async def fetch_pending(
     ]
 
 
-async def mark_published(
+async def published_mark(
     conn: asyncpg.Connection, ids: Sequence[int], published_at: datetime
 ) -> int:
     return int(await conn.fetchval(sql("outbox_published_mark"), list(ids), published_at))
 
 
-async def get_backlog(conn: asyncpg.Connection) -> Backlog:
+async def backlog_get(conn: asyncpg.Connection) -> Backlog:
     row = await conn.fetchrow(sql("outbox_backlog_get"))
     return Backlog(count=int(row["backlog"]), oldest_created_at=row["oldest_created_at"])
 
 
-async def delete_published_before(conn: asyncpg.Connection, cutoff: datetime, limit: int) -> int:
+async def published_delete(conn: asyncpg.Connection, cutoff: datetime, limit: int) -> int:
     return int(await conn.fetchval(sql("outbox_published_delete"), cutoff, limit))
 
 
@@ -118,5 +116,5 @@ async def listen(conn: asyncpg.Connection, callback: NotifyCallback) -> None:
     await conn.add_listener(CHANNEL, callback)
 
 
-async def ping(conn: asyncpg.Connection) -> None:
+async def listener_ping(conn: asyncpg.Connection) -> None:
     await conn.fetchval(sql("outbox_listener_ping"))

@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-import asyncpg
-
-from db.connector import SessionLimits, create_pool
+from db.connector import Pool, SessionLimits, create_pool
 from streams.clock import Clock, SystemClock
 from streams.metrics import Metrics
 from streams.settings import Settings
@@ -20,10 +18,10 @@ class Runtime:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.clock: Clock = clock or SystemClock()
-        self._pool: asyncpg.Pool | None = None
+        self._pool: Pool | None = None
         self._pool_lock = asyncio.Lock()
 
-    async def pool(self) -> asyncpg.Pool:
+    async def pool(self) -> Pool:
         """The worker's connection pool, created on first use (agents may start before services)."""
         if self._pool is None:
             async with self._pool_lock:

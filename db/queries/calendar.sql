@@ -64,7 +64,7 @@ ON CONFLICT (reminder_id) DO UPDATE SET
 WHERE r.status = 'Skipped'
 RETURNING r.reminder_id, r.due_at;
 
--- name: calendar_dispatch_claim
+-- name: calendar_reminders_claim_due
 -- Due Pending reminders, oldest first, with their parent event, locked for this
 -- transaction. SKIP LOCKED passes over rows another instance holds and events an
 -- in-flight change (reschedule/cancel) holds; FOR SHARE on the event lets two
@@ -93,7 +93,7 @@ SELECT c.*, v.n AS visible_due
 FROM visible v LEFT JOIN claimed c ON true
 ORDER BY c.due_at;
 
--- name: calendar_dispatch_mark
+-- name: calendar_reminders_mark_dispatched
 -- Terminal transitions of one claimed batch: Sent (SentAt = AsOf) or Skipped with reason.
 UPDATE calendar.event_reminders r
 SET status = m.status,
@@ -103,11 +103,11 @@ SET status = m.status,
 FROM unnest($1::uuid[], $2::text[], $3::text[]) AS m(reminder_id, status, reason)
 WHERE r.reminder_id = m.reminder_id AND r.status = 'Pending';
 
--- name: calendar_dispatch_backlog
+-- name: calendar_reminders_count_due
 -- Due and still Pending (the seed's backlog gauge); a range scan on the partial index.
 SELECT count(*) FROM calendar.event_reminders WHERE status = 'Pending' AND due_at < $1;
 
--- name: calendar_next_due
+-- name: calendar_reminders_next_due
 -- The earliest Pending DueAt, to wake the dispatcher exactly then.
 SELECT min(due_at) FROM calendar.event_reminders WHERE status = 'Pending';
 

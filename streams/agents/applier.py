@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-import asyncpg
-
-from db.connector import transaction
+from db.connector import Connection, transaction
 from streams.agents.consumer import Decoded
 from streams.contracts.base import StateMessage
 from streams.runtime import Runtime
@@ -49,7 +47,7 @@ class StateWriter(Protocol[M_contra, D]):
 
     async def write(
         self,
-        conn: asyncpg.Connection,
+        conn: Connection,
         changed: Sequence[M_contra],
         unchanged: Sequence[M_contra],
         now: datetime,

@@ -58,7 +58,7 @@ class NotifyListener:
                 while not (stopping.is_set() or lost.is_set()):
                     await wait_any(stopping, lost, within=self._check_interval)
                     if not (stopping.is_set() or lost.is_set()):
-                        await asyncio.wait_for(repo.ping(conn), timeout=10)
+                        await asyncio.wait_for(repo.listener_ping(conn), timeout=10)
                 if lost.is_set():
                     raise ConnectionError("LISTEN connection closed")
             except Exception as exc:

@@ -232,14 +232,14 @@ class OutboxRelay:
         rows: list[repo.PendingRow] = []
         try:
             async with repo.lane_transaction(pool) as conn:
-                lanes = await repo.lock_pending_lanes(
+                lanes = await repo.lanes_lock(
                     conn, exclude=paused, limit=self.config.max_lanes_per_pass
                 )
                 if not lanes:
                     return RelayResult(lanes=0, published=0, failed=0, more=False)
                 probing = self._lanes.probing(lanes)
                 per_lane = max(1, math.ceil(self.config.batch_size / len(lanes)))
-                rows = await repo.fetch_pending(conn, lanes, per_lane, probe=probing)
+                rows = await repo.pending_get(conn, lanes, per_lane, probe=probing)
                 try:
                     async with asyncio.timeout(self.config.publish_timeout):
                         sent = await publish(
@@ -256,7 +256,7 @@ class OutboxRelay:
                     ) from None
                 published_at = self._clock.now()
                 if sent.acked:
-                    marked = await repo.mark_published(
+                    marked = await repo.published_mark(
                         conn, [r.id for r in sent.acked], published_at
                     )
                     if marked != len(sent.acked):
@@ -333,7 +333,7 @@ class OutboxRelay:
         """Set the backlog and oldest-unpublished-age gauges from the database."""
         pool = self._opened()
         async with pool.acquire() as conn:
-            backlog = await repo.get_backlog(conn)
+            backlog = await repo.backlog_get(conn)
         self._metrics.backlog.set(backlog.count)
         age = 0.0
         if backlog.oldest_created_at is not None:

@@ -64,7 +64,7 @@ class OutboxRetention:
         more = False
         while True:
             async with self._pool.acquire() as conn:
-                n = await repo.delete_published_before(conn, cutoff, self.config.chunk_size)
+                n = await repo.published_delete(conn, cutoff, self.config.chunk_size)
             chunks += 1
             deleted += n
             self._metrics.deleted.inc(n)

@@ -10,8 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import asyncpg
-
+from db.connector import Pool
 from db.timers import TimerRepository
 from streams.outbox.retention import OutboxRetention, RetentionConfig
 from streams.runtime import Runtime
@@ -75,7 +74,7 @@ class RuntimeTimerStore:
 class OnPool:
     """A handler built on first run from the worker's pool (declared before the pool exists)."""
 
-    def __init__(self, runtime: Runtime, build: Callable[[asyncpg.Pool], Handler]) -> None:
+    def __init__(self, runtime: Runtime, build: Callable[[Pool], Handler]) -> None:
         self.runtime = runtime
         self.build = build
         self._handler: Handler | None = None

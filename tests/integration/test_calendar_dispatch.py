@@ -202,8 +202,8 @@ async def test_rows_locked_by_an_inflight_cancel_are_passed_over_then_never_sent
         tx = conn.transaction()
         await tx.start()
         # The agent's cancel is in flight: event row updated and reminders locked.
-        await repo.upsert_events(conn, [cancel], T0)
-        await repo.skip_unwanted_reminders(conn, {cancel.event_id: "EventCancelled"}, [], T0)
+        await repo.events_upsert(conn, [cancel], T0)
+        await repo.reminders_skip_unwanted(conn, {cancel.event_id: "EventCancelled"}, [], T0)
         d = dispatcher(database_url)
         during = await d.run_once(AFTER_DUE)
         assert (during.sent_count, during.skipped_locked_count) == (0, 1)
@@ -228,20 +228,20 @@ async def test_cancel_arriving_while_dispatcher_holds_the_row_waits_and_cannot_u
         # Dispatcher's claim holds the reminder; the cancel must wait for its commit.
         tx = holder.transaction()
         await tx.start()
-        rows, _ = await repo.claim_due(holder, AFTER_DUE, 10, [])
+        rows, _ = await repo.reminders_claim_due(holder, AFTER_DUE, 10, [])
         assert len(rows) == 1
 
         async def cancel_event() -> int:
             async with canceller.transaction():
-                await repo.upsert_events(canceller, [cancel], T0)
-                return await repo.skip_unwanted_reminders(
+                await repo.events_upsert(canceller, [cancel], T0)
+                return await repo.reminders_skip_unwanted(
                     canceller, {cancel.event_id: "EventCancelled"}, [], T0
                 )
 
         task = asyncio.create_task(cancel_event())
         await wait_until_blocked(pool, "calendar.event_reminders")
         assert not task.done()
-        await repo.mark_dispatched(holder, [(rows[0].reminder_id, "Sent", None)], AFTER_DUE)
+        await repo.reminders_mark_dispatched(holder, [(rows[0].reminder_id, "Sent", None)], AFTER_DUE)
         await tx.commit()
         assert await task == 0  # the row was no longer Pending when the cancel got it
     finally:
@@ -300,8 +300,8 @@ async def test_backlog_gauge_counts_due_pending_rows_left(
     pool = await create_pool(database_url)
     try:
         async with pool.acquire() as conn:
-            assert await repo.count_backlog(conn, AFTER_DUE) == 3
-            assert await repo.next_due(conn) == DUE
+            assert await repo.reminders_count_due(conn, AFTER_DUE) == 3
+            assert await repo.reminders_next_due(conn) == DUE
     finally:
         await pool.close()
 

@@ -58,7 +58,7 @@ async def write(
 
 async def backlog(pool: asyncpg.Pool) -> int:
     async with pool.acquire() as conn:
-        return (await repo.get_backlog(conn)).count
+        return (await repo.backlog_get(conn)).count
 
 
 def backlog_at_most(pool: asyncpg.Pool, limit: int) -> Callable[[], Awaitable[bool]]:

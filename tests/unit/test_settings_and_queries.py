@@ -33,6 +33,6 @@ def test_named_statements_parse() -> None:
 
 
 def test_every_statement_is_loaded_and_unknown_names_are_named() -> None:
-    assert "calendar_dispatch_claim" in all_queries()
+    assert "calendar_reminders_claim_due" in all_queries()
     with pytest.raises(KeyError, match="no_such"):
         sql("no_such")

@@ -10,11 +10,9 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-import asyncpg
-
 from db import calendar as repo
 from db.calendar import ClaimedReminder
-from db.connector import transaction
+from db.connector import Pool, transaction
 from streams.clock import Clock
 from streams.contracts import REMINDER_DUE
 from streams.contracts.calendar import EventStatus, ReminderDueEvent
@@ -138,8 +136,8 @@ class CalendarReminderDispatcher:
                     )
                     break
             async with pool.acquire() as conn:
-                result.backlog = await repo.count_backlog(conn, as_of)
-                result.next_due = await repo.next_due(conn)
+                result.backlog = await repo.reminders_count_due(conn, as_of)
+                result.next_due = await repo.reminders_next_due(conn)
         except Exception:
             self.metrics.errors.inc()
             raise
@@ -164,7 +162,7 @@ class CalendarReminderDispatcher:
             )
         return result
 
-    async def _batch(self, pool: asyncpg.Pool, as_of: datetime, result: DispatchResult) -> int:
+    async def _batch(self, pool: Pool, as_of: datetime, result: DispatchResult) -> int:
         """One claimed batch in one transaction; returns how many rows were claimed."""
         n = self.config.batch_size
         sent: list[tuple[UUID, str, str | None]] = []
@@ -173,7 +171,7 @@ class CalendarReminderDispatcher:
         lateness: list[float] = []
         poison: list[UUID] = []
         async with transaction(pool) as conn:
-            rows, visible = await repo.claim_due(conn, as_of, n, result.poison)
+            rows, visible = await repo.reminders_claim_due(conn, as_of, n, result.poison)
             for row in rows:
                 reason = dispatch_skip_reason(EventStatus(row.event_status))
                 if reason is not None:
@@ -199,7 +197,7 @@ class CalendarReminderDispatcher:
                 sent.append((row.reminder_id, "Sent", None))
                 records.append(record)
                 lateness.append((as_of - row.due_at).total_seconds())
-            await repo.mark_dispatched(conn, sent + skipped, as_of)
+            await repo.reminders_mark_dispatched(conn, sent + skipped, as_of)
             await insert_many(conn, records)
         # Counted only once the transaction has committed.
         result.batches += 1

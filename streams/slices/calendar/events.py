@@ -11,9 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-import asyncpg
-
 from db import calendar as repo
+from db.connector import Connection
 from streams.agents.applier import VersionedStateApplier, Written
 from streams.contracts.calendar import CalendarEventChanged
 from streams.domain.calendar import fingerprint, insertable, unwanted_reason, wanted_reminders
@@ -40,23 +39,23 @@ class CalendarEventsWriter:
 
     async def write(
         self,
-        conn: asyncpg.Connection,
+        conn: Connection,
         changed: Sequence[CalendarEventChanged],
         unchanged: Sequence[CalendarEventChanged],
         now: datetime,
     ) -> Written[CalendarWrite]:
-        applied = await repo.upsert_events(conn, changed, now)
+        applied = await repo.events_upsert(conn, changed, now)
         stored = [e for e in changed if e.event_id in applied]
         wanted = {e.event_id: wanted_reminders(e) for e in stored}
-        skipped = await repo.skip_unwanted_reminders(
+        skipped = await repo.reminders_skip_unwanted(
             conn,
             {e.event_id: unwanted_reason(e.status) for e in stored},
             [slot.reminder_id for slots in wanted.values() for slot in slots],
             now,
         )
         new = [slot for e in stored for slot in insertable(wanted[e.event_id], e.occurred_at)]
-        dues = await repo.ensure_reminders(conn, new, now)
-        advanced = await repo.advance_versions(conn, unchanged, now)
+        dues = await repo.reminders_ensure(conn, new, now)
+        advanced = await repo.events_version_advance(conn, unchanged, now)
         return Written(
             applied={str(i) for i in applied},
             advanced={str(i) for i in advanced},

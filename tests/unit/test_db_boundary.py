@@ -1,0 +1,81 @@
+"""The database boundary has one shape: named statements in db/queries/<context>.sql, one
+repository function per statement named after it, and no SQL or driver in streams/."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from db.queries import QUERIES_DIR, parse
+
+ROOT = Path(__file__).resolve().parents[2]
+# Repositories whose functions mirror their statements: <context>_<function>.
+MIRRORED = ["calendar", "outbox"]
+SQL_TEXT = re.compile(r"\b(SELECT\s|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM)", re.I)
+# The startup probe tells a refused login from an absent server by asyncpg's error types.
+DRIVER_ALLOWED = {"streams/wait.py"}
+
+
+def _sql_calls(fn: ast.AST) -> list[str]:
+    return [
+        node.args[0].value
+        for node in ast.walk(fn)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "sql"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    ]
+
+
+@pytest.mark.parametrize("context", MIRRORED)
+def test_each_statement_has_one_function_named_after_it(context: str) -> None:
+    statements = set(parse((QUERIES_DIR / f"{context}.sql").read_text(), context))
+    tree = ast.parse((ROOT / "db" / f"{context}.py").read_text())
+    used: set[str] = set()
+    for fn in tree.body:
+        if isinstance(fn, ast.AsyncFunctionDef | ast.FunctionDef):
+            calls = _sql_calls(fn)
+            if not calls:
+                continue
+            assert len(calls) == 1, f"db/{context}.py:{fn.name} runs {calls}: one statement each"
+            assert calls[0] == f"{context}_{fn.name}", (
+                f"db/{context}.py:{fn.name} runs {calls[0]}; name it after its statement"
+            )
+            used.add(calls[0])
+    assert statements == used, f"statements without a function: {sorted(statements - used)}"
+
+
+def _python_files(folder: str) -> list[Path]:
+    return sorted(p for p in (ROOT / folder).rglob("*.py"))
+
+
+def test_no_sql_text_in_streams() -> None:
+    offenders = []
+    for path in _python_files("streams"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and SQL_TEXT.search(node.value)
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_streams_does_not_import_the_driver() -> None:
+    offenders = []
+    for path in _python_files("streams"):
+        rel = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n.split(".")[0] == "asyncpg" for n in names) and rel not in DRIVER_ALLOWED:
+                offenders.append(rel)
+    assert offenders == []
