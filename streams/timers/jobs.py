@@ -5,16 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
-
-import asyncpg
 
 from db.timers import TimerRepository
-from streams.outbox.retention import OutboxRetention, RetentionConfig
+from streams.maintenance import maintenance_schedules
 from streams.runtime import Runtime
 from streams.timers.calendar_dispatch import CalendarReminderDispatcher, DispatchConfig
-from streams.timers.registry import SlotPruner, TimerRegistry
-from streams.timers.schedule import Handler, Misfire, Mode, Schedule
+from streams.timers.registry import TimerRegistry
+from streams.timers.schedule import Mode, Schedule
 
 CALENDAR_DISPATCH = "calendar-dispatch"
 # Dispatch runs need DueAt < AsOf (strict), so a precise wake-up comes just after DueAt.
@@ -74,20 +71,6 @@ class RuntimeTimerStore:
         return await (await self._repo()).prune_slots(before, limit)
 
 
-class OnPool:
-    """A handler built on first run from the worker's pool (declared before the pool exists)."""
-
-    def __init__(self, runtime: Runtime, build: Callable[[asyncpg.Pool], Handler]) -> None:
-        self.runtime = runtime
-        self.build = build
-        self._handler: Handler | None = None
-
-    async def run_once(self, as_of: datetime) -> Any:
-        if self._handler is None:
-            self._handler = self.build(await self.runtime.pool())
-        return await self._handler.run_once(as_of)
-
-
 def dispatch_waker(registry: TimerRegistry) -> Callable[[datetime], None]:
     """Wake the calendar dispatcher right after ``due_at`` (sub-second lateness; the 60 s
     cycle remains the safety net). Used by the dispatcher itself and the events agent."""
@@ -123,31 +106,7 @@ def build_registry(runtime: Runtime) -> TimerRegistry:
                 mode=Mode.EVERY_INSTANCE,
                 settings_prefix="TIMER_CALENDAR_DISPATCH_",
             ),
-            Schedule(
-                name="outbox-retention",
-                interval=timedelta(hours=1),
-                handler=OnPool(
-                    runtime,
-                    lambda pool: OutboxRetention(
-                        pool,
-                        metrics=runtime.metrics.outbox,
-                        config=RetentionConfig.from_settings(runtime.settings),
-                    ),
-                ),
-                max_duration=timedelta(minutes=5),
-                mode=Mode.CLUSTER_ONCE,
-                misfire=Misfire.COALESCE,
-                settings_prefix="TIMER_OUTBOX_RETENTION_",
-            ),
-            Schedule(
-                name="timer-slot-prune",
-                cron="17 3 * * *",
-                handler=SlotPruner(store),
-                max_duration=timedelta(minutes=5),
-                mode=Mode.CLUSTER_ONCE,
-                misfire=Misfire.COALESCE,
-                settings_prefix="TIMER_SLOT_PRUNE_",
-            ),
+            *maintenance_schedules(runtime, store),
         ]
     )
     # One budget: the dispatcher drains for as long as the schedule's (possibly overridden)

@@ -12,8 +12,9 @@ from streams.agents.calendar_events import CalendarEventsApplier
 from streams.clock import ManualClock
 from streams.runtime import Runtime
 from streams.settings import Settings
-from streams.timers import InMemoryTimerStore, Mode, Schedule, TimerRegistry
+from streams.timers import Mode, Schedule, TimerRegistry
 from streams.timers.calendar_dispatch import CalendarReminderDispatcher
+from streams.timers.testing import InMemoryTimerStore
 from tests.integration.calendar_support import apply
 from tests.support.factories import calendar_event
 
