@@ -1,4 +1,7 @@
-"""Transactional outbox: records written with state changes, the relay that publishes them."""
+"""Transactional outbox: records written with state changes, the relay that publishes them.
+
+Retention of published rows is a maintenance job: streams.maintenance.outbox_retention.
+"""
 
 from __future__ import annotations
 
@@ -13,19 +16,15 @@ from streams.outbox.records import (
     wire_headers,
 )
 from streams.outbox.relay import OutboxRelay
-from streams.outbox.retention import OutboxRetention, RetentionConfig, RetentionResult
 
 __all__ = [
     "OUTBOX_ID_HEADER",
     "OutboxRecord",
     "OutboxRelay",
-    "OutboxRetention",
     "Producer",
     "ProducerFactory",
     "RelayConfig",
     "RelayResult",
-    "RetentionConfig",
-    "RetentionResult",
     "insert_many",
     "kafka_producer_factory",
     "outbox_id_of",

@@ -1,17 +1,9 @@
 """Periodic-task registry: every timer of the service is declared and run here."""
 
 from streams.timers.metrics import TimerMetrics
-from streams.timers.registry import (
-    ClockSleeper,
-    InMemoryTimerStore,
-    PruneResult,
-    RunRecord,
-    Sleeper,
-    SlotPruner,
-    TimerRegistry,
-    TimerStore,
-    summarize,
-)
+from streams.timers.ports import ClockSleeper, Sleeper, TimerStore
+from streams.timers.registry import TimerRegistry
+from streams.timers.runs import RunRecord, summarize
 from streams.timers.schedule import (
     Handler,
     Misfire,
@@ -37,16 +29,13 @@ __all__ = [
     "Cadence",
     "ClockSleeper",
     "Handler",
-    "InMemoryTimerStore",
     "Misfire",
     "Mode",
-    "PruneResult",
     "RegistrationError",
     "ResolvedSchedule",
     "RunRecord",
     "Schedule",
     "Sleeper",
-    "SlotPruner",
     "SlotRange",
     "TimerMetrics",
     "TimerRegistry",

@@ -6,16 +6,13 @@ Slices declare their own schedules on the same registry when they install themse
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
-from typing import Any
+from collections.abc import Sequence
+from datetime import datetime
 
-from db.connector import Pool
 from db.timers import TimerRepository
-from streams.outbox.retention import OutboxRetention, RetentionConfig
+from streams.maintenance import maintenance_schedules
 from streams.runtime import Runtime
-from streams.timers.registry import SlotPruner, TimerRegistry
-from streams.timers.schedule import Handler, Misfire, Mode, Schedule
+from streams.timers.registry import TimerRegistry
 
 
 class RuntimeTimerStore:
@@ -71,20 +68,6 @@ class RuntimeTimerStore:
         return await (await self._repo()).prune_slots(before, limit)
 
 
-class OnPool:
-    """A handler built on first run from the worker's pool (declared before the pool exists)."""
-
-    def __init__(self, runtime: Runtime, build: Callable[[Pool], Handler]) -> None:
-        self.runtime = runtime
-        self.build = build
-        self._handler: Handler | None = None
-
-    async def run_once(self, as_of: datetime) -> Any:
-        if self._handler is None:
-            self._handler = self.build(await self.runtime.pool())
-        return await self._handler.run_once(as_of)
-
-
 def build_registry(runtime: Runtime) -> TimerRegistry:
     """The worker's registry with the maintenance jobs declared; raises RegistrationError on
     bad settings. Slices add theirs before ``start()``."""
@@ -95,33 +78,5 @@ def build_registry(runtime: Runtime) -> TimerRegistry:
         store=store, clock=runtime.clock, metrics=TimerMetrics(runtime.metrics.registry)
     )
 
-    registry.register_all(
-        [
-            Schedule(
-                name="outbox-retention",
-                interval=timedelta(hours=1),
-                handler=OnPool(
-                    runtime,
-                    lambda pool: OutboxRetention(
-                        pool,
-                        metrics=runtime.metrics.outbox,
-                        config=RetentionConfig.from_settings(runtime.settings),
-                    ),
-                ),
-                max_duration=timedelta(minutes=5),
-                mode=Mode.CLUSTER_ONCE,
-                misfire=Misfire.COALESCE,
-                settings_prefix="TIMER_OUTBOX_RETENTION_",
-            ),
-            Schedule(
-                name="timer-slot-prune",
-                cron="17 3 * * *",
-                handler=SlotPruner(store),
-                max_duration=timedelta(minutes=5),
-                mode=Mode.CLUSTER_ONCE,
-                misfire=Misfire.COALESCE,
-                settings_prefix="TIMER_SLOT_PRUNE_",
-            ),
-        ]
-    )
+    registry.register_all(maintenance_schedules(runtime, store))
     return registry

@@ -67,6 +67,24 @@ class TimerMetrics:
             ["schedule"],
             registry=registry,
         )
+        self.takeovers = Counter(
+            "timer_slot_takeovers_total",
+            "Cluster-once slots this worker took over after their claimant's lease ran out",
+            ["schedule"],
+            registry=registry,
+        )
+        self.lease_lost = Counter(
+            "timer_lease_lost_total",
+            "Runs of this worker whose slot another worker took over before they finished",
+            ["schedule"],
+            registry=registry,
+        )
+        self.claim_retries = Counter(
+            "timer_claim_retries_total",
+            "Slot claims that failed (store unavailable) and are retried after a backoff",
+            ["schedule"],
+            registry=registry,
+        )
 
     def prime(self, schedule: str) -> None:
         """Create every series of a schedule at zero so dashboards and rate() see it at once."""
@@ -77,3 +95,6 @@ class TimerMetrics:
         self.missed.labels(schedule=schedule)
         self.dedupes.labels(schedule=schedule)
         self.overlap_skips.labels(schedule=schedule)
+        self.takeovers.labels(schedule=schedule)
+        self.lease_lost.labels(schedule=schedule)
+        self.claim_retries.labels(schedule=schedule)

@@ -241,7 +241,9 @@ async def test_cancel_arriving_while_dispatcher_holds_the_row_waits_and_cannot_u
         task = asyncio.create_task(cancel_event())
         await wait_until_blocked(pool, "calendar.event_reminders")
         assert not task.done()
-        await repo.reminders_mark_dispatched(holder, [(rows[0].reminder_id, "Sent", None)], AFTER_DUE)
+        await repo.reminders_mark_dispatched(
+            holder, [(rows[0].reminder_id, "Sent", None)], AFTER_DUE
+        )
         await tx.commit()
         assert await task == 0  # the row was no longer Pending when the cancel got it
     finally:

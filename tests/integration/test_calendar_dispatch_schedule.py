@@ -13,7 +13,8 @@ from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher
 from streams.slices.calendar.events import CalendarEventsApplier
-from streams.timers import InMemoryTimerStore, Mode, Schedule, TimerRegistry
+from streams.timers import Mode, Schedule, TimerRegistry
+from streams.timers.testing import InMemoryTimerStore
 from tests.integration.calendar_support import apply
 from tests.support.factories import calendar_event
 

@@ -25,13 +25,12 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 import db.outbox as repo
 from db.connector import transaction
 from streams.clock import ManualClock
+from streams.maintenance import OutboxRetention, RetentionConfig
 from streams.metrics import Metrics
 from streams.outbox import (
     OutboxRecord,
     OutboxRelay,
-    OutboxRetention,
     RelayConfig,
-    RetentionConfig,
     insert_many,
     outbox_id_of,
 )

@@ -253,6 +253,16 @@ async def _started_registry(pool: asyncpg.Pool, handler: TwoInserts) -> TimerReg
     return reg
 
 
+async def _open_transactions(pool: asyncpg.Pool, last_query: str) -> int:
+    """Sessions of this test's database idle inside a transaction after ``last_query``."""
+    count = await pool.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND state = 'idle in transaction' AND query = $1",
+        last_query,
+    )
+    return int(count)
+
+
 async def test_shutdown_cancels_an_overlong_run_and_its_transaction_rolls_back(
     pool: asyncpg.Pool,
 ) -> None:
@@ -266,8 +276,18 @@ async def test_shutdown_cancels_an_overlong_run_and_its_transaction_rolls_back(
 async def test_shutdown_lets_a_run_finish_and_commit_within_the_bound(pool: asyncpg.Pool) -> None:
     handler = TwoInserts(pool)
     reg = await _started_registry(pool, handler)
-    stopping = asyncio.create_task(reg.stop(timeout=10))
-    await asyncio.sleep(0.05)
+    began = asyncio.Event()
+
+    async def stop() -> None:
+        began.set()
+        await reg.stop(timeout=10)
+
+    stopping = asyncio.create_task(stop())
+    # A signal, not a sleep: once the task has set it, stop() runs up to its first wait.
+    await began.wait()
+    assert reg.stopping
+    # The run is still inside its transaction (PostgreSQL sees it) and stop() waits for it.
+    assert await _open_transactions(pool, "INSERT INTO shutdown_probe (v) VALUES (1)") == 1
     assert not stopping.done()
     handler.release.set()
     await stopping

@@ -10,6 +10,7 @@ import pytest
 
 from streams.contracts import CALENDAR_EVENTS, REMINDER_DUE
 from streams.contracts.calendar import ReminderDueEvent
+from streams.maintenance.outbox_retention import RetentionConfig
 from streams.outbox.config import RelayConfig
 from streams.outbox.records import (
     OUTBOX_ID_HEADER,
@@ -18,7 +19,6 @@ from streams.outbox.records import (
     record_for,
     wire_headers,
 )
-from streams.outbox.retention import RetentionConfig
 
 
 def reminder_due() -> ReminderDueEvent:

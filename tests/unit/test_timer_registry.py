@@ -16,66 +16,21 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from streams.clock import ManualClock
+from streams.maintenance import SlotPruner
 from streams.timers import (
-    InMemoryTimerStore,
     Misfire,
     Mode,
     RunRecord,
     Schedule,
-    SlotPruner,
     TimerMetrics,
     TimerRegistry,
 )
+from streams.timers.leases import CLAIM_RETRY_MAX, claim_backoff
+from streams.timers.testing import FakeSleeper, InMemoryTimerStore, settle
 
 MINUTE = timedelta(minutes=1)
 # A minute boundary: slots of a 60 s interval are T0 + k minutes.
 T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC)
-
-
-class FakeSleeper:
-    """Virtual time: sleepers park until advance_to() moves the ManualClock past their instant."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        self.clock = clock
-        self._waiters: list[tuple[datetime, asyncio.Future[None]]] = []
-
-    async def sleep_until(self, instant: datetime) -> None:
-        if instant <= self.clock.now():
-            await asyncio.sleep(0)
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = (instant, future)
-        self._waiters.append(waiter)
-        try:
-            await future
-        finally:
-            self._waiters.remove(waiter)
-
-    async def advance_to(self, when: datetime) -> None:
-        """Move time forward, waking every sleeper due on the way, in order."""
-        while True:
-            await settle()
-            due = [i for i, f in self._waiters if i <= when and not f.done()]
-            if not due:
-                break
-            step = min(due)
-            if step > self.clock.now():
-                self.clock.set(step)
-            for instant, future in self._waiters:
-                if instant <= self.clock.now() and not future.done():
-                    future.set_result(None)
-        if when > self.clock.now():
-            self.clock.set(when)
-        await settle()
-
-    async def advance(self, delta: timedelta) -> None:
-        await self.advance_to(self.clock.now() + delta)
-
-
-async def settle() -> None:
-    # Enough loop turns for a woken loop to plan, claim, run and park again.
-    for _ in range(100):
-        await asyncio.sleep(0)
 
 
 class Recorder:
@@ -645,6 +600,13 @@ async def test_a_failed_claim_is_retried_and_the_slot_runs(world: World) -> None
     assert counts(reg)["missed"] == 0
 
 
+def test_claim_backoff_doubles_and_is_capped_even_after_a_long_outage() -> None:
+    assert [claim_backoff(n).total_seconds() for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+    assert claim_backoff(3, first=timedelta(milliseconds=100)) == timedelta(milliseconds=400)
+    # Hours of consecutive failures must not overflow timedelta.
+    assert claim_backoff(10_000) == CLAIM_RETRY_MAX
+
+
 @pytest.mark.parametrize(
     ("policy", "window", "runs", "kind"),
     [
@@ -808,6 +770,60 @@ async def test_catch_up_takes_over_unfinished_slots_within_its_window(world: Wor
     # Slot 1 is out of the window, slot 2 finished: only slot 3 is taken over.
     assert [(r.slot, r.kind, r.result) for r in records] == [(at(3), "reclaimed", "ok")]
     assert rec.calls == [at(3)]
+
+
+async def test_takeovers_lost_leases_and_claim_retries_are_counted_in_metrics(
+    world: World,
+) -> None:
+    prom_a, prom_b = CollectorRegistry(), CollectorRegistry()
+
+    def registry(
+        worker_id: str, prom: CollectorRegistry, store: InMemoryTimerStore
+    ) -> TimerRegistry:
+        return TimerRegistry(
+            store=store,
+            clock=world.clock,
+            sleeper=world.sleeper,
+            metrics=TimerMetrics(prom),
+            environ={},
+            worker_id=worker_id,
+        )
+
+    def sample(prom: CollectorRegistry, name: str) -> float | None:
+        return prom.get_sample_value(name, {"schedule": "job"})
+
+    names = ("timer_slot_takeovers_total", "timer_lease_lost_total", "timer_claim_retries_total")
+    stalled = Stalled(world.sleeper, timedelta(minutes=5))
+    reg_a, reg_b = registry("w1", prom_a, world.store), registry("w2", prom_b, world.store)
+    reg_a.register(sched(stalled, mode=Mode.CLUSTER_ONCE, max_duration=timedelta(seconds=20)))
+    reg_b.register(sched(Recorder(), mode=Mode.CLUSTER_ONCE, max_duration=timedelta(seconds=20)))
+    # Primed at registration: every series exists at zero.
+    assert [sample(p, n) for p in (prom_a, prom_b) for n in names] == [0.0] * 6
+    await reg_a.start()
+    await world.sleeper.advance_to(at(1) - timedelta(seconds=1))
+    await reg_b.start()
+    try:
+        await world.sleeper.advance_to(at(1) + timedelta(minutes=6))
+    finally:
+        await reg_a.stop(timeout=1)
+        await reg_b.stop(timeout=1)
+    # w1 stalled past its lease and lost the slot; w2 took it over.
+    assert [sample(prom_a, n) for n in names] == [0.0, 1.0, 0.0]
+    assert [sample(prom_b, n) for n in names] == [1.0, 0.0, 0.0]
+
+    prom_c = CollectorRegistry()
+    reg_c = registry("w3", prom_c, FailingClaims(2))
+    reg_c.register(sched(Recorder(), name="job", mode=Mode.CLUSTER_ONCE))
+    await reg_c.run_due()
+    world.clock.set(at(10))
+    await reg_c.run_due()
+    world.clock.set(at(10) + timedelta(seconds=1))
+    await reg_c.run_due()
+    world.clock.set(at(10) + timedelta(seconds=3))
+    [record] = await reg_c.run_due()
+    assert (record.slot, record.result) == (at(10), "ok")
+    assert [sample(prom_c, n) for n in names] == [0.0, 0.0, 2.0]
+    assert counts(reg_c)["claim_retries"] == 2
 
 
 # -- visibility --------------------------------------------------------------------------------

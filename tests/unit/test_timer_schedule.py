@@ -11,13 +11,13 @@ import pytest
 
 from streams.clock import ManualClock
 from streams.timers import (
-    InMemoryTimerStore,
     Misfire,
     Mode,
     RegistrationError,
     Schedule,
     TimerRegistry,
 )
+from streams.timers.testing import InMemoryTimerStore
 
 T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC)
 PREFIX = "TIMER_CALENDAR_DISPATCH_"

@@ -11,7 +11,8 @@ import db.outbox as repo
 from streams.metrics import OutboxMetrics
 from streams.settings import Settings
 
-log = logging.getLogger(__name__)
+# The logger name it had under streams/outbox/, kept for log filters and dashboards.
+log = logging.getLogger("streams.outbox.retention")
 
 
 @dataclass(frozen=True, slots=True)

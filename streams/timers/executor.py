@@ -1,0 +1,190 @@
+"""Executing one run of a schedule: claim, the handler under its max duration, outcome, finish."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from streams.clock import Clock
+from streams.timers.leases import SlotLeases
+from streams.timers.logfmt import event
+from streams.timers.metrics import TimerMetrics
+from streams.timers.ports import Sleeper
+from streams.timers.runs import RunRecord, summarize
+from streams.timers.schedule import Handler, Mode, ResolvedSchedule
+from streams.timers.state import ScheduleState
+
+_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Outcome:
+    # ok, failed, timeout or cancelled
+    result: str
+    value: object = None
+    error: str | None = None
+
+
+async def invoke(
+    spec: ResolvedSchedule,
+    as_of: datetime,
+    run_id: str,
+    *,
+    clock: Clock,
+    sleeper: Sleeper,
+    track: Callable[[asyncio.Task[object] | None], None],
+) -> Outcome:
+    """Run ``spec``'s handler as of ``as_of``, cancelled at its max duration.
+
+    ``track`` is told the handler's task while it runs (and None after), so shutdown can
+    cancel it. Cancelling the caller cancels the handler too, and waits for it to unwind.
+    """
+    task: asyncio.Task[object] = asyncio.create_task(
+        _invoke(spec.handler, as_of), name=f"timer:{spec.name}:{run_id}"
+    )
+    track(task)
+    deadline = asyncio.create_task(sleeper.sleep_until(clock.now() + spec.max_duration))
+    try:
+        await asyncio.wait({task, deadline}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # The loop itself is being torn down: take the handler with it, then re-raise.
+        task.cancel()
+        await asyncio.wait({task})
+        raise
+    finally:
+        deadline.cancel()
+        await asyncio.gather(deadline, return_exceptions=True)
+        track(None)
+    if not task.done():
+        task.cancel()
+        # Wait for the cancellation to unwind so the handler's transaction rolls back.
+        await asyncio.wait({task})
+        event(
+            logging.ERROR,
+            "timer_run_timeout",
+            schedule=spec.name,
+            run_id=run_id,
+            max_duration=spec.max_duration.total_seconds(),
+        )
+        return Outcome(
+            "timeout", error=f"exceeded max duration {spec.max_duration.total_seconds():g}s"
+        )
+    if task.cancelled():
+        return Outcome("cancelled", error="cancelled (shutdown)")
+    exc = task.exception()
+    if exc is not None:
+        event(logging.ERROR, "timer_run_failed", schedule=spec.name, run_id=run_id, exc_info=exc)
+        return Outcome("failed", error=f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS])
+    return Outcome("ok", task.result())
+
+
+async def _invoke(handler: Handler, as_of: datetime) -> object:
+    return await handler.run_once(as_of)
+
+
+class RunExecutor:
+    """Runs one slot or wake-up of a schedule and keeps its statistics and metrics."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        sleeper: Sleeper,
+        metrics: TimerMetrics,
+        leases: SlotLeases | None,
+    ) -> None:
+        self._clock = clock
+        self._sleeper = sleeper
+        self._metrics = metrics
+        self._leases = leases
+
+    async def run(
+        self,
+        state: ScheduleState,
+        slot: datetime | None,
+        kind: str,
+        *,
+        as_of: datetime,
+        run_id: str | None = None,
+        claimed: bool = False,
+    ) -> RunRecord:
+        """Claim (cluster-once, unless ``claimed`` already) and run one slot or wake-up."""
+        spec = state.spec
+        name = spec.name
+        run_id = run_id or uuid.uuid4().hex
+        once = slot is not None and spec.mode is Mode.CLUSTER_ONCE
+        if once and not claimed:
+            assert self._leases is not None and slot is not None
+            claim = await self._leases.claim(state, slot, run_id)
+            if not claim.won:
+                if claim.error is not None:
+                    self._ended(state, "failed", None, claim.error, None)
+                result = "deduped" if claim.error is None else "failed"
+                return RunRecord(name, run_id, kind, slot, as_of, result, error=claim.error)
+        if slot is not None and self._leases is not None:
+            await self._leases.advance(name, slot, run_id)
+        started = self._clock.now()
+        began = self._clock.monotonic()
+        if slot is not None:
+            lateness = max(0.0, (started - slot).total_seconds())
+            self._metrics.lateness.labels(schedule=name).observe(lateness)
+        state.stats.started(run_id, slot, started)
+        state.started += 1
+        event(logging.DEBUG, "timer_run_start", schedule=name, run_id=run_id, kind=kind, slot=slot)
+        outcome = await invoke(
+            spec, as_of, run_id, clock=self._clock, sleeper=self._sleeper, track=state.track
+        )
+        result = outcome.result
+        duration = max(0.0, self._clock.monotonic() - began)
+        summary = summarize(outcome.value) if result == "ok" else None
+        self._ended(state, result, summary, outcome.error, duration)
+        self._metrics.duration.labels(schedule=name).observe(duration)
+        if once:
+            assert self._leases is not None and slot is not None
+            await self._leases.finish(state, slot, run_id, result, duration)
+        event(
+            logging.DEBUG if result == "ok" else logging.WARNING,
+            "timer_run_end",
+            schedule=name,
+            run_id=run_id,
+            result=result,
+            duration=duration,
+        )
+        return RunRecord(
+            name, run_id, kind, slot, as_of, result, started, duration, summary, outcome.error
+        )
+
+    async def take_over_expired(
+        self, state: ScheduleState, stopping: asyncio.Event
+    ) -> list[RunRecord]:
+        """Take over and run the schedule's slots whose claimant died or stalled mid-run
+        (unfinished, lease expired); remember when the next live lease runs out."""
+        assert self._leases is not None
+        records: list[RunRecord] = []
+        for slot, lease in await self._leases.unfinished(state):
+            if stopping.is_set():
+                break
+            run_id = await self._leases.take_over(state, slot, lease)
+            if run_id is not None:
+                records.append(
+                    await self.run(
+                        state, slot, "reclaimed", as_of=slot, run_id=run_id, claimed=True
+                    )
+                )
+        return records
+
+    def _ended(
+        self,
+        state: ScheduleState,
+        result: str,
+        summary: Any,
+        error: str | None,
+        duration: float | None,
+    ) -> None:
+        state.stats.ended(result, summary, error, duration)
+        self._metrics.runs.labels(schedule=state.spec.name, result=result).inc()

@@ -1,0 +1,208 @@
+"""Cluster-once slot ownership: claims under a lease, fenced finishes, takeover, claim retries.
+
+A claim holds its slot until max duration + LEASE_MARGIN. A slot whose run never finished
+and whose lease ran out is taken over by one conditional UPDATE (kind ``reclaimed``); the
+finish is fenced on the run id, so a stalled holder's late finish changes nothing. A claim
+the store failed to answer rewinds the horizon and is planned again after a backoff, under
+the schedule's misfire policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from streams.clock import Clock
+from streams.timers.logfmt import event
+from streams.timers.metrics import TimerMetrics
+from streams.timers.misfire import MAX_BACKLOG, reclaim_floor
+from streams.timers.ports import TimerStore
+from streams.timers.schedule import ResolvedSchedule
+from streams.timers.state import ScheduleState
+
+# A claim is held for the schedule's max duration plus this margin (time from claim to
+# start, cancellation unwinding, clock skew between workers).
+LEASE_MARGIN = timedelta(seconds=10)
+# Backoff between retries of a slot whose claim failed (store unavailable): first, at most.
+CLAIM_RETRY_FIRST = timedelta(seconds=1)
+CLAIM_RETRY_MAX = timedelta(seconds=30)
+
+
+def claim_backoff(failures: int, first: timedelta = CLAIM_RETRY_FIRST) -> timedelta:
+    """The wait after the ``failures``-th consecutive failed claim: doubling, capped."""
+    # The exponent is bounded too: a long outage must not overflow timedelta.
+    return min(first * (1 << min(max(failures - 1, 0), 32)), CLAIM_RETRY_MAX)
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    won: bool
+    # Set when the store failed: the slot is planned again after a backoff.
+    error: str | None = None
+
+
+class SlotLeases:
+    """Claims, finishes and takeovers of one worker's cluster-once slots on the store."""
+
+    def __init__(
+        self,
+        store: TimerStore,
+        *,
+        clock: Clock,
+        metrics: TimerMetrics,
+        worker_id: str,
+        lease_margin: timedelta = LEASE_MARGIN,
+        claim_retry: timedelta = CLAIM_RETRY_FIRST,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._metrics = metrics
+        self._worker_id = worker_id
+        self._margin = lease_margin
+        self._retry = claim_retry
+
+    def lease(self, spec: ResolvedSchedule) -> datetime:
+        """Until when a claim made now holds its slot: the run is cancelled at its max
+        duration, so a live holder finishes (and releases the slot) before that."""
+        return self._clock.now() + spec.max_duration + self._margin
+
+    async def claim(self, state: ScheduleState, slot: datetime, run_id: str) -> ClaimResult:
+        """Insert-wins claim of ``slot`` for run ``run_id``."""
+        name = state.spec.name
+        try:
+            won = await self._store.claim_slot(
+                name, slot, self._worker_id, run_id, self.lease(state.spec)
+            )
+        except Exception as exc:
+            self._claim_failed(state, slot)
+            event(
+                logging.ERROR,
+                "timer_claim_failed",
+                schedule=name,
+                run_id=run_id,
+                slot=slot,
+                error=type(exc).__name__,
+                retry_at=state.retry_at,
+            )
+            return ClaimResult(False, f"slot claim failed: {type(exc).__name__}")
+        state.claim_failures = 0
+        state.retry_at = None
+        if not won:
+            state.stats.deduped += 1
+            self._metrics.dedupes.labels(schedule=name).inc()
+            event(logging.DEBUG, "timer_slot_deduped", schedule=name, slot=slot)
+        return ClaimResult(won)
+
+    def _claim_failed(self, state: ScheduleState, slot: datetime) -> None:
+        """Plan ``slot`` (and what follows it) again after a backoff; the misfire policy
+        decides then whether it still runs."""
+        state.claim_failures += 1
+        state.stats.claim_retries += 1
+        self._metrics.claim_retries.labels(schedule=state.spec.name).inc()
+        state.retry_at = self._clock.now() + claim_backoff(state.claim_failures, self._retry)
+        if state.horizon is None or state.horizon >= slot:
+            state.horizon = slot - timedelta(microseconds=1)
+
+    async def advance(self, name: str, slot: datetime, run_id: str) -> None:
+        """Remember ``slot`` as started, so a restart sees the slots it missed."""
+        try:
+            await self._store.advance_state(name, slot, self._worker_id)
+        except Exception as exc:
+            event(
+                logging.WARNING,
+                "timer_state_advance_failed",
+                schedule=name,
+                run_id=run_id,
+                error=type(exc).__name__,
+            )
+
+    async def finish(
+        self, state: ScheduleState, slot: datetime, run_id: str, result: str, duration: float
+    ) -> None:
+        """Record the end of run ``run_id``, unless its slot was taken over meanwhile."""
+        name = state.spec.name
+        try:
+            owned = await self._store.finish_slot(name, slot, run_id, result, duration)
+        except Exception as exc:
+            event(
+                logging.WARNING,
+                "timer_finish_failed",
+                schedule=name,
+                run_id=run_id,
+                error=type(exc).__name__,
+            )
+            return
+        if not owned:
+            # Our lease ran out (paused or too slow) and another worker took the slot over:
+            # its record stands, ours is not written.
+            state.stats.lease_lost += 1
+            self._metrics.lease_lost.labels(schedule=name).inc()
+            event(
+                logging.WARNING,
+                "timer_lease_lost",
+                schedule=name,
+                run_id=run_id,
+                slot=slot,
+                result=result,
+            )
+
+    async def unfinished(self, state: ScheduleState) -> list[tuple[datetime, datetime]]:
+        """(slot, lease) of the schedule's unfinished slots still worth running, oldest first."""
+        spec = state.spec
+        now = self._clock.now()
+        state.lease_check_at = None
+        try:
+            return await self._store.unfinished_slots(
+                spec.name, reclaim_floor(spec, now), MAX_BACKLOG
+            )
+        except Exception as exc:
+            event(
+                logging.WARNING,
+                "timer_lease_check_failed",
+                schedule=spec.name,
+                error=type(exc).__name__,
+            )
+            state.lease_check_at = now + self._retry
+            return []
+
+    async def take_over(self, state: ScheduleState, slot: datetime, lease: datetime) -> str | None:
+        """Take ``slot`` over if its lease ran out: the new run id, or None when the lease
+        still holds (look again when it runs out), another worker was first, or the store
+        failed (look again after the retry delay)."""
+        name = state.spec.name
+        now = self._clock.now()
+        if lease > now:
+            # Still held by a live (or not yet presumed dead) claimant.
+            if state.lease_check_at is None or lease < state.lease_check_at:
+                state.lease_check_at = lease
+            return None
+        run_id = uuid.uuid4().hex
+        try:
+            won = await self._store.reclaim_slot(
+                name, slot, self._worker_id, run_id, self.lease(state.spec), now
+            )
+        except Exception as exc:
+            event(
+                logging.WARNING,
+                "timer_reclaim_failed",
+                schedule=name,
+                slot=slot,
+                error=type(exc).__name__,
+            )
+            state.lease_check_at = now + self._retry
+            return None
+        if not won:
+            return None
+        state.stats.reclaimed += 1
+        self._metrics.takeovers.labels(schedule=name).inc()
+        event(
+            logging.WARNING,
+            "timer_slot_reclaimed",
+            schedule=name,
+            slot=slot,
+            run_id=run_id,
+            lease_expired_at=lease,
+        )
+        return run_id

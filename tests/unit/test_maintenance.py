@@ -1,0 +1,64 @@
+"""Maintenance schedules: declared as cluster-once, coalescing jobs with their env settings."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from streams.clock import ManualClock
+from streams.maintenance import OutboxRetention, SlotPruner, maintenance_schedules
+from streams.runtime import Runtime
+from streams.settings import Settings
+from streams.timers import Misfire, Mode, TimerRegistry
+from streams.timers.on_pool import OnPool
+from streams.timers.testing import InMemoryTimerStore
+
+T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC)
+
+
+def _registry(env: dict[str, str]) -> tuple[TimerRegistry, Runtime, InMemoryTimerStore]:
+    runtime = Runtime(Settings(outbox_retention_hours=36), clock=ManualClock(T0))
+    store = InMemoryTimerStore()
+    registry = TimerRegistry(store=store, clock=runtime.clock, environ=env)
+    registry.register_all(maintenance_schedules(runtime, store))
+    return registry, runtime, store
+
+
+def test_the_maintenance_schedules_are_declared_as_before() -> None:
+    registry, _, _ = _registry({})
+    assert registry.names == ("outbox-retention", "timer-slot-prune")
+    retention, prune = registry.get("outbox-retention"), registry.get("timer-slot-prune")
+    assert retention.cadence.interval == timedelta(hours=1)
+    assert (prune.cadence.cron, prune.cadence.timezone) == ("17 3 * * *", None)
+    for spec in (retention, prune):
+        assert (spec.mode, spec.misfire, spec.max_duration, spec.enabled) == (
+            Mode.CLUSTER_ONCE,
+            Misfire.COALESCE,
+            timedelta(minutes=5),
+            True,
+        )
+    assert retention.settings_prefix == "TIMER_OUTBOX_RETENTION_"
+    assert prune.settings_prefix == "TIMER_SLOT_PRUNE_"
+
+
+def test_the_maintenance_schedules_follow_their_env_settings() -> None:
+    registry, _, _ = _registry(
+        {"TIMER_OUTBOX_RETENTION_INTERVAL_SECONDS": "600", "TIMER_SLOT_PRUNE_ENABLED": "false"}
+    )
+    assert registry.get("outbox-retention").cadence.interval == timedelta(minutes=10)
+    assert registry.get("timer-slot-prune").enabled is False
+
+
+async def test_the_handlers_prune_the_registry_store_and_retain_per_settings() -> None:
+    registry, runtime, store = _registry({})
+    prune = registry.get("timer-slot-prune").handler
+    assert isinstance(prune, SlotPruner)
+    for days in (10, 8, 6):
+        await store.claim_slot("job", T0 - timedelta(days=days), "w", f"r{days}")
+    assert (await prune.run_once(T0)).deleted == 2
+    assert len(store.slots) == 1
+    retention = registry.get("outbox-retention").handler
+    assert isinstance(retention, OnPool)
+    built = retention.build(object())  # type: ignore[arg-type]
+    assert isinstance(built, OutboxRetention)
+    assert built.config.retention == timedelta(hours=36)
+    assert runtime.settings.outbox_retention_hours == 36
