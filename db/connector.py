@@ -177,15 +177,12 @@ async def create_pool(
 
 
 @asynccontextmanager
-async def transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
-    """Acquire a connection and run one transaction; commits on exit, rolls back on error.
-
-    Driver errors leave as ``DatabaseUnavailable`` or ``InputRejected`` (see the module
-    docstring); anything else raised inside the block passes through unchanged.
-    """
+async def translating() -> AsyncIterator[None]:
+    """Driver errors raised inside leave as ``DatabaseUnavailable`` or ``InputRejected`` (see
+    the module docstring); anything else passes through unchanged. Used where a unit of work
+    opens: ``transaction()``, and repositories that run single statements on a pool."""
     try:
-        async with pool.acquire() as conn, conn.transaction():
-            yield conn
+        yield
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -193,6 +190,14 @@ async def transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
         if translated is exc:
             raise
         raise translated from exc
+
+
+@asynccontextmanager
+async def transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """Acquire a connection and run one transaction; commits on exit, rolls back on error,
+    with driver errors translated (``translating``)."""
+    async with translating(), pool.acquire() as conn, conn.transaction():
+        yield conn
 
 
 async def ping(conn: asyncpg.Connection, *, timeout: float | None = None) -> None:

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from datetime import datetime
 
 import asyncpg
 
-from db.connector import TRANSIENT_ERRORS, DatabaseUnavailable
+from db.connector import translating
 from db.queries import sql
 
 
-@asynccontextmanager
-async def _translated() -> AsyncIterator[None]:
-    try:
-        yield
-    except TRANSIENT_ERRORS as exc:
-        raise DatabaseUnavailable(f"timer store: {type(exc).__name__}: {exc}") from exc
-
-
 class TimerRepository:
-    """One method per statement of db/queries/timers.sql; implements streams.timers.TimerStore."""
+    """One method per statement of db/queries/timers.sql; implements streams.timers.TimerStore,
+    whose method names it keeps (the registry's port speaks of claiming and finishing slots).
+    Statements run on the pool one at a time, each its own unit of work, so driver errors are
+    translated here, where each opens."""
 
     def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
         self._db = db
@@ -34,7 +28,7 @@ class TimerRepository:
         run_id: str,
         lease_expires_at: datetime | None = None,
     ) -> bool:
-        async with _translated():
+        async with translating():
             won = await self._db.fetchval(
                 sql("timer_slot_claim"), name, slot, claimed_by, run_id, lease_expires_at
             )
@@ -49,7 +43,7 @@ class TimerRepository:
         lease_expires_at: datetime,
         now: datetime,
     ) -> bool:
-        async with _translated():
+        async with translating():
             won = await self._db.fetchval(
                 sql("timer_slot_reclaim"), name, slot, claimed_by, run_id, lease_expires_at, now
             )
@@ -58,29 +52,29 @@ class TimerRepository:
     async def unfinished_slots(
         self, name: str, since: datetime, limit: int
     ) -> list[tuple[datetime, datetime]]:
-        async with _translated():
+        async with translating():
             rows = await self._db.fetch(sql("timer_slot_unfinished"), name, since, limit)
         return [(r["slot"], r["lease_expires_at"]) for r in rows]
 
     async def finish_slot(
         self, name: str, slot: datetime, run_id: str, result: str, duration_seconds: float
     ) -> bool:
-        async with _translated():
+        async with translating():
             owned = await self._db.fetchval(
                 sql("timer_slot_finish"), name, slot, run_id, result, duration_seconds
             )
         return owned is not None
 
     async def prune_slots(self, before: datetime, limit: int) -> int:
-        async with _translated():
+        async with translating():
             deleted = await self._db.fetchval(sql("timer_slot_prune"), before, limit)
         return int(deleted)
 
     async def advance_state(self, name: str, slot: datetime, worker: str) -> None:
-        async with _translated():
+        async with translating():
             await self._db.execute(sql("timer_state_advance"), name, slot, worker)
 
     async def last_slots(self, names: Sequence[str]) -> dict[str, datetime]:
-        async with _translated():
+        async with translating():
             rows = await self._db.fetch(sql("timer_state_list"), list(names))
         return {str(r["name"]): r["last_slot"] for r in rows}
