@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         app.main()
         return 0
     if command == "dlq":
-        from streams.dlq_replay import run_cli
+        from streams.dlq.cli import run_cli
 
         return run_cli(settings, rest)
     if command == "demo":

@@ -10,13 +10,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from streams.dlq_replay import (
-    SKIP_NO_KEY_NO_VALUE,
-    SKIP_TRUNCATED,
-    Decision,
-    ReplayUsageError,
-    replay_dlq,
-)
+from streams.dlq.replay import replay_dlq
+from streams.dlq.rules import SKIP_NO_KEY_NO_VALUE, SKIP_TRUNCATED, Decision, ReplayUsageError
 from streams.settings import Settings
 from tests.support.kafka import consume, create_topics
 

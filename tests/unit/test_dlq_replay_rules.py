@@ -6,15 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from streams.dlq_replay import (
+from streams.dlq.cli import describe, run_cli
+from streams.dlq.rules import (
     SKIP_NO_KEY_NO_VALUE,
     SKIP_TRUNCATED,
     ReplayUsageError,
     decide,
-    describe,
     parse_since,
     resolve_topic,
-    run_cli,
 )
 from streams.settings import Settings
 
