@@ -12,7 +12,7 @@ export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
 export DATABASE_URL ?= postgresql://reminders@127.0.0.1:$(PG_PORT)/reminders
 
 .PHONY: help install stack-up stack-down stack-status migrate topics worker demo lint typecheck \
-        test test-unit test-integration test-e2e bench schema contracts clean
+        test test-unit test-integration test-e2e test-chaos bench schema contracts clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -65,6 +65,9 @@ test-integration: install stack-up
 
 test-e2e: install stack-up
 	$(VENV)/bin/pytest tests/e2e
+
+test-chaos: install stack-up ## only the chaos run (its own Kafka + PostgreSQL; about 7 minutes)
+	$(VENV)/bin/pytest tests/e2e -m chaos -s
 
 bench: migrate ## benchmarks; print figures side by side with their references
 	$(PY) -m bench

@@ -27,6 +27,10 @@ log = logging.getLogger("streams.agents")
 
 BATCH_MAX = 500
 BATCH_WITHIN_SECONDS = 0.02
+# A partition the stream is behind on (the broker's high watermark past what it delivered)
+# for this long without any delivery is read from the broker directly.
+TAIL_CHECK_SECONDS = 1.0
+TAIL_QUIET_SECONDS = 3.0
 RETRY_FIRST_SECONDS = 0.2
 RETRY_MAX_SECONDS = 10.0
 
@@ -74,20 +78,67 @@ class ContractConsumer(Generic[M]):
         healer = GapHealer(
             stream.app, self.gaps, metrics=self.metrics, label=self.label, sleep=self._sleep
         )
+        topics = set(getattr(stream.channel, "topics", ()))
+        # One batch at a time per agent: the stream's batches and the tail watcher's.
+        turn = asyncio.Lock()
+        watcher = asyncio.create_task(self._watch_tails(stream.app, healer, topics, turn))
         try:
             async for events in batches:
-                healer.new_batch()
-                batch: list[EventT[Any]] = []
-                for event in events:
-                    batch.extend(await healer.admit(event))
-                await self.handle(batch)
-                # Acked only once handled: no record after a jump is acked before the
-                # records of the jump are, so Faust never commits past one still being read.
-                for event in batch:
-                    event.ack()
-                self.progress.advanced(batch)
+                async with turn:
+                    healer.new_batch()
+                    batch: list[EventT[Any]] = []
+                    for event in events:
+                        batch.extend(await healer.admit(event))
+                    await self._handle_and_ack(batch)
         finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
             await healer.close()
+
+    async def _handle_and_ack(self, batch: list[EventT[Any]]) -> None:
+        await self.handle(batch)
+        # Acked only once handled: no record after a jump is acked before the records of
+        # the jump are, so Faust never commits past one still being read.
+        for event in batch:
+            event.ack()
+        self.progress.advanced(batch)
+
+    async def _watch_tails(
+        self, app: Any, healer: GapHealer, topics: set[str], turn: asyncio.Lock
+    ) -> None:
+        """Records the broker holds that the stream never delivered, with no later record to
+        reveal the jump (a loss on the last records of a partition, e.g. the only record
+        of a partition taken over): read and handled after a quiet period."""
+        quiet_since: dict[Any, tuple[int, float]] = {}
+        while True:
+            await asyncio.sleep(TAIL_CHECK_SECONDS)
+            try:
+                if not app.consumer.started or not app.tables.recovery.completed.is_set():
+                    continue
+                now = asyncio.get_running_loop().time()
+                for tp in [tp for tp in app.consumer.assignment() if tp.topic in topics]:
+                    highwater = app.consumer.highwater(tp)
+                    expected = healer.expected(tp)
+                    if highwater is None or highwater <= expected:
+                        quiet_since.pop(tp, None)
+                        continue
+                    seen = quiet_since.get(tp)
+                    if seen is None or seen[0] != expected:
+                        quiet_since[tp] = (expected, now)  # behind: start the quiet clock
+                        continue
+                    if now - seen[1] < TAIL_QUIET_SECONDS:
+                        continue
+                    async with turn:
+                        if healer.expected(tp) != expected:
+                            continue  # the stream moved meanwhile
+                        tail = await healer.tail(tp, highwater)
+                        if tail:
+                            await self._handle_and_ack(tail)
+                    quiet_since.pop(tp, None)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a watcher bug must not stop the agent; the stream goes on
+                log.exception("action=tail_watch_failed topic=%s", self.label)
 
     async def handle(self, events: Sequence[EventT[Any]]) -> None:
         """Decode, dead-letter what cannot be used, apply the rest; never raises for input.

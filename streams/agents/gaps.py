@@ -22,8 +22,8 @@ expired record) is the common case on a transactional input and costs one broker
 most: a read returns everything up to the fetch size, and what it showed (which offsets
 hold records) answers later jumps in that range without another read.
 
-Expectations start from the offset Faust committed for the partition, so records lost
-before the first one a new assignment delivers are caught too.
+Expectations start from the offset Faust committed for the partition (0 when nothing was
+committed), so records lost before the first one a new assignment delivers are caught too.
 
 Two Faust internals are used (faust-streaming 0.15.x, as pinned in pyproject.toml): ``Consumer._committed_offset``
 (the committed offset per partition) and ``Consumer._to_message`` (a fetched record as a
@@ -84,6 +84,13 @@ class GapGuard(Generic[P]):
         """Start expecting ``offset`` (the committed one) unless ``partition`` was seen already."""
         if offset is not None and partition not in self._next:
             self._next[partition] = offset
+
+    def next_offset(self, partition: P) -> int | None:
+        return self._next.get(partition)
+
+    def advance(self, partition: P, offset: int) -> None:
+        """Everything below ``offset`` was handled (a tail read from the broker)."""
+        self._next[partition] = max(offset, self._next.get(partition, offset))
 
     def admit(self, partition: P, offset: int) -> Gap[P] | None:
         """Record ``offset`` as delivered; the offsets it skipped, if any.
@@ -267,12 +274,16 @@ class GapHealer:
             self.guard.reset()
             self.filler.reset()
 
-    def _committed(self, tp: Any) -> int | None:
+    def _committed(self, tp: Any) -> int:
         # Faust's own record of the partition's committed offset (set when the assignment
-        # seeks to it, then at every commit); a positive offset only.
+        # seeks to it, then at every commit). Faust keeps None for "nothing committed" (and
+        # for a committed 0): the partition then starts at its beginning, so offset 0 is
+        # expected - otherwise a first record lost at a takeover would go unnoticed, and
+        # Faust, with no committed offset to hold it back, would commit past it. Below the
+        # log start (retention) the read finds nothing: one hole, no records.
         committed = getattr(self.app.consumer, "_committed_offset", None)
         offset = committed.get(tp) if committed is not None else None
-        return offset if isinstance(offset, int) and offset > 0 else None
+        return offset if isinstance(offset, int) and offset > 0 else 0
 
     async def admit(self, event: EventT[Any]) -> list[EventT[Any]]:
         message = event.message
@@ -309,12 +320,42 @@ class GapHealer:
             self._metrics.gaps.labels(self.label).inc()
         else:
             self._metrics.offset_holes.labels(self.label).inc()
+        return [*self._events(tp, records), event]
+
+    def expected(self, tp: Any) -> int:
+        """The next offset the stream should deliver on ``tp``."""
+        self.guard.expect(tp, self._committed(tp))
+        found = self.guard.next_offset(tp)
+        return found if found is not None else 0
+
+    async def tail(self, tp: Any, highwater: int) -> list[EventT[Any]]:
+        """The records from the expected offset up to ``highwater`` that never reached the
+        stream, read from the broker; the expectation moves to ``highwater``."""
+        expected = self.expected(tp)
+        if highwater <= expected:
+            return []
+        records = await self._read(Gap(tp, expected, highwater))
+        self.guard.advance(tp, highwater)
+        if not records:
+            return []
+        log.warning(
+            "action=gap_filled topic=%s partition=%s from=%d to=%d records=%d tail=true",
+            self.label,
+            getattr(tp, "partition", tp),
+            expected,
+            highwater - 1,
+            len(records),
+        )
+        self._metrics.gaps.labels(self.label).inc()
+        return self._events(tp, records)
+
+    def _events(self, tp: Any, records: Sequence[ConsumerRecord[Any, Any]]) -> list[EventT[Any]]:
         to_message = self.app.consumer._to_message  # type: ignore[attr-defined]
-        filled: list[EventT[Any]] = []
+        events: list[EventT[Any]] = []
         for record in records:
             msg = to_message(tp, record)
-            filled.append(self.app.create_event(msg.key, msg.value, msg.headers, msg))
-        return [*filled, event]
+            events.append(self.app.create_event(msg.key, msg.value, msg.headers, msg))
+        return events
 
     async def _read(self, gap: Gap[Any]) -> list[ConsumerRecord[Any, Any]]:
         delay, most = self._retry

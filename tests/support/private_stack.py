@@ -106,6 +106,21 @@ class PrivateStack:
         with contextlib.suppress(Exception):
             atexit.unregister(self.down)
 
+    def set_database_defaults(self, **settings: str) -> None:
+        """``ALTER DATABASE reminders SET name = value`` for every new session (these win
+        over the server's command line, where stack.sh turns durability off for speed)."""
+        sql = "; ".join(f"ALTER DATABASE reminders SET {k} = '{v}'" for k, v in settings.items())
+        psql = [str(self._pg_bin() / "psql"), "-h", "127.0.0.1", "-p", str(self.pg_port)]
+        out = subprocess.run(
+            [*psql, "-U", "reminders", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", sql],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise AssertionError(f"psql failed: {out.stderr}")
+
     # ------------------------------------------------------------------ Kafka faults
 
     def kafka_pid(self) -> int | None:

@@ -182,10 +182,14 @@ class Reader:
 
 
 def healer(
-    reader: Reader, sleep: Callable[[float], Awaitable[None]], registry: CollectorRegistry
+    reader: Reader,
+    sleep: Callable[[float], Awaitable[None]],
+    registry: CollectorRegistry,
+    committed: int | None = 3,
 ) -> GapHealer:
     app = App()
-    app.consumer._committed_offset["p0"] = 3
+    if committed is not None:
+        app.consumer._committed_offset["p0"] = committed
     return GapHealer(
         cast(Any, app),
         GapGuard(),
@@ -228,3 +232,29 @@ async def test_a_bug_in_the_read_is_not_retried_forever() -> None:
     h.new_batch()
     with pytest.raises(ValueError):
         await h.admit(cast(Any, Event(Msg(6))))
+
+
+async def test_with_nothing_committed_the_first_record_lost_at_a_takeover_is_read() -> None:
+    # A partition nobody committed on starts at its beginning: a first record that never
+    # reached the stream (offset 0 here) must be read, not skipped for good.
+    async def sleep(seconds: float) -> None:
+        raise AssertionError("no retry expected")
+
+    h = healer(Reader(FakeLog(list(range(10))), failures=0), sleep, CollectorRegistry(), None)
+    h.new_batch()
+    assert [e.message.offset for e in await h.admit(cast(Any, Event(Msg(1))))] == [0, 1]
+
+
+async def test_a_tail_the_stream_never_delivered_is_read_up_to_the_high_watermark() -> None:
+    async def sleep(seconds: float) -> None:
+        raise AssertionError("no retry expected")
+
+    registry = CollectorRegistry()
+    h = healer(Reader(FakeLog(list(range(10))), failures=0), sleep, registry, None)
+    h.new_batch()
+    assert [e.message.offset for e in await h.admit(cast(Any, Event(Msg(0))))] == [0]
+    assert h.expected("p0") == 1
+    # The broker holds 1..3 (high watermark 4) but the stream delivers nothing more.
+    assert [e.message.offset for e in await h.tail("p0", 4)] == [1, 2, 3]
+    assert h.expected("p0") == 4 and await h.tail("p0", 4) == []
+    assert registry.get_sample_value("stream_input_gaps_total", {"topic": "in"}) == 1

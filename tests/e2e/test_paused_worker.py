@@ -1,0 +1,571 @@
+"""A worker frozen (SIGSTOP) in the middle of a dispatch batch or of a relay pass must not
+hold the others up, and must not double anything when it is continued (SIGCONT).
+
+Two real workers on the shared stack. Worker A is frozen while PostgreSQL shows it inside
+the operation (row locks on reminders / advisory locks on outbox lanes, session ``idle in
+transaction``). Reschedules are then produced for events A holds; worker B must apply
+them and publish the new reminders while A is still frozen, which is only possible once
+PostgreSQL ends A's transaction (DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS, set to 5 s here)
+and, for events on A's input partitions, once B has taken those partitions over (A stops
+heartbeating; BROKER_SESSION_TIMEOUT, set to 10 s here).
+After SIGCONT, the output topic must carry one outbox record per reminder (re-publishes of
+the same record, same ``outbox-id``, are at-least-once delivery and allowed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.structs import ConsumerRecord
+
+from db.outbox import LANE_LOCK_SPACE
+from streams.kafka_admin import contract_topic_names, ensure_topics
+from streams.settings import Settings
+from tests.support.calendar_load import calendar_message
+from tests.support.pause import cont, process_state, stop_when
+from tests.support.reminder_audit import DUE_TOPIC, assigned, audit, read_to_end
+from tests.support.seed import seed_reminders
+from tests.support.worker import WorkerProcess, worker_env
+
+pytestmark = pytest.mark.e2e
+
+EVENTS_TOPIC = "pin.calendar.events.v1"
+IDLE_IN_TX_TIMEOUT = 5
+ROWS = 20_000
+PARTITIONS = 4
+
+
+def input_partition(event_id: uuid.UUID) -> int:
+    """The partition Kafka's default partitioner picks for the event's key."""
+    every = list(range(PARTITIONS))
+    return int(DefaultPartitioner()(str(event_id).encode(), every, every))
+
+
+@dataclass
+class Pair:
+    db: str
+    kafka: str
+    prefix: str
+    a: WorkerProcess
+    b: WorkerProcess
+
+    @property
+    def pg_port(self) -> int:
+        return urlsplit(self.db).port or 5432
+
+
+@pytest.fixture(scope="module")
+def pair(
+    module_database_url: str, kafka_bootstrap: str, module_topic_prefix: str, module_tmp: Path
+) -> Iterator[Pair]:
+    settings = Settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=module_topic_prefix)
+
+    async def prepare() -> None:
+        await ensure_topics(settings, contract_topic_names(settings))
+        conn = await asyncpg.connect(module_database_url)
+        try:  # which rows a frozen session holds (contrib, shipped with Debian's server)
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pgrowlocks")
+        finally:
+            await conn.close()
+
+    asyncio.run(prepare())
+    env = worker_env(
+        module_database_url,
+        kafka_bootstrap,
+        module_topic_prefix,
+        TIMER_CALENDAR_DISPATCH_INTERVAL_SECONDS="1",
+        TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS="0.5",
+        # The product's knobs for a stuck peer (see the module docstring).
+        DB_LOCK_TIMEOUT_SECONDS="5",
+        DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS=str(IDLE_IN_TX_TIMEOUT),
+        OUTBOX_MAX_LANES_PER_PASS="8",
+        OUTBOX_PUBLISH_TIMEOUT_SECONDS="2",  # at most half the idle timeout (validated)
+        OUTBOX_BATCH_SIZE="200",
+        # B takes over A's input partitions 10 s after A stops heartbeating (Faust: 60 s).
+        BROKER_SESSION_TIMEOUT="10",
+        BROKER_HEARTBEAT_INTERVAL="1",
+    )
+    # Distinct Kafka client ids tell the two members apart in the group description.
+    a = WorkerProcess({**env, "BROKER_CLIENT_ID": "paused-a"}, module_tmp, "paused-a")
+    b = WorkerProcess({**env, "BROKER_CLIENT_ID": "paused-b"}, module_tmp, "paused-b")
+    try:
+        a.start()
+        b.start()
+
+        async def ready() -> None:
+            await asyncio.gather(a.wait_ready(), b.wait_ready())
+
+        asyncio.run(ready())
+        yield Pair(module_database_url, kafka_bootstrap, module_topic_prefix, a, b)
+    finally:
+        for w in (a, b):
+            if w.proc is not None:
+                cont(w.proc.pid)
+            w.stop()
+
+
+class TopicWatch:
+    """Reads the output topic from the beginning in the background."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.records: list[tuple[float, ConsumerRecord[bytes, bytes]]] = []
+        self.first_seen: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def __aenter__(self) -> TopicWatch:
+        c = AIOKafkaConsumer(
+            self.topic,
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await c.start()
+        await c.seek_to_beginning(*await assigned(c, self.topic))
+        self._consumer = c
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        assert self._consumer is not None
+        while True:
+            batch = await self._consumer.getmany(timeout_ms=200)
+            now = time.monotonic()
+            for records in batch.values():
+                for r in records:
+                    self.records.append((now, r))
+                    self.first_seen.setdefault(json.loads(r.value or b"{}")["ReminderId"], now)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def wait_for(self, reminder_id: str, timeout: float) -> float:
+        """When ``reminder_id`` first reached the topic (monotonic clock)."""
+        deadline = time.monotonic() + timeout
+        while reminder_id not in self.first_seen:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"reminder {reminder_id} not on {self.topic} in {timeout}s")
+            await asyncio.sleep(0.1)
+        return self.first_seen[reminder_id]
+
+
+async def dispatch_holders(conn: asyncpg.Connection, pids: list[int]) -> list[int]:
+    """Backends of ``pids`` inside a dispatch transaction (locks on reminder rows)."""
+    rows = await conn.fetch(
+        "SELECT DISTINCT pid FROM pg_locks WHERE pid = ANY($1::int[]) AND granted "
+        "AND relation = 'calendar.event_reminders'::regclass "
+        "AND mode IN ('RowShareLock', 'RowExclusiveLock')",
+        pids,
+    )
+    return [r["pid"] for r in rows]
+
+
+async def relay_holders(conn: asyncpg.Connection, pids: list[int]) -> list[int]:
+    """Backends of ``pids`` holding outbox lane locks (inside a relay pass)."""
+    rows = await conn.fetch(
+        "SELECT DISTINCT pid FROM pg_locks WHERE pid = ANY($1::int[]) AND granted "
+        "AND locktype = 'advisory' AND classid = $2::oid",
+        pids,
+        LANE_LOCK_SPACE,
+    )
+    return [r["pid"] for r in rows]
+
+
+async def reschedule(
+    pair: Pair, conn: asyncpg.Connection, event_id: uuid.UUID
+) -> tuple[datetime, int]:
+    """Produce Version+1 of the event, starting 6 s from now, one reminder at the start.
+    Returns the new StartAt (as sent: milliseconds) and the input partition."""
+    row = await conn.fetchrow(
+        "SELECT tenant_id, owner_user_id, kind, time_zone, version "
+        "FROM calendar.events WHERE event_id = $1",
+        event_id,
+    )
+    assert row is not None
+    now = datetime.now(UTC)
+    start = now + timedelta(seconds=6)
+    msg = calendar_message(
+        event_id=str(event_id),
+        tenant_id=str(row["tenant_id"]),
+        owner_user_id=str(row["owner_user_id"]),
+        start_at=start,
+        offsets=[0],
+        version=row["version"] + 1,
+        occurred_at=now,
+        kind=row["kind"],
+        time_zone=row["time_zone"],
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=pair.kafka, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        meta = await producer.send_and_wait(
+            pair.prefix + EVENTS_TOPIC, json.dumps(msg).encode(), key=str(event_id).encode()
+        )
+    finally:
+        await producer.stop()
+    return start.replace(microsecond=start.microsecond // 1000 * 1000), meta.partition
+
+
+async def nudge_report(
+    pair: Pair, conn: asyncpg.Connection, partition: int, event_id: uuid.UUID
+) -> str:
+    """Diagnosis only: does a later record on the same partition bring the reschedule in?"""
+    now = datetime.now(UTC)
+    other = str(uuid.uuid4())
+    msg = calendar_message(
+        event_id=other,
+        tenant_id=str(uuid.uuid4()),
+        owner_user_id=str(uuid.uuid4()),
+        start_at=now + timedelta(days=1),
+        offsets=[],
+        version=1,
+        occurred_at=now,
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=pair.kafka, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            pair.prefix + EVENTS_TOPIC,
+            json.dumps(msg).encode(),
+            key=other.encode(),
+            partition=partition,
+        )
+    finally:
+        await producer.stop()
+    deadline = time.monotonic() + 20
+    version = None
+    while time.monotonic() < deadline:
+        version = await conn.fetchval(
+            "SELECT version FROM calendar.events WHERE event_id = $1", event_id
+        )
+        if version == 2:
+            break
+        await asyncio.sleep(0.2)
+    seen = await conn.fetchval(
+        "SELECT count(*) FROM calendar.events WHERE event_id = $1", uuid.UUID(other)
+    )
+    return (
+        f"after one more record on partition {partition}: reschedule "
+        f"{'applied' if version == 2 else 'still not applied'}, the new record "
+        f"{'applied' if seen else 'not applied'} within 20s"
+    )
+
+
+async def owned_partitions(pair: Pair, client_id: str) -> set[int]:
+    """Input partitions the group member with ``client_id`` is assigned (group description)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=pair.kafka)
+    await admin.start()
+    try:
+        responses = await admin.describe_consumer_groups([f"{pair.prefix}reminders"])
+    finally:
+        await admin.close()
+    owned: set[int] = set()
+    for response in responses:
+        for group in response.groups:
+            for member in group[-2] if isinstance(group[-1], int) else group[-1]:
+                if client_id not in member:
+                    continue
+                assignment = ConsumerProtocolMemberAssignment.decode(member[-1])
+                for topic, partitions in assignment.assignment:
+                    if topic == pair.prefix + EVENTS_TOPIC:
+                        owned.update(partitions)
+    return owned
+
+
+async def input_report(pair: Pair, partition: int) -> str:
+    """Where the reschedule sits: the group's committed offset and B's view of its input."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=pair.kafka)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(f"{pair.prefix}reminders")
+    finally:
+        await admin.close()
+    committed = {
+        tp.partition: meta.offset
+        for tp, meta in offsets.items()
+        if tp.topic == pair.prefix + EVENTS_TOPIC
+    }
+    try:
+        _, status = await asyncio.to_thread(pair.b.get, "/status?format=json")
+        agents = status.get("agents") if isinstance(status, dict) else status
+    except OSError as exc:
+        agents = repr(exc)
+    return f"reschedule in partition {partition}; committed offsets {committed}; B agents {agents}"
+
+
+async def poll(conn: asyncpg.Connection, sql: str, *args: Any, until: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = await conn.fetchval(sql, *args)
+        if until(value):
+            return value
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{sql} = {value!r} after {timeout}s")
+
+
+async def session_report(conn: asyncpg.Connection, backends: list[int]) -> str:
+    rows = await conn.fetch(
+        "SELECT pid, state, now() - xact_start AS in_tx, left(query, 60) AS query "
+        "FROM pg_stat_activity WHERE pid = ANY($1::int[])",
+        backends,
+    )
+    return "; ".join(f"{dict(r)}" for r in rows) or "A's frozen sessions are gone"
+
+
+async def drain_and_audit(pair: Pair, conn: asyncpg.Connection) -> tuple[int, int]:
+    """After SIGCONT: both workers healthy, nothing due left, outbox published; then every
+    Sent reminder is on the topic under exactly one outbox record. Returns (sent, re-publishes)."""
+    await asyncio.gather(pair.a.wait_ready(timeout=120), pair.b.wait_ready(timeout=120))
+    await poll(
+        conn,
+        "SELECT count(*) FROM calendar.event_reminders WHERE status = 'Pending' AND due_at < now()",
+        until=lambda v: v == 0,
+        timeout=120,
+    )
+    await poll(
+        conn,
+        "SELECT count(*) FROM ops.outbox WHERE published_at IS NULL",
+        until=lambda v: v == 0,
+        timeout=60,
+    )
+    sent = {
+        str(r["reminder_id"])
+        for r in await conn.fetch(
+            "SELECT reminder_id FROM calendar.event_reminders WHERE status = 'Sent'"
+        )
+    }
+    records = await read_to_end(pair.kafka, pair.prefix + DUE_TOPIC)
+    on_topic = {json.loads(r.value or b"{}")["ReminderId"] for r in records}
+    report = audit(records, {}, {})
+    assert report.duplicated_effects == 0, report.duplicated[:10]
+    assert on_topic == sent, (
+        f"{len(sent - on_topic)} Sent reminders not on the topic, "
+        f"{len(on_topic - sent)} on the topic but not Sent"
+    )
+    assert report.out_of_order_keys == 0
+    print(
+        f"\naudit: {len(sent)} Sent reminders, {len(records)} records, "
+        f"{report.republishes} re-publishes (same outbox-id), 0 duplicated effects"
+    )
+    return len(sent), report.republishes
+
+
+@pytest.mark.timeout(360)
+async def test_worker_frozen_mid_dispatch_batch_does_not_stop_the_other(pair: Pair) -> None:
+    assert pair.a.proc is not None
+    conn = await asyncpg.connect(pair.db)
+    try:
+        async with TopicWatch(pair.kafka, pair.prefix + DUE_TOPIC) as topic:
+            start = datetime.now(UTC) - timedelta(minutes=5)
+            assert await seed_reminders(pair.db, events=ROWS, offsets=[1], start=start) == ROWS
+            backends = await stop_when(
+                conn, pair.a.proc.pid, pair.pg_port, dispatch_holders, timeout=60
+            )
+            stopped_at = time.monotonic()
+            # The batch A holds: reminder rows its session has locked.
+            held = await conn.fetch(
+                "SELECT r.reminder_id, r.event_id, r.due_at "
+                "FROM pgrowlocks('calendar.event_reminders') l "
+                "JOIN calendar.event_reminders r ON r.ctid = l.locked_row "
+                "WHERE l.pids && $1::int[]",
+                backends,
+            )
+            assert held, (
+                f"A is frozen but holds no reminder rows: {await session_report(conn, backends)}"
+            )
+            sent_at_stop = await conn.fetchval(
+                "SELECT count(*) FROM calendar.event_reminders WHERE status = 'Sent'"
+            )
+            # One held event per input partition. Those on B's partitions come first: B can
+            # apply them once PostgreSQL has ended A's transaction (its locks block them until
+            # then). Those on A's partitions B reads only after taking them over (A stopped
+            # heartbeating: BROKER_SESSION_TIMEOUT).
+            a_partitions = await owned_partitions(pair, "paused-a")
+            assert a_partitions, "the group description shows no input partition for A"
+            targets: dict[int, asyncpg.Record] = {}
+            for row in sorted(held, key=lambda r: r["reminder_id"]):
+                targets.setdefault(input_partition(row["event_id"]), row)
+            new_starts: dict[int, datetime] = {}
+            applied_after: dict[str, float] = {}
+            for phase, parts in (
+                ("B's partitions", sorted(set(targets) - a_partitions)),
+                ("A's partitions (taken over)", sorted(set(targets) & a_partitions)),
+            ):
+                for p in parts:
+                    new_starts[p], sent_to = await reschedule(pair, conn, targets[p]["event_id"])
+                    assert sent_to == p
+                ids = [targets[p]["event_id"] for p in parts]
+                want = len(ids)
+                try:
+                    await poll(
+                        conn,
+                        "SELECT count(*) FROM calendar.events "
+                        "WHERE event_id = ANY($1) AND version = 2",
+                        ids,
+                        until=lambda v: v == want,  # noqa: B023 (used at once)
+                        timeout=IDLE_IN_TX_TIMEOUT + 40,
+                    )
+                except AssertionError:
+                    applied = {
+                        r["event_id"]
+                        for r in await conn.fetch(
+                            "SELECT event_id FROM calendar.events "
+                            "WHERE event_id = ANY($1) AND version = 2",
+                            ids,
+                        )
+                    }
+                    missing = [p for p in parts if targets[p]["event_id"] not in applied]
+                    raise AssertionError(
+                        f"reschedules on {phase} {missing} (A had {sorted(a_partitions)}) not "
+                        f"applied while A is frozen, after {IDLE_IN_TX_TIMEOUT + 40}s; "
+                        f"A's sessions: {await session_report(conn, backends)}; "
+                        f"{await input_report(pair, missing[0])}; "
+                        f"{await nudge_report(pair, conn, missing[0], targets[missing[0]]['event_id'])}"
+                    ) from None
+                applied_after[phase] = time.monotonic() - stopped_at
+            seen_at = 0.0
+            for p, row in targets.items():
+                new_id = await poll(
+                    conn,
+                    "SELECT reminder_id::text FROM calendar.event_reminders "
+                    "WHERE event_id = $1 AND due_at = $2",
+                    row["event_id"],
+                    new_starts[p],
+                    until=lambda v: v is not None,
+                    timeout=5,
+                )
+                seen_at = max(seen_at, await topic.wait_for(new_id, timeout=40))
+            assert process_state(pair.a.proc.pid) in {"T", "t"}, "A was continued too early"
+            sent_while_frozen = (
+                await conn.fetchval(
+                    "SELECT count(*) FROM calendar.event_reminders WHERE status = 'Sent'"
+                )
+                - sent_at_stop
+            )
+            old_status = Counter(
+                r["status"]
+                for r in await conn.fetch(
+                    "SELECT status FROM calendar.event_reminders WHERE reminder_id = ANY($1)",
+                    [row["reminder_id"] for row in targets.values()],
+                )
+            )
+            print(
+                f"\nA frozen holding {len(held)} reminder rows (A had input partitions "
+                f"{sorted(a_partitions)}); reschedules applied by B after "
+                + ", ".join(f"{k}: {v:.1f}s" for k, v in applied_after.items())
+                + f"; their new reminders all on the topic {seen_at - stopped_at:.1f}s after the "
+                f"stop; B sent {sent_while_frozen} reminders meanwhile; the held old reminders "
+                f"ended {dict(old_status)}"
+            )
+            assert sent_while_frozen > 0
+            cont(pair.a.proc.pid)
+            await drain_and_audit(pair, conn)
+    finally:
+        cont(pair.a.proc.pid)
+        await conn.close()
+
+
+@pytest.mark.timeout(360)
+async def test_worker_frozen_mid_relay_pass_does_not_stop_the_other(pair: Pair) -> None:
+    assert pair.a.proc is not None
+    conn = await asyncpg.connect(pair.db)
+    try:
+        async with TopicWatch(pair.kafka, pair.prefix + DUE_TOPIC) as topic:
+            start = datetime.now(UTC) - timedelta(minutes=5)
+            assert await seed_reminders(pair.db, events=ROWS, offsets=[1], start=start) == ROWS
+            backends = await stop_when(
+                conn, pair.a.proc.pid, pair.pg_port, relay_holders, timeout=60
+            )
+            stopped_at = time.monotonic()
+            lanes = sorted(
+                r["objid"]
+                for r in await conn.fetch(
+                    "SELECT objid::int FROM pg_locks WHERE locktype = 'advisory' "
+                    "AND classid = $2::oid AND pid = ANY($1::int[])",
+                    backends,
+                    LANE_LOCK_SPACE,
+                )
+            )
+            key = await conn.fetchval(
+                "SELECT key FROM ops.outbox WHERE lane = ANY($1::smallint[]) "
+                "AND published_at IS NULL ORDER BY id LIMIT 1",
+                lanes,
+            )
+            assert key is not None, f"A holds lanes {lanes} with nothing to publish"
+            event_id = uuid.UUID(key)
+            old_id = await conn.fetchval("SELECT max(id) FROM ops.outbox WHERE key = $1", key)
+            count_at_stop = len(topic.records)
+            new_start, partition = await reschedule(pair, conn, event_id)
+            try:
+                await poll(
+                    conn,
+                    "SELECT version FROM calendar.events WHERE event_id = $1",
+                    event_id,
+                    until=lambda v: v == 2,
+                    timeout=IDLE_IN_TX_TIMEOUT + 40,
+                )
+                new_id = await poll(
+                    conn,
+                    "SELECT reminder_id::text FROM calendar.event_reminders "
+                    "WHERE event_id = $1 AND due_at = $2",
+                    event_id,
+                    new_start,
+                    until=lambda v: v is not None,
+                    timeout=5,
+                )
+                # Same key, same lane as the rows A holds: B can publish it only after them.
+                seen_at = await topic.wait_for(new_id, timeout=40)
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"{exc}; A holds lanes {lanes}; A's sessions: "
+                    f"{await session_report(conn, backends)}; {await input_report(pair, partition)}"
+                ) from None
+            assert process_state(pair.a.proc.pid) in {"T", "t"}, "A was continued too early"
+            published_while_frozen = len(topic.records) - count_at_stop
+            print(
+                f"\nA frozen holding lanes {lanes}; new reminder of event in lane published "
+                f"{seen_at - stopped_at:.1f}s after the stop; {published_while_frozen} records "
+                f"reached the topic meanwhile"
+            )
+            cont(pair.a.proc.pid)
+            await drain_and_audit(pair, conn)
+            # Per-key order: the reminder A was holding comes before the new one.
+            firsts: dict[str, tuple[int, int]] = {}
+            new_outbox_id = None
+            for _, r in topic.records:
+                if r.key != key.encode():
+                    continue
+                oid = dict(r.headers)["outbox-id"].decode()
+                firsts.setdefault(oid, (r.partition, r.offset))
+                if json.loads(r.value or b"{}")["ReminderId"] == new_id:
+                    new_outbox_id = oid
+            assert new_outbox_id is not None and str(old_id) in firsts, firsts
+            assert firsts[str(old_id)] < firsts[new_outbox_id], firsts
+    finally:
+        cont(pair.a.proc.pid)
+        await conn.close()
