@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,13 +15,17 @@ import pytest
 
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.kafka import consume
+from streams.slices.calendar.dispatch import DispatchConfig
+from tests.support.kafka import read_to_end
+from tests.support.metrics import sample
 from tests.support.seed import seed_reminders
+from tests.support.wait import eventually
 from tests.support.worker import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.e2e
 
 DUE_TOPIC = "pin.calendar.reminder-due.v1"
+BATCH = DispatchConfig().batch_size  # what a worker's dispatcher claims per batch
 
 
 async def count(db: str, sql: str) -> int:
@@ -36,45 +39,91 @@ async def count(db: str, sql: str) -> int:
 async def wait_count(
     db: str, sql: str, expect: int, timeout: float, workers: list[WorkerProcess]
 ) -> None:
-    deadline = time.monotonic() + timeout
-    value = -1
-    while time.monotonic() < deadline:
-        value = await count(db, sql)
-        if value == expect:
-            return
+    async def value() -> int:
         for w in workers:
             assert w.proc is not None and w.proc.poll() is None, f"{w.name} died:\n{w.tail()}"
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{sql} = {value}, expected {expect} within {timeout}s")
+        return await count(db, sql)
+
+    await eventually(
+        value, until=lambda v: v == expect, timeout=timeout, what=f"{sql} = {expect}", interval=0.2
+    )
 
 
 async def prepare(database_url: str, kafka_bootstrap: str, prefix: str, rows: int) -> None:
     settings = Settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=prefix)
     await ensure_topics(settings, contract_topic_names(settings))
+    await seed_due(database_url, rows)
+
+
+async def seed_due(database_url: str, rows: int) -> None:
     # Due in the past: the workers find them on start (no precise wake-up needed).
     start = datetime.now(UTC) - timedelta(minutes=5)
     assert await seed_reminders(database_url, events=rows, offsets=[1], start=start) == rows
 
 
+def metrics_of(worker: WorkerProcess) -> str:
+    status, text = worker.get("/metrics")
+    assert status == 200, (worker.name, status)
+    return str(text)
+
+
+WAITING_INSERTS = (
+    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE NOT l.granted AND l.relation = 'ops.outbox'::regclass "
+    "AND a.datname = current_database() AND a.query ILIKE '%INSERT INTO ops.outbox%'"
+)
+
+
+@pytest.mark.timeout(720)  # waits: 120 + 90 + 120 + 60 + 60 + 60 s, and three stops of 30 s
 async def test_three_workers_send_each_of_10000_due_reminders_exactly_once(
     database_url: str, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
-    n = 10_000
-    await prepare(database_url, kafka_bootstrap, topic_prefix, n)
+    """Three workers share 10000 due reminders: each is sent once, every worker sends, and
+    SKIP LOCKED passes rows over.
+
+    Made deterministic without sleeps: the outbox table is share-locked before the workers
+    start, so each worker's first dispatch batch claims its rows and then waits at its
+    outbox INSERT, holding them. With 500 due rows for three batches of 200, every worker
+    holds a batch and the last claim comes back 100 short of a visible 200: the
+    skip-locked counter (which counts only a claim that comes back short while locked due
+    rows exist) moves by exactly 100 in that round. The other 9500 rows arrive while the
+    three are held, then the lock is released and the three drain them together."""
+    n, first_round = 10_000, 500
+    await prepare(database_url, kafka_bootstrap, topic_prefix, first_round)
     env = worker_env(
         database_url,
         kafka_bootstrap,
         topic_prefix,
-        TIMER_CALENDAR_DISPATCH_INTERVAL_SECONDS="2",
-        TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS="1",
+        # A run held at the barrier must outlive it (an every-instance schedule's max
+        # duration stays below its interval); wake-ups, not the interval, drive the drain.
+        TIMER_CALENDAR_DISPATCH_INTERVAL_SECONDS="120",
+        TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS="100",
+        DB_LOCK_TIMEOUT_SECONDS="120",
         # A cluster-once job on a 1 s slot, to check one run per slot across the three.
         TIMER_OUTBOX_RETENTION_INTERVAL_SECONDS="1",
         TIMER_OUTBOX_RETENTION_MAX_DURATION_SECONDS="1",
     )
     workers = [WorkerProcess(env, tmp_path, f"dispatch-{i}") for i in range(3)]
     try:
-        for w in workers:
-            w.start()
+        blocker = await asyncpg.connect(database_url)
+        try:
+            barrier = blocker.transaction()
+            await barrier.start()
+            await blocker.execute("LOCK TABLE ops.outbox IN SHARE MODE")
+            for w in workers:
+                w.start()
+            await wait_count(database_url, WAITING_INSERTS, 3, 120, workers)
+            assert (
+                await count(
+                    database_url,
+                    "SELECT count(*) FROM calendar.event_reminders WHERE status = 'Sent'",
+                )
+                == 0
+            ), "nothing commits while the outbox is held"
+            await seed_due(database_url, n - first_round)
+            await barrier.commit()
+        finally:
+            await blocker.close()
         await asyncio.gather(*(w.wait_ready() for w in workers))
         await wait_count(
             database_url,
@@ -83,29 +132,28 @@ async def test_three_workers_send_each_of_10000_due_reminders_exactly_once(
             120,
             workers,
         )
-        records = await consume(
-            kafka_bootstrap, topic_prefix + DUE_TOPIC, count=n, timeout=120, settle=3.0
+        # Every row is Sent and every outbox row published: the topic is complete.
+        await wait_count(
+            database_url,
+            "SELECT count(*) FROM ops.outbox WHERE published_at IS NULL",
+            0,
+            60,
+            workers,
         )
-        sent_by = []
-        for w in workers:
-            status, metrics = w.get("/metrics")
-            assert status == 200
-            line = next(
-                x
-                for x in metrics.splitlines()
-                if x.startswith('calendar_reminder_dispatch_items_total{result="sent"}')
-            )
-            sent_by.append(float(line.split()[-1]))
-        # Cluster-once: at least 10 slots of outbox-retention, each run by exactly one worker.
-        deadline = time.monotonic() + 60
-        while (
-            await count(
-                database_url, "SELECT count(*) FROM ops.timer_slots WHERE name = 'outbox-retention'"
-            )
-            < 12
-        ):
-            assert time.monotonic() < deadline, "outbox-retention slots are not being claimed"
-            await asyncio.sleep(0.2)
+        records = await read_to_end(kafka_bootstrap, topic_prefix + DUE_TOPIC)
+        texts = [metrics_of(w) for w in workers]
+        sent_by = [
+            sample(t, "calendar_reminder_dispatch_items_total", result="sent") for t in texts
+        ]
+        locked_by = [sample(t, "calendar_reminder_dispatch_skip_locked_total") for t in texts]
+        # Cluster-once: at least 12 slots of outbox-retention, each run by exactly one worker.
+        await wait_count(
+            database_url,
+            "SELECT least(count(*), 12) FROM ops.timer_slots WHERE name = 'outbox-retention'",
+            12,
+            60,
+            workers,
+        )
         timers = [w.get("/timers")[1] for w in workers]
         slots = await count(
             database_url, "SELECT count(*) FROM ops.timer_slots WHERE name = 'outbox-retention'"
@@ -119,7 +167,9 @@ async def test_three_workers_send_each_of_10000_due_reminders_exactly_once(
     assert len(ids) == len(set(ids)) == n
     assert len(set(outbox_ids)) == n
     assert await count(database_url, "SELECT count(*) FROM ops.outbox") == n
-    assert sum(sent_by) == n, sent_by
+    assert sum(x or 0 for x in sent_by) == n, sent_by
+    assert all(x is not None and x > 0 for x in sent_by), f"a worker sent nothing: {sent_by}"
+    assert sum(x or 0 for x in locked_by) >= 3 * BATCH - first_round, locked_by
     retention = [next(t for t in ts if t["name"] == "outbox-retention")["counts"] for ts in timers]
     runs = sum(c["runs"] for c in retention)
     # Every claimed slot ran once (a run still finishing when /timers was read may be
@@ -129,6 +179,7 @@ async def test_three_workers_send_each_of_10000_due_reminders_exactly_once(
     assert runs >= 10, retention
 
 
+@pytest.mark.timeout(600)  # start 90 + sending 60 + stop 60 + restart 90 + drain 120 + stop 30
 async def test_sigterm_mid_run_commits_or_rolls_back_whole_batches_and_releases_locks(
     database_url: str, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
@@ -138,16 +189,15 @@ async def test_sigterm_mid_run_commits_or_rolls_back_whole_batches_and_releases_
     worker = WorkerProcess(env, tmp_path, "sigterm").start()
     try:
         await worker.wait_ready()
+
         # Stop it while it is draining (some rows sent, not all).
-        deadline = time.monotonic() + 60
-        while (
-            await count(
+        async def sending() -> int:
+            assert worker.proc is not None and worker.proc.poll() is None, worker.tail()
+            return await count(
                 database_url, "SELECT count(*) FROM calendar.event_reminders WHERE status = 'Sent'"
             )
-            == 0
-        ):
-            assert time.monotonic() < deadline, worker.tail()
-            await asyncio.sleep(0.01)
+
+        await eventually(sending, timeout=60, what="the worker sending", interval=0.01)
         rc = worker.stop(signal.SIGTERM, timeout=60)
     finally:
         worker.kill()

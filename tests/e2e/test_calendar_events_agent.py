@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,7 +15,9 @@ import pytest
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from tests.support.factories import calendar_event, encode
-from tests.support.kafka import consume, produce
+from tests.support.kafka import produce, read_to_end
+from tests.support.metrics import sample
+from tests.support.wait import eventually
 from tests.support.worker import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.e2e
@@ -55,18 +56,18 @@ async def wait_for(db: str, query: str, *args: Any, expect: Any, timeout: float 
     """Poll PostgreSQL until ``query`` returns ``expect`` (a signal, with a deadline)."""
     conn = await asyncpg.connect(db)
     try:
-        deadline = time.monotonic() + timeout
-        value = None
-        while time.monotonic() < deadline:
-            value = await conn.fetchval(query, *args)
-            if value == expect:
-                return value
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"{query} returned {value!r}, expected {expect!r} within {timeout}s")
+        return await eventually(
+            lambda: conn.fetchval(query, *args),
+            until=lambda value: value == expect,
+            timeout=timeout,
+            what=f"{query} = {expect!r}",
+            interval=0.1,
+        )
     finally:
         await conn.close()
 
 
+@pytest.mark.timeout(300)  # module worker start 90 + three waits of 60 s
 async def test_event_becomes_projection_row_and_older_versions_change_nothing(
     stack: dict[str, Any],
 ) -> None:
@@ -178,7 +179,9 @@ async def test_malformed_messages_go_to_dlq_with_reason_and_partition_keeps_flow
         expect=1,
     )
 
-    dead = await consume(stack["kafka"], stack["dlq"], count=5, timeout=30)
+    # The good state came after the bad ones on their partition, and the agent dead-letters
+    # (acknowledged by Kafka) before it applies what follows: the DLQ is complete now.
+    dead = await read_to_end(stack["kafka"], stack["dlq"])
     ours = [r for r in dead if r.key == key.encode()]
     assert len(ours) == 5
     headers = [dict(r.headers) for r in ours]
@@ -196,6 +199,7 @@ async def test_malformed_messages_go_to_dlq_with_reason_and_partition_keeps_flow
     assert 'stream_dlq_messages_total{kind="json"' in body
 
 
+@pytest.mark.timeout(420)  # applying 60 + sessions 30 + restart 90 + rest 90 + metric 30
 async def test_worker_killed_mid_stream_loses_no_message(stack: dict[str, Any]) -> None:
     # A second worker (same group) takes over after the first is SIGKILLed mid-flow.
     n = 3000
@@ -205,16 +209,38 @@ async def test_worker_killed_mid_stream_loses_no_message(stack: dict[str, Any]) 
     victim: WorkerProcess = stack["worker"]
     await produce(stack["kafka"], stack["topic"], [(m["EventId"], encode(m)) for m in msgs])
     conn = await asyncpg.connect(stack["db"])
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            done = await conn.fetchval(
-                "SELECT count(*) FROM calendar.events WHERE kind = $1", marker_kind
+
+    async def applied() -> int:
+        return int(
+            await conn.fetchval("SELECT count(*) FROM calendar.events WHERE kind = $1", marker_kind)
+        )
+
+    async def other_sessions() -> int:
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
             )
-            if done > 0:
-                break
-            await asyncio.sleep(0.02)
+        )
+
+    try:
+        # Kill it as soon as it has committed some of the stream.
+        seen = await eventually(
+            applied, timeout=60, what="the first worker applying the stream", interval=0.02
+        )
         victim.kill()
+        # Its sessions end with it (a commit already sent may still land); after that the
+        # count is exactly what the killed worker applied.
+        await eventually(
+            other_sessions,
+            until=lambda k: k == 0,
+            timeout=30,
+            what="the killed worker's database sessions gone",
+        )
+        at_kill = await applied()
+        assert 0 < seen <= at_kill < n, (
+            f"not killed mid-stream: {at_kill} of {n} applied when the worker died"
+        )
         replacement = WorkerProcess(stack["env"], stack["tmp"], "agent-worker-2").start()
         stack["worker"] = replacement
         await replacement.wait_ready()
@@ -227,8 +253,21 @@ async def test_worker_killed_mid_stream_loses_no_message(stack: dict[str, Any]) 
         )
     finally:
         await conn.close()
-    status, metrics = replacement.get("/metrics")
-    assert status == 200 and "stream_messages_total" in metrics
+
+    # The replacement applied exactly the messages the killed worker had not: what it
+    # re-read of the victim's work (offsets not yet committed) found PostgreSQL already
+    # up to date and counts as noop. The counter moves after the commit, hence the wait.
+    def applied_by_replacement() -> float | None:
+        status, text = replacement.get("/metrics")
+        assert status == 200
+        return sample(text, "stream_messages_total", topic=EVENTS, result="applied")
+
+    await eventually(
+        applied_by_replacement,
+        until=lambda v: v == n - at_kill,
+        timeout=30,
+        what=f"stream_messages_total{{result=applied}} of the replacement = {n - at_kill}",
+    )
 
 
 async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str, Any]) -> None:

@@ -5,7 +5,6 @@ worker cannot make progress."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from tests.support.factories import calendar_event, encode
 from tests.support.kafka import read_to_end
+from tests.support.wait import eventually
 from tests.support.worker import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.e2e
@@ -74,17 +74,6 @@ async def send_raw(
         await producer.stop()
 
 
-async def eventually(probe: Any, *, timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
-
-
 async def stored_version(db: str, event_id: str) -> int | None:
     conn = await asyncpg.connect(db)
     try:
@@ -104,6 +93,7 @@ def partition_of(key: bytes, partitions: int = 4) -> int:
     return int(DefaultPartitioner()(key, parts, parts))
 
 
+@pytest.mark.timeout(300)  # module worker start 90 + applied 60 + DLQ read 60
 async def test_poison_messages_are_dead_lettered_and_the_partition_keeps_flowing(
     stack: dict[str, Any],
 ) -> None:
@@ -126,7 +116,9 @@ async def test_poison_messages_are_dead_lettered_and_the_partition_keeps_flowing
         ],
     )
     await eventually(
-        lambda: stored_version(stack["db"], sentinel["EventId"]), what="sentinel applied"
+        lambda: stored_version(stack["db"], sentinel["EventId"]),
+        timeout=60,
+        what="sentinel applied",
     )
     dead = [
         r
@@ -151,6 +143,7 @@ async def test_poison_messages_are_dead_lettered_and_the_partition_keeps_flowing
     assert agent["dlq"]["by_kind"]["schema"] >= 3 and agent["dlq"]["by_kind"]["json"] >= 1
 
 
+@pytest.mark.timeout(300)  # three waits of 60 s (+ the module worker start if first)
 async def test_a_sick_database_blocks_the_partition_without_losing_and_health_says_so(
     stack: dict[str, Any],
 ) -> None:
@@ -189,13 +182,15 @@ async def test_a_sick_database_blocks_the_partition_without_losing_and_health_sa
         _status, metrics = stack["worker"].get("/metrics")
         assert 'stream_partitions_stalled{agent="calendar-events"} 1.0' in metrics
         await admin.execute("DROP TRIGGER disk_full ON calendar.events")
-        await eventually(lambda: stored_version(stack["db"], msg["EventId"]), what="applied")
+        await eventually(
+            lambda: stored_version(stack["db"], msg["EventId"]), timeout=60, what="applied"
+        )
 
         async def ready() -> Any:
             status, body = stack["worker"].get("/health")
             return body if status == 200 else None
 
-        await eventually(ready, what="/health ready again")
+        await eventually(ready, timeout=60, what="/health ready again")
     finally:
         await admin.execute("DROP TRIGGER IF EXISTS disk_full ON calendar.events")
         await admin.close()

@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from tests.support.factories import calendar_event, encode
+from tests.support.wait import NotWithin, eventually
 from tests.support.worker import ROOT, WorkerProcess, worker_env
 
 pytestmark = pytest.mark.e2e
@@ -67,12 +67,11 @@ def workers() -> Iterator[list[WorkerProcess]]:
 async def until(
     check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60.0, worker: Any = None
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            tail = worker.tail(60) if worker is not None else ""
-            raise AssertionError(f"not within {timeout}s: {what}\n{tail}")
-        await asyncio.sleep(0.1)
+    try:
+        await eventually(check, timeout=timeout, what=what, interval=0.1)
+    except NotWithin as exc:
+        tail = worker.tail(60) if worker is not None else ""
+        raise NotWithin(f"{exc}\n{tail}") from None
 
 
 async def applied(db: str, kind: str) -> int:
@@ -114,6 +113,7 @@ def events(n: int, kind: str) -> list[dict[str, Any]]:
     return [{**calendar_event(ReminderOffsetsMinutes=[]), "Kind": kind} for _ in range(n)]
 
 
+@pytest.mark.timeout(480)  # its waits add up to 420 s (start 90, six polls of 30-60 s)
 async def test_commits_never_pass_lost_records_before_their_re_read_is_processed(
     database_url: str, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, workers: list[Any]
 ) -> None:
@@ -164,6 +164,7 @@ async def test_commits_never_pass_lost_records_before_their_re_read_is_processed
     assert worker.count("GAPTEST dropped") == lost
 
 
+@pytest.mark.timeout(480)  # its waits add up to 420 s (two starts of 90, four polls of 60)
 async def test_records_lost_before_the_first_one_an_assignment_delivers_are_read(
     database_url: str, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, workers: list[Any]
 ) -> None:
@@ -201,6 +202,7 @@ async def test_records_lost_before_the_first_one_an_assignment_delivers_are_read
     assert status == 200 and metric(body, "stream_input_gaps_total") == 1
 
 
+@pytest.mark.timeout(300)  # start 90 + all applied 120
 async def test_transaction_markers_cost_at_most_one_read_each(
     database_url: str, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, workers: list[Any]
 ) -> None:

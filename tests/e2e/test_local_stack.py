@@ -20,6 +20,7 @@ def processes_under(path: Path) -> list[str]:
     return [line for line in out.stdout.splitlines() if str(path) in line and "ps -ww" not in line]
 
 
+@pytest.mark.timeout(1500)  # six stack.sh calls of up to 240 s each
 def test_stack_up_twice_then_down_leaves_nothing_running(tmp_path: Path) -> None:
     dev = tmp_path / "dev"
     env = {

@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from db.connector import connect
+from tests.support.wait import NotWithin, eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -95,18 +96,22 @@ async def _run_workers_and_check(
                 procs.append(await _spawn(database_url, worker_id, log))
             finally:
                 log.close()
-        deadline = time.monotonic() + DEADLINE_SECONDS
-        while True:
-            slots, every = await _progress(conn)
-            if slots >= MIN_SLOTS and all(every.get(w, 0) >= 3 for w in worker_ids):
-                break
+
+        async def progress() -> tuple[int, dict[str, int]]:
             dead = [p.returncode for p in procs if p.returncode is not None]
             assert not dead, f"a worker exited early ({dead}):\n{_tail(log_paths)}"
-            assert time.monotonic() < deadline, (
-                f"after {DEADLINE_SECONDS}s: {slots} cluster slots, every-instance {every}\n"
-                + _tail(log_paths)
+            return await _progress(conn)
+
+        try:
+            await eventually(
+                progress,
+                until=lambda p: p[0] >= MIN_SLOTS and all(p[1].get(w, 0) >= 3 for w in worker_ids),
+                timeout=DEADLINE_SECONDS,
+                what="cluster slots and every-instance runs (slots, every-instance)",
+                interval=0.2,
             )
-            await asyncio.sleep(0.2)
+        except NotWithin as exc:
+            raise NotWithin(f"{exc}\n{_tail(log_paths)}") from None
     finally:
         for p in procs:
             if p.returncode is None:
@@ -170,27 +175,36 @@ async def test_a_cluster_once_slot_whose_claimant_is_killed_mid_run_is_run_by_an
             finally:
                 log.close()
         deadline = time.monotonic() + DEADLINE_SECONDS
-        started = None
-        while started is None:
-            started = await conn.fetchrow(
-                "SELECT slot, worker_id FROM e2e_timer_runs WHERE schedule = 'e2e-lease:start' "
-                "ORDER BY slot LIMIT 1"
+        try:
+            started = await eventually(
+                lambda: conn.fetchrow(
+                    "SELECT slot, worker_id FROM e2e_timer_runs "
+                    "WHERE schedule = 'e2e-lease:start' ORDER BY slot LIMIT 1"
+                ),
+                until=lambda row: row is not None,
+                timeout=DEADLINE_SECONDS,
+                what="an e2e-lease run started",
             )
-            assert time.monotonic() < deadline, "no e2e-lease run started\n" + _tail(log_paths)
-            await asyncio.sleep(0.05)
+        except NotWithin as exc:
+            raise NotWithin(f"{exc}\n{_tail(log_paths)}") from None
         slot, victim = started["slot"], started["worker_id"]
         procs[victim].kill()  # SIGKILL mid-run: no finish, no clean shutdown
         await procs[victim].wait()
-        done = None
-        while done is None:
-            done = await conn.fetchrow(
-                "SELECT worker_id FROM e2e_timer_runs WHERE schedule = 'e2e-lease' AND slot = $1",
-                slot,
+        try:
+            done = await eventually(
+                lambda: conn.fetchrow(
+                    "SELECT worker_id FROM e2e_timer_runs "
+                    "WHERE schedule = 'e2e-lease' AND slot = $1",
+                    slot,
+                ),
+                until=lambda row: row is not None,
+                # One budget for the whole scenario, as before: what the start left of it.
+                timeout=max(0.0, deadline - time.monotonic()),
+                what=f"slot {slot} of killed {victim} finished",
+                interval=0.1,
             )
-            assert time.monotonic() < deadline, (
-                f"slot {slot} of killed {victim} never finished\n" + _tail(log_paths)
-            )
-            await asyncio.sleep(0.1)
+        except NotWithin as exc:
+            raise NotWithin(f"{exc}\n{_tail(log_paths)}") from None
         claim = await conn.fetchrow(
             "SELECT claimed_by, result, takeovers FROM ops.timer_slots "
             "WHERE name = 'e2e-lease' AND slot = $1",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -17,6 +16,7 @@ from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from tests.conftest import with_database
 from tests.support.proxy import TcpProxy
+from tests.support.wait import NotWithin, eventually
 from tests.support.worker import ROOT, WorkerProcess, free_port, worker_env
 
 pytestmark = pytest.mark.e2e
@@ -35,16 +35,23 @@ def host_port(address: str) -> tuple[str, int]:
 
 
 async def wait_for_log(worker: WorkerProcess, needle: str, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def log_with_needle() -> str | None:
         assert worker.proc is not None
         text = worker.log_path.read_text(errors="replace") if worker.log_path.exists() else ""
         if needle in text:
             return text
         if worker.proc.poll() is not None:
             raise AssertionError(f"worker exited with {worker.proc.returncode}:\n{worker.tail()}")
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{needle!r} not in the worker log within {timeout}s:\n{worker.tail()}")
+        return None
+
+    try:
+        found = await eventually(log_with_needle, timeout=timeout, what=f"{needle!r} in the log")
+    except NotWithin:
+        raise NotWithin(
+            f"{needle!r} not in the worker log within {timeout}s:\n{worker.tail()}"
+        ) from None
+    assert found is not None
+    return found
 
 
 @pytest.fixture

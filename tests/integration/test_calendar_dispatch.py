@@ -6,19 +6,21 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from datetime import timedelta
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
 
-from db import calendar as repo
-from db.connector import DatabaseUnavailable, create_pool
+from db.connector import DatabaseUnavailable
+from streams.agents.applier import StateWriter, Written
 from streams.contracts.calendar import CalendarEventChanged
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
-from streams.slices.calendar.events import CalendarEventsApplier
+from streams.slices.calendar.events import CalendarEventsApplier, CalendarWrite
 from tests.integration.calendar_support import apply, make_runtime, outbox
-from tests.support.factories import T0, calendar_event, parsed
+from tests.support.factories import T0, calendar_event
+from tests.support.wait import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -45,25 +47,103 @@ async def _close_dispatchers(database_url: str) -> AsyncIterator[None]:
         await _open.pop().runtime.close()
 
 
-def dispatcher(database_url: str, batch_size: int = 200) -> CalendarReminderDispatcher:
+def dispatcher(
+    database_url: str,
+    batch_size: int = 200,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    **settings: Any,
+) -> CalendarReminderDispatcher:
     d = CalendarReminderDispatcher(
-        make_runtime(database_url), DispatchConfig(batch_size=batch_size)
+        make_runtime(database_url, **settings),
+        DispatchConfig(batch_size=batch_size),
+        should_stop=should_stop,
     )
     _open.append(d)
     return d
 
 
-async def wait_until_blocked(pool: asyncpg.Pool, table: str, timeout: float = 10.0) -> None:
-    """Return once some session waits for a lock on ``table`` (observed in pg_locks)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await pool.fetchval(
-        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-        "WHERE NOT l.granted AND (l.relation = $1::regclass OR a.wait_event_type = 'Lock')",
-        table,
-    ):
-        assert loop.time() < deadline, f"nobody blocked on {table} within {timeout}s"
-        await asyncio.sleep(0.01)
+# Tests that hold a session on purpose give the product's sessions room to wait for it
+# (the worker default, 5 s, is for paused workers, not for a busy test machine).
+PATIENT: dict[str, Any] = {"db_lock_timeout_seconds": 60}
+
+
+async def waiting_on(pool: asyncpg.Pool, table: str, query_like: str = "%") -> int:
+    """How many sessions of this database wait for a lock on ``table`` (pg_locks), among
+    those whose current statement matches ``query_like``."""
+    return int(
+        await pool.fetchval(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE NOT l.granted AND l.relation = $1::regclass "
+            "AND a.datname = current_database() AND a.query ILIKE $2",
+            table,
+            query_like,
+        )
+    )
+
+
+async def wait_until_waiting(pool: asyncpg.Pool, table: str, sessions: int = 1) -> None:
+    """Return once ``sessions`` sessions wait for a lock on ``table``."""
+
+    await eventually(
+        lambda: waiting_on(pool, table),
+        until=lambda n: n >= sessions,
+        timeout=30,
+        what=f"{sessions} session(s) waiting on {table}",
+    )
+
+
+async def blocked_by(pool: asyncpg.Pool, pid: int, what: str) -> int:
+    """The pid of the session that waits for a lock held by session ``pid``."""
+
+    async def blocked() -> int | None:
+        value: int | None = await pool.fetchval(
+            "SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", pid
+        )
+        return value
+
+    pid_waiting = await eventually(blocked, timeout=30, what=what)
+    assert pid_waiting is not None
+    return pid_waiting
+
+
+async def row_locked(pool: asyncpg.Pool, select: str) -> bool:
+    """True if some other transaction holds a lock on the row ``select`` reads
+    (``FOR UPDATE NOWAIT`` is refused)."""
+    async with pool.acquire() as conn, conn.transaction():
+        try:
+            await conn.execute(f"{select} FOR UPDATE NOWAIT")
+        except asyncpg.LockNotAvailableError:
+            return True
+    return False
+
+
+class HeldWriter:
+    """The real calendar writer, held after its statements and before its commit: an
+    event change in flight, holding its event row and its reminder rows."""
+
+    def __init__(self, inner: StateWriter[CalendarEventChanged, CalendarWrite]) -> None:
+        self.inner = inner
+        self.inside = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def key(self, message: CalendarEventChanged) -> str:
+        return self.inner.key(message)
+
+    def fingerprint(self, message: CalendarEventChanged) -> str:
+        return self.inner.fingerprint(message)
+
+    async def write(
+        self,
+        conn: asyncpg.Connection,
+        changed: Sequence[CalendarEventChanged],
+        unchanged: Sequence[CalendarEventChanged],
+        now: datetime,
+    ) -> Written[CalendarWrite]:
+        written = await self.inner.write(conn, changed, unchanged, now)
+        self.inside.set()
+        await self.release.wait()
+        return written
 
 
 async def statuses(pool: asyncpg.Pool) -> dict[str, int]:
@@ -178,42 +258,73 @@ async def test_run_drains_full_batches_until_backlog_is_empty(
 async def test_parallel_dispatchers_handle_each_row_once(
     database_url: str, pool: asyncpg.Pool, applier: CalendarEventsApplier
 ) -> None:
-    msgs = [
-        calendar_event(StartAt=START, ReminderOffsetsMinutes=[60, 61, 62, 63]) for _ in range(500)
-    ]
-    for i in range(0, len(msgs), 100):
-        await apply(applier, *msgs[i : i + 100])
-    instances = [dispatcher(database_url, batch_size=50) for _ in range(3)]
-    results = await asyncio.gather(*(d.run_once(AFTER_DUE) for d in instances))
+    """Three instances started together, each holding a claimed batch at once; then they
+    drain 2000 rows in batches of 50. Each row is sent once, every instance sends, and
+    SKIP LOCKED is seen passing rows over.
+
+    The skip-locked count of a claim is ``min(visible due, batch) - claimed``: rows are
+    counted as passed over only when the claim comes back short of its batch while locked
+    due rows exist (a full claim has simply taken the next unlocked rows). So the first
+    round is arranged to end short: 120 due rows for three claims of 50, all three held in
+    their transactions (the outbox table is share-locked, so each waits at its outbox
+    INSERT after claiming). The last claimer finds 20 free rows of a visible 50. The other
+    1880 rows arrive while the three are held, so the drain that follows has them all
+    competing again."""
+    offsets = [60, 61, 62, 63]
+    first = [calendar_event(StartAt=START, ReminderOffsetsMinutes=offsets) for _ in range(30)]
+    rest = [calendar_event(StartAt=START, ReminderOffsetsMinutes=offsets) for _ in range(470)]
+    await apply(applier, *first)
+    instances = [dispatcher(database_url, batch_size=50, **PATIENT) for _ in range(3)]
+    blocker = await asyncpg.connect(database_url)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("LOCK TABLE ops.outbox IN SHARE MODE")
+        runs = [asyncio.create_task(d.run_once(AFTER_DUE)) for d in instances]
+        # Each instance claimed its first batch and now waits to insert its outbox rows.
+        await wait_until_waiting(pool, "ops.outbox", sessions=3)
+        assert await statuses(pool) == {"Pending": 120}, "nothing commits while held"
+        for i in range(0, len(rest), 100):
+            await apply(applier, *rest[i : i + 100])
+        await tx.commit()
+        results = await asyncio.gather(*runs)
+    finally:
+        await blocker.close()
     assert sum(r.sent_count for r in results) == 2000
+    assert all(r.sent_count > 0 for r in results), [r.sent_count for r in results]
+    assert sum(r.skipped_locked_count for r in results) >= 30, [
+        r.skipped_locked_count for r in results
+    ]
     ids = await pool.fetch("SELECT payload::jsonb->>'ReminderId' AS rid FROM ops.outbox")
     assert len(ids) == 2000 and len({r["rid"] for r in ids}) == 2000
     assert await statuses(pool) == {"Sent": 2000}
+    # The Prometheus counters say the same as the run results.
+    locked = [
+        d.runtime.metrics.registry.get_sample_value("calendar_reminder_dispatch_skip_locked_total")
+        for d in instances
+    ]
+    assert locked == [r.skipped_locked_count for r in results]
 
 
-async def test_rows_locked_by_an_inflight_cancel_are_passed_over_then_never_sent(
-    database_url: str, pool: asyncpg.Pool, applier: CalendarEventsApplier
-) -> None:
-    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
-    await apply(applier, e)
-    cancel = parsed({**e, "Version": 2, "Status": "Cancelled"})
-    conn = await asyncpg.connect(database_url)
-    try:
-        tx = conn.transaction()
-        await tx.start()
-        # The agent's cancel is in flight: event row updated and reminders locked.
-        await repo.events_upsert(conn, [cancel], T0)
-        await repo.reminders_skip_unwanted(conn, {cancel.event_id: "EventCancelled"}, [], T0)
-        d = dispatcher(database_url)
-        during = await d.run_once(AFTER_DUE)
-        assert (during.sent_count, during.skipped_locked_count) == (0, 1)
-        await tx.commit()
-    finally:
-        await conn.close()
-    after = await d.run_once(AFTER_DUE)
-    assert after.sent_count == 0
-    assert await statuses(pool) == {"Skipped": 1}
-    assert await outbox(pool) == []
+# Races with an event change. Seed 000, test table, row "race with event cancellation": a
+# cancellation committed between the worker's read and its write is resolved by re-reading:
+# a terminal row is not sent. Failure-mode row "worker <-> event cancel/reschedule race":
+# rows under the event's cascade are locked, so the worker skips them this cycle; if the
+# cascade committed first the row is already Skipped and not selected; if the worker was
+# first the reminder goes out and the event is cancelled after it (an accepted window).
+#
+# In this design the worker's read IS its lock: the claim (calendar_reminders_claim_due) locks
+# each due reminder FOR NO KEY UPDATE and its event FOR SHARE, and the batch's mark and
+# outbox insert run in the same transaction. A cancellation must update that event row
+# (and then the reminder rows), so it waits for the dispatcher's commit: a cancellation
+# that commits *between* the claim and the mark cannot happen. The two orders that can
+# happen are tested below with the real dispatcher and the real events applier:
+# - the dispatcher first: the cancellation waits; the reminder stays Sent (exactly one
+#   outbox row), the event ends Cancelled (the seed's accepted window: the client gets the
+#   reminder and then the cancellation notice);
+# - the cancellation first (in flight, holding the event and its rows): the dispatcher
+#   passes them over (SKIP LOCKED, counted), and once the cancellation commits its next
+#   claim re-reads the row as Skipped: the terminal row is never sent.
 
 
 async def test_cancel_arriving_while_dispatcher_holds_the_row_waits_and_cannot_unsend(
@@ -221,36 +332,109 @@ async def test_cancel_arriving_while_dispatcher_holds_the_row_waits_and_cannot_u
 ) -> None:
     e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
     await apply(applier, e)
-    cancel: CalendarEventChanged = parsed({**e, "Version": 2, "Status": "Cancelled"})
+    d = dispatcher(database_url, **PATIENT)
     holder = await asyncpg.connect(database_url)
-    canceller = await asyncpg.connect(database_url)
     try:
-        # Dispatcher's claim holds the reminder; the cancel must wait for its commit.
+        # SHARE on the reminders table admits the claim (it needs ROW SHARE) and stops the
+        # mark (ROW EXCLUSIVE): the real dispatcher is held between claim and mark.
         tx = holder.transaction()
         await tx.start()
-        rows, _ = await repo.reminders_claim_due(holder, AFTER_DUE, 10, [])
-        assert len(rows) == 1
-
-        async def cancel_event() -> int:
-            async with canceller.transaction():
-                await repo.events_upsert(canceller, [cancel], T0)
-                return await repo.reminders_skip_unwanted(
-                    canceller, {cancel.event_id: "EventCancelled"}, [], T0
-                )
-
-        task = asyncio.create_task(cancel_event())
-        await wait_until_blocked(pool, "calendar.event_reminders")
-        assert not task.done()
-        await repo.reminders_mark_dispatched(
-            holder, [(rows[0].reminder_id, "Sent", None)], AFTER_DUE
+        await holder.execute("LOCK TABLE calendar.event_reminders IN SHARE MODE")
+        run = asyncio.create_task(d.run_once(AFTER_DUE))
+        dispatcher_pid = await blocked_by(
+            pool, holder.get_server_pid(), "the dispatcher waiting to mark"
         )
+        assert await row_locked(pool, "SELECT 1 FROM calendar.event_reminders")
+        assert await row_locked(pool, "SELECT 1 FROM calendar.events")
+
+        # The real applier applies the Cancelled state while the dispatcher holds the row.
+        cancelling = asyncio.create_task(apply(applier, {**e, "Version": 2, "Status": "Cancelled"}))
+        await blocked_by(pool, dispatcher_pid, "the cancellation waiting for the dispatcher")
+        # Not committed in between: the event is still Planned for everyone else.
+        assert not cancelling.done() and not run.done()
+        assert await pool.fetchval("SELECT status FROM calendar.events") == "Planned"
+        assert await statuses(pool) == {"Pending": 1}
         await tx.commit()
-        assert await task == 0  # the row was no longer Pending when the cancel got it
+        result = await run
+        cancelled = await cancelling
     finally:
         await holder.close()
-        await canceller.close()
-    assert await statuses(pool) == {"Sent": 1}
+    assert (result.sent_count, result.skipped_count, result.skipped_locked_count) == (1, 0, 0)
+    # The cancellation applied its state, but the row was no longer Pending when it got it.
+    assert cancelled.applied == 1
+    assert cancelled.details is not None and cancelled.details.reminders_skipped == 0
+    row = await pool.fetchrow("SELECT reminder_id, status, sent_at FROM calendar.event_reminders")
+    assert (row["status"], row["sent_at"]) == ("Sent", AFTER_DUE)
+    [record] = await outbox(pool)
+    assert json.loads(record["payload"])["ReminderId"] == str(row["reminder_id"])
     assert await pool.fetchval("SELECT status FROM calendar.events") == "Cancelled"
+
+
+async def test_rows_locked_by_an_inflight_cancel_are_passed_over_then_never_sent(
+    database_url: str, pool: asyncpg.Pool, applier: CalendarEventsApplier
+) -> None:
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
+    await apply(applier, e)
+    held = HeldWriter(applier.writer)
+    applier.writer = held
+    cancelling = asyncio.create_task(apply(applier, {**e, "Version": 2, "Status": "Cancelled"}))
+    try:
+        await asyncio.wait_for(held.inside.wait(), 30)
+        # The cancellation's transaction has updated the event and skipped the row; it
+        # has not committed.
+        assert await row_locked(pool, "SELECT 1 FROM calendar.events")
+        assert await row_locked(pool, "SELECT 1 FROM calendar.event_reminders")
+        d = dispatcher(database_url)
+        during = await d.run_once(AFTER_DUE)
+        assert (during.sent_count, during.skipped_count, during.skipped_locked_count) == (
+            0,
+            0,
+            1,
+        )
+        assert (
+            d.runtime.metrics.registry.get_sample_value(
+                "calendar_reminder_dispatch_skip_locked_total"
+            )
+            == 1
+        )
+        assert await statuses(pool) == {"Pending": 1}, "passed over, not waited for"
+    finally:
+        held.release.set()
+        cancelled = await cancelling
+    assert cancelled.details is not None and cancelled.details.reminders_skipped == 1
+    after = await d.run_once(AFTER_DUE)
+    assert (after.sent_count, after.skipped_count, after.skipped_locked_count) == (0, 0, 0)
+    assert await pool.fetchval(
+        "SELECT status || '/' || skip_reason FROM calendar.event_reminders"
+    ) == ("Skipped/EventCancelled")
+    assert await pool.fetchval("SELECT sent_at FROM calendar.event_reminders") is None
+    assert await outbox(pool) == []
+
+
+async def test_pending_row_of_completed_event_is_skipped_without_publishing(
+    database_url: str, pool: asyncpg.Pool, applier: CalendarEventsApplier
+) -> None:
+    await apply(applier, calendar_event(StartAt=START, ReminderOffsetsMinutes=[60]))
+    # The cascade did not run (replay/race): the event is Completed, its row still Pending.
+    await pool.execute("UPDATE calendar.events SET status = 'Completed'")
+    d = dispatcher(database_url)
+    result = await d.run_once(AFTER_DUE)
+    assert (result.sent_count, result.skipped_count) == (0, 1)
+    row = await pool.fetchrow("SELECT status, skip_reason, sent_at FROM calendar.event_reminders")
+    assert (row["status"], row["skip_reason"], row["sent_at"]) == (
+        "Skipped",
+        "EventCompleted",
+        None,
+    )
+    assert await outbox(pool) == []
+    registry = d.runtime.metrics.registry
+    assert (
+        registry.get_sample_value("calendar_reminder_dispatch_items_total", {"result": "skipped"})
+        == 1
+    )
+    assert (
+        registry.get_sample_value("calendar_reminder_dispatch_items_total", {"result": "sent"}) == 0
+    )
 
 
 async def test_cancelled_run_rolls_back_its_batch_whole_and_releases_locks(
@@ -266,7 +450,7 @@ async def test_cancelled_run_rolls_back_its_batch_whole_and_releases_locks(
         await blocker.execute("LOCK TABLE ops.outbox IN EXCLUSIVE MODE")
         d = dispatcher(database_url)
         run = asyncio.create_task(d.run_once(AFTER_DUE))
-        await wait_until_blocked(pool, "ops.outbox")
+        await wait_until_waiting(pool, "ops.outbox")
         run.cancel()  # what a SIGTERM does to the run
         with pytest.raises(asyncio.CancelledError):
             await run
@@ -285,7 +469,11 @@ async def test_sent_at_is_as_of_and_lateness_is_recorded(
 ) -> None:
     await apply(applier, calendar_event(StartAt=START, ReminderOffsetsMinutes=[60]))
     d = dispatcher(database_url)
-    await d.run_once(DUE + timedelta(seconds=42))
+    as_of = DUE + timedelta(seconds=42)
+    # The runtime's clock says T0, an hour earlier: SentAt must come from AsOf, not a clock.
+    assert d.clock.now() != as_of
+    await d.run_once(as_of)
+    assert await pool.fetchval("SELECT sent_at FROM calendar.event_reminders") == as_of
     registry = d.runtime.metrics.registry
     assert registry.get_sample_value("calendar_reminder_dispatch_lateness_seconds_sum") == 42.0
     assert (
@@ -295,17 +483,28 @@ async def test_sent_at_is_as_of_and_lateness_is_recorded(
 
 
 async def test_backlog_gauge_counts_due_pending_rows_left(
-    database_url: str, applier: CalendarEventsApplier
+    database_url: str, pool: asyncpg.Pool, applier: CalendarEventsApplier
 ) -> None:
     for _ in range(3):
         await apply(applier, calendar_event(StartAt=START, ReminderOffsetsMinutes=[60]))
-    pool = await create_pool(database_url)
-    try:
-        async with pool.acquire() as conn:
-            assert await repo.reminders_count_due(conn, AFTER_DUE) == 3
-            assert await repo.reminders_next_due(conn) == DUE
-    finally:
-        await pool.close()
+    stop = True
+    d = dispatcher(database_url, batch_size=1, should_stop=lambda: stop)
+    registry = d.runtime.metrics.registry
+
+    def gauge() -> float | None:
+        return registry.get_sample_value("calendar_reminder_dispatch_backlog")
+
+    assert gauge() == 0
+    # A run stopped after its first batch (a shutdown) leaves two due rows Pending.
+    stopped = await d.run_once(AFTER_DUE)
+    assert (stopped.sent_count, stopped.batches) == (1, 1)
+    assert gauge() == 2
+    assert stopped.next_due == DUE
+    stop = False
+    drained = await d.run_once(AFTER_DUE)
+    assert drained.sent_count == 2
+    assert gauge() == 0
+    assert await statuses(pool) == {"Sent": 3}
 
 
 async def test_infrastructure_error_rolls_the_whole_batch_back_and_the_next_cycle_retries(

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -34,7 +33,8 @@ from streams.outbox import (
     insert_many,
     outbox_id_of,
 )
-from tests.support.kafka import consume, create_topics
+from tests.support.kafka import consume, create_topics, read_to_end
+from tests.support.wait import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -67,24 +67,18 @@ def backlog_at_most(pool: asyncpg.Pool, limit: int) -> Callable[[], Awaitable[bo
     return check
 
 
-async def wait_until(condition: Callable[[], Awaitable[bool]], *, within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def drain(relay: OutboxRelay, *, within: float = 60) -> int:
     """Run passes until a pass finds nothing to do; returns rows published."""
     published = 0
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+
+    async def idle_pass() -> bool:
+        nonlocal published
         result = await relay.run_once()
         published += result.published
-        if result.lanes == 0:
-            return published
-    raise AssertionError("relay did not drain in time")
+        return result.lanes == 0
+
+    await eventually(idle_pass, timeout=within, what="a relay pass with nothing to do", interval=0)
+    return published
 
 
 @asynccontextmanager
@@ -173,8 +167,9 @@ async def test_rows_appear_with_key_headers_payload_and_per_key_order(
             async with transaction(pool) as conn:
                 await insert_many(conn, [OutboxRecord(topic, "ghost", '{"Ghost": true}')])
                 raise RuntimeError("state change failed")
-        received = await consume(kafka_bootstrap, topic, count=1000, settle=1.0)
-        await wait_until(backlog_at_most(pool, 0), within=10, what="rows marked")
+        await eventually(backlog_at_most(pool, 0), timeout=60, what="rows marked")
+    # Every row is marked (acknowledged) and the relay stopped: the topic is complete.
+    received = await read_to_end(kafka_bootstrap, topic)
 
     assert len(received) == 1000
     assert sorted(ids_of(received)) == ids
@@ -200,6 +195,7 @@ async def test_rows_appear_with_key_headers_payload_and_per_key_order(
     assert sample(metrics, "outbox_publish_errors_total") == 0
 
 
+@pytest.mark.timeout(360)  # waits of 60 + 60 + 120 + 30 s and a 60 s read
 async def test_relay_killed_mid_batch_and_restarted_loses_nothing(
     database_url: str, pool: asyncpg.Pool, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
@@ -234,21 +230,30 @@ async def test_relay_killed_mid_batch_and_restarted_loses_nothing(
 
     first = await spawn("relay-1.log")
     try:
-        await wait_until(
-            backlog_at_most(pool, total - 2000), within=60, what="first relay publishing"
+        await eventually(
+            backlog_at_most(pool, total - 2000), timeout=60, what="first relay publishing"
         )
         # Freeze the relay until it is caught between producing and committing: more
         # records on the topic than rows marked published. Then kill it right there.
-        for _ in range(500):
+        on_topic = marked = 0
+
+        async def frozen_between_produce_and_commit() -> bool:
+            nonlocal on_topic, marked
             first.send_signal(signal.SIGSTOP)
             on_topic = await topic_size(kafka_bootstrap, topic)
             marked = total - await backlog(pool)
             if on_topic > marked:
-                break
+                return True
             first.send_signal(signal.SIGCONT)
-            await asyncio.sleep(0.005)
-        else:
-            pytest.fail("never caught the relay between produce and commit")
+            assert marked < total, "the relay published everything before it was caught"
+            return False
+
+        await eventually(
+            frozen_between_produce_and_commit,
+            timeout=60,
+            what="the relay frozen between produce and commit",
+            interval=0.005,
+        )
     finally:
         first.kill()
         await first.wait()
@@ -257,14 +262,13 @@ async def test_relay_killed_mid_batch_and_restarted_loses_nothing(
 
     second = await spawn("relay-2.log")
     try:
-        await wait_until(backlog_at_most(pool, 0), within=120, what="second relay")
+        await eventually(backlog_at_most(pool, 0), timeout=120, what="second relay")
     finally:
         second.send_signal(signal.SIGTERM)
         rc = await asyncio.wait_for(second.wait(), 30)
     assert rc == 0, (tmp_path / "relay-2.log").read_text()
 
-    size = await topic_size(kafka_bootstrap, topic)
-    received = await consume(kafka_bootstrap, topic, count=size)
+    received = await read_to_end(kafka_bootstrap, topic)
     seen = ids_of(received)
     assert set(seen) == set(ids), "every row reached the topic at least once"
     # The rows in flight at the kill were re-published: at-least-once, same outbox-id.
@@ -289,8 +293,8 @@ async def test_two_relays_at_once_publish_each_row_once(
             [OutboxRecord(topic, f"key-{i % 200}", f'{{"Seq": {i}}}') for i in range(total)],
             per_tx=500,
         )
-        await wait_until(backlog_at_most(pool, 0), within=60, what="both relays")
-    received = await consume(kafka_bootstrap, topic, count=total, settle=2.0)
+        await eventually(backlog_at_most(pool, 0), timeout=60, what="both relays")
+    received = await read_to_end(kafka_bootstrap, topic)
 
     seen = ids_of(received)
     assert len(seen) == total
@@ -319,12 +323,13 @@ async def test_row_whose_transaction_commits_late_is_still_published(
 
             first = await relay.run_once()
             assert first.published == 1
-            assert ids_of(await consume(kafka_bootstrap, topic, count=1)) == [early_id]
+            # The pass waited for Kafka's ack: the topic holds exactly what it published.
+            assert ids_of(await read_to_end(kafka_bootstrap, topic)) == [early_id]
         finally:
             await tx_a.commit()
 
         assert await drain(relay) == 1
-    received = await consume(kafka_bootstrap, topic, count=2, settle=1.0)
+    received = await read_to_end(kafka_bootstrap, topic)
     assert sorted(ids_of(received)) == [late_id, early_id]
     assert await backlog(pool) == 0
 
@@ -343,7 +348,7 @@ async def test_notify_wakes_the_relay_without_polling(
         await asyncio.wait_for(relay.listening.wait(), 10)
         ids = [await publish_when_idle(relay, pool, kafka_bootstrap, topic, n) for n in (1, 2)]
     # Both rows were written while the relay slept for an hour: NOTIFY woke it each time.
-    assert ids_of(await consume(kafka_bootstrap, topic, count=2, settle=0.5)) == ids
+    assert ids_of(await read_to_end(kafka_bootstrap, topic)) == ids
 
 
 async def publish_when_idle(
@@ -351,7 +356,7 @@ async def publish_when_idle(
 ) -> int:
     """Once the relay sleeps with nothing pending, write the n-th row of ``topic`` and wait
     until it is on the topic: only a NOTIFY or a poll can have woken the relay for it."""
-    await wait_until(backlog_at_most(pool, 0), within=10, what="earlier rows marked")
+    await eventually(backlog_at_most(pool, 0), timeout=10, what="earlier rows marked")
     await asyncio.wait_for(relay.idle.wait(), 10)
     [row_id] = await write(pool, [OutboxRecord(topic, "k", f'{{"N": {n}}}')])
     await consume(bootstrap, topic, count=n, timeout=10)
@@ -370,7 +375,7 @@ async def test_polling_publishes_when_no_notify_arrives(
         await asyncio.wait_for(relay.listening.wait(), 10)
         ids = [await publish_when_idle(relay, pool, kafka_bootstrap, topic, n) for n in (1, 2)]
     # Both rows were written while the relay slept and no NOTIFY was sent: polls found them.
-    assert ids_of(await consume(kafka_bootstrap, topic, count=2, settle=0.5)) == ids
+    assert ids_of(await read_to_end(kafka_bootstrap, topic)) == ids
 
 
 async def test_listener_reconnects_after_its_connection_is_killed(
@@ -388,11 +393,11 @@ async def test_listener_reconnects_after_its_connection_is_killed(
         async def relistening() -> bool:
             return bool(set(await listener_pids(pool)) - {killed})
 
-        await wait_until(relistening, within=15, what="a new LISTEN connection")
+        await eventually(relistening, timeout=15, what="a new LISTEN connection")
         await asyncio.wait_for(relay.listening.wait(), 5)
         ids = [await publish_when_idle(relay, pool, kafka_bootstrap, topic, n) for n in (1, 2)]
     # Both rows needed a NOTIFY on the new connection (polls are an hour apart).
-    assert ids_of(await consume(kafka_bootstrap, topic, count=2, settle=0.5)) == ids
+    assert ids_of(await read_to_end(kafka_bootstrap, topic)) == ids
 
 
 async def listener_pids(pool: asyncpg.Pool) -> list[int]:
@@ -494,8 +499,10 @@ async def test_row_kafka_refuses_holds_back_only_its_lane_and_is_probed_alone(
         rest = await drain(relay)
     assert await backlog(pool) == 0
 
-    on_good = ids_of(await consume(kafka_bootstrap, good, count=len(ids) - 1, settle=1.0))
-    on_tiny = ids_of(await consume(kafka_bootstrap, tiny, count=1, settle=0.5))
+    # Nothing is left to publish and the relay is closed: both topics are complete.
+    received_good = await read_to_end(kafka_bootstrap, good)
+    on_good = ids_of(received_good)
+    on_tiny = ids_of(await read_to_end(kafka_bootstrap, tiny))
     counts = Counter(on_good + on_tiny)
     # The bound: the row behind the refused one went out in the first pass and once more
     # after the refused row was accepted; never on the retries in between.
@@ -510,7 +517,7 @@ async def test_row_kafka_refuses_holds_back_only_its_lane_and_is_probed_alone(
     assert (probe.lanes, probe.published, probe.failed, probe.more) == (1, 1, 0, True)
     assert rest == len(held_back) - 1
     # Per key, first appearances on the topic follow the outbox order.
-    assert_per_key_order(await consume(kafka_bootstrap, good, count=len(ids) - 1, settle=0.5))
+    assert_per_key_order(received_good)
 
 
 # ---------------------------------------------------------------------------- metrics & retention

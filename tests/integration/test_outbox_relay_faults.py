@@ -36,11 +36,11 @@ from tests.integration.test_outbox_relay import (
     drain,
     ids_of,
     sample,
-    wait_until,
     write,
 )
-from tests.support.kafka import consume, create_topics
+from tests.support.kafka import create_topics, read_to_end
 from tests.support.private_stack import PrivateStack
+from tests.support.wait import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -205,7 +205,7 @@ async def test_producer_that_can_send_no_more_is_replaced(
     assert restarts(metrics, reason) == 1
     assert "action=outbox_producer_replaced" in caplog.text
     assert f"reason={reason}" in caplog.text
-    received = await consume(kafka_bootstrap, topic, count=len(ids) + 1, settle=0.5)
+    received = await read_to_end(kafka_bootstrap, topic)
     assert sorted(set(ids_of(received))) == [warm, *ids]
     assert_per_key_order(received)
 
@@ -246,7 +246,7 @@ async def test_topic_without_metadata_holds_back_its_lane_without_stalling_the_p
                 break
     assert published == len(ids) - len(stuck)
     assert await backlog(pool) == len(stuck)
-    received = await consume(kafka_bootstrap, good, count=published, settle=0.5)
+    received = await read_to_end(kafka_bootstrap, good)
     assert sorted(ids_of(received)) == sorted(set(ids) - set(stuck))
 
 
@@ -266,6 +266,7 @@ def private_kafka(tmp_path: Path) -> Iterator[PrivateStack]:
         stack.down()
 
 
+@pytest.mark.timeout(600)  # private stack up (up to 300 s) and down (120 s) + its waits
 async def test_unresponsive_broker_pass_ends_within_bound_and_releases_its_lanes(
     private_kafka: PrivateStack, database_url: str, pool: asyncpg.Pool, topic_prefix: str
 ) -> None:
@@ -302,14 +303,14 @@ async def test_unresponsive_broker_pass_ends_within_bound_and_releases_its_lanes
             async def holding() -> bool:
                 return lanes <= await held_lanes(pool)
 
-            await wait_until(holding, within=5, what="the pass to lock its lanes")
+            await eventually(holding, timeout=5, what="the pass to lock its lanes")
             assert not await lanes_free(pool, lanes)
 
             async def released() -> bool:
                 return not (await held_lanes(pool)) & lanes
 
-            await wait_until(
-                released, within=publish_timeout + 3, what="the pass to release its lanes"
+            await eventually(
+                released, timeout=publish_timeout + 3, what="the pass to release its lanes"
             )
             released_after = time.monotonic() - started
             with pytest.raises(PublishTimeout):
@@ -335,12 +336,12 @@ async def test_unresponsive_broker_pass_ends_within_bound_and_releases_its_lanes
                 return False
             return await backlog(pool) == 0
 
-        await wait_until(drained, within=60, what="the rows to go out once Kafka answers")
+        await eventually(drained, timeout=60, what="the rows to go out once Kafka answers")
 
     assert released_after <= publish_timeout + 1.5, released_after
     assert ended_after <= publish_timeout + stop_timeout + 1.5, ended_after
     assert start_failed_after <= publish_timeout + stop_timeout + 1.5, start_failed_after
-    received = await consume(bootstrap, topic, count=len(ids) + 1, settle=2.0)
+    received = await read_to_end(bootstrap, topic)
     seen = ids_of(received)
     assert sorted(set(seen)) == [warm, *ids], "every row reached the topic"
     # Sends of the abandoned pass may land after all: only as re-publishes, same outbox-id.
@@ -395,6 +396,6 @@ async def test_paused_relay_holds_at_most_max_lanes_others_keep_publishing(
     assert published_by_other == len(ids) - in_held
     assert published_by_paused == in_held
     assert await backlog(pool) == 0
-    received = await consume(kafka_bootstrap, topic, count=len(ids), settle=1.0)
+    received = await read_to_end(kafka_bootstrap, topic)
     assert sorted(ids_of(received)) == ids, "each row exactly once"
     assert_per_key_order(received)

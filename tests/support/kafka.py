@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Iterable, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from tests.support.wait import NotWithin, eventually
 
 Header = tuple[str, bytes]
 
@@ -53,17 +54,12 @@ async def produce(
 
 
 async def consume(
-    bootstrap: str,
-    topic: str,
-    *,
-    count: int,
-    timeout: float = 60.0,
-    settle: float = 0.0,
+    bootstrap: str, topic: str, *, count: int, timeout: float = 60.0
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """Read ``topic`` from the beginning until ``count`` records arrived (or fail on timeout).
 
-    ``settle`` keeps reading that many seconds longer, to catch records beyond ``count``
-    (duplicates) in tests that assert an exact number.
+    A wait for records to arrive; it says nothing about what comes after them. To assert an
+    exact number (no duplicates), let the producing side finish and use ``read_to_end``.
     """
     consumer = AIOKafkaConsumer(
         topic,
@@ -74,30 +70,30 @@ async def consume(
     )
     await consumer.start()
     out: list[ConsumerRecord[bytes, bytes]] = []
+
+    async def enough() -> bool:
+        batch = await consumer.getmany(timeout_ms=200)
+        for records in batch.values():
+            out.extend(records)
+        return len(out) >= count
+
     try:
-        deadline = time.monotonic() + timeout
-        while len(out) < count and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=200)
-            for records in batch.values():
-                out.extend(records)
-        if settle:
-            end = time.monotonic() + settle
-            while time.monotonic() < end:
-                batch = await consumer.getmany(timeout_ms=200)
-                for records in batch.values():
-                    out.extend(records)
+        await eventually(enough, timeout=timeout, what=f"{count} records on {topic}", interval=0)
+    except NotWithin:
+        raise NotWithin(
+            f"expected {count} records on {topic}, got {len(out)} within {timeout}s"
+        ) from None
     finally:
         await consumer.stop()
-    if len(out) < count:
-        raise AssertionError(
-            f"expected {count} records on {topic}, got {len(out)} within {timeout}s"
-        )
     return out
 
 
-async def read_to_end(bootstrap: str, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
+async def read_to_end(
+    bootstrap: str, topic: str, *, timeout: float = 60.0
+) -> list[ConsumerRecord[bytes, bytes]]:
     """Every record on ``topic`` up to its end offsets taken at the call: a late duplicate
-    cannot slip past, as it could past a fixed listening window."""
+    cannot slip past, as it could past a fixed listening window. Call it once the producing
+    side is known to be done (its rows marked published, its process exited)."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
     )
@@ -114,13 +110,18 @@ async def read_to_end(bootstrap: str, topic: str) -> list[ConsumerRecord[bytes, 
         ends = await consumer.end_offsets(parts)
         out: list[ConsumerRecord[bytes, bytes]] = []
         remaining = {tp for tp in parts if ends[tp] > 0}
-        while remaining:
-            batch = await consumer.getmany(*remaining, timeout_ms=500)
-            for tp, records in batch.items():
-                out.extend(r for r in records if r.offset < ends[tp])
-            for tp in list(remaining):
-                if await consumer.position(tp) >= ends[tp]:
-                    remaining.discard(tp)
+
+        async def at_end() -> bool:
+            if remaining:
+                batch = await consumer.getmany(*remaining, timeout_ms=500)
+                for tp, records in batch.items():
+                    out.extend(r for r in records if r.offset < ends[tp])
+                for tp in list(remaining):
+                    if await consumer.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
+            return not remaining
+
+        await eventually(at_end, timeout=timeout, what=f"{topic} read to {ends}", interval=0)
         return out
     finally:
         await consumer.stop()

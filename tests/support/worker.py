@@ -10,11 +10,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from tests.support.wait import NotWithin, eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,9 +66,10 @@ class WorkerProcess:
 
     async def wait_ready(self, timeout: float = 90.0) -> dict[str, Any]:
         """Wait until /health says ready (Kafka, PostgreSQL, recovery, partitions assigned)."""
-        deadline = time.monotonic() + timeout
         last: Any = None
-        while time.monotonic() < deadline:
+
+        async def ready() -> dict[str, Any] | None:
+            nonlocal last
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise AssertionError(
@@ -77,8 +79,18 @@ class WorkerProcess:
                 status, last = await asyncio.to_thread(self.get, "/health")
                 if status == 200 and last.get("assigned_partitions", 0) > 0:
                     return dict(last)
-            await asyncio.sleep(0.25)
-        raise AssertionError(f"{self.name} not ready in {timeout}s (last {last}):\n{self.tail()}")
+            return None
+
+        try:
+            found: dict[str, Any] | None = await eventually(
+                ready, timeout=timeout, what=f"{self.name} ready", interval=0.25
+            )
+        except NotWithin:
+            raise NotWithin(
+                f"{self.name} not ready in {timeout}s (last {last}):\n{self.tail()}"
+            ) from None
+        assert found is not None
+        return found
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         if self.proc is None or self.proc.poll() is not None:
