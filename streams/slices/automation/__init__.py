@@ -78,7 +78,7 @@ def install_core(ctx: SliceContext) -> AutomationCore:
             name=AUTOMATION_SCHEDULER,
             interval=timedelta(seconds=30),
             handler=runner,
-            max_duration=timedelta(seconds=30),
+            max_duration=timedelta(seconds=20),
             mode=Mode.EVERY_INSTANCE,
             settings_prefix="TIMER_AUTOMATION_SCHEDULER_",
         )
@@ -98,7 +98,7 @@ def install_core(ctx: SliceContext) -> AutomationCore:
             name=AUTOMATION_STALE_CLEANUP,
             interval=timedelta(seconds=15),
             handler=cleanup,
-            max_duration=timedelta(seconds=30),
+            max_duration=timedelta(seconds=10),
             mode=Mode.EVERY_INSTANCE,
             settings_prefix="TIMER_AUTOMATION_STALE_CLEANUP_",
         )
