@@ -57,7 +57,7 @@ WITH c AS (
     WHERE d.outcome = 'Inserted'
     ORDER BY d.scheduler_key
     ON CONFLICT (scheduler_key) DO NOTHING
-    RETURNING scheduler_key, status_id, version, retry_count, is_on_support_hold,
+    RETURNING scheduler_id, scheduler_key, status_id, version, retry_count, is_on_support_hold,
               dispatch_result_json
 ), upd AS (
     UPDATE automation.scheduler s
@@ -78,10 +78,11 @@ WITH c AS (
     FROM d
     WHERE s.scheduler_id = d.scheduler_id
       AND (d.outcome IN ('Reactivated', 'Updated') OR (d.outcome = 'Conflict' AND NOT d.conflict_known))
-    RETURNING s.scheduler_key, s.status_id, s.version, s.retry_count, s.is_on_support_hold,
-              s.dispatch_result_json
+    RETURNING s.scheduler_id, s.scheduler_key, s.status_id, s.version, s.retry_count,
+              s.is_on_support_hold, s.dispatch_result_json
 )
-SELECT d.scheduler_key,
+SELECT coalesce(upd.scheduler_id, ins.scheduler_id, cur.scheduler_id) AS scheduler_id,
+       d.scheduler_key,
        CASE WHEN d.outcome = 'Inserted' AND ins.scheduler_key IS NULL THEN 'Raced'
             ELSE d.outcome END AS outcome,
        coalesce(upd.status_id, ins.status_id, cur.status_id) AS status_id,
@@ -219,7 +220,8 @@ SELECT
 
 -- name: automation_hold_list
 -- Rows on support hold, most recently changed first (the support view). $1 limit.
-SELECT scheduler_key, automation_type_id, trigger_type_id, status_id, status_reason_code,
+SELECT scheduler_id, scheduler_key, automation_type_id, trigger_type_id, status_id,
+       status_reason_code,
        failure_reason_code, last_error, retry_count, next_retry_on, scheduled_on, input_hash,
        conflict_input_hash, is_on_support_hold, dispatch_result_json, support_action,
        support_action_on, support_action_count, version, updated_on
@@ -230,7 +232,8 @@ LIMIT $1;
 
 -- name: automation_row_get
 -- One row by SchedulerKey (support commands). $1 key.
-SELECT scheduler_key, automation_type_id, trigger_type_id, status_id, status_reason_code,
+SELECT scheduler_id, scheduler_key, automation_type_id, trigger_type_id, status_id,
+       status_reason_code,
        failure_reason_code, last_error, retry_count, next_retry_on, scheduled_on, input_hash,
        conflict_input_hash, is_on_support_hold, dispatch_result_json, support_action,
        support_action_on, support_action_count, version, updated_on
@@ -255,7 +258,7 @@ SET is_on_support_hold = false,
     version = s.version + 1,
     updated_on = $4
 WHERE s.scheduler_key = $1 AND s.is_on_support_hold
-RETURNING s.scheduler_key, s.automation_type_id, s.trigger_type_id, s.status_id,
+RETURNING s.scheduler_id, s.scheduler_key, s.automation_type_id, s.trigger_type_id, s.status_id,
           s.status_reason_code, s.failure_reason_code, s.last_error, s.retry_count,
           s.next_retry_on, s.scheduled_on, s.input_hash, s.conflict_input_hash,
           s.is_on_support_hold, s.dispatch_result_json, s.support_action, s.support_action_on,

@@ -124,3 +124,30 @@ def test_bad_input_is_refused_with_the_field_named(database_url: str, tmp_path: 
     assert missing.returncode == 1
     usage = cli(database_url, "frobnicate")
     assert usage.returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "setting"),
+    [
+        ({"AUTOMATION_LEASE_SECONDS": "5"}, "AUTOMATION_LEASE_SECONDS"),
+        ({"AUTOMATION_BACKOFF_SECONDS": "5m,1h"}, "AUTOMATION_BACKOFF_SECONDS"),
+        ({"AUTOMATION_BATCH_SIZE": "0"}, "AUTOMATION_BATCH_SIZE"),
+        (
+            {"TIMER_AUTOMATION_STALE_CLEANUP_INTERVAL_SECONDS": "abc"},
+            "TIMER_AUTOMATION_STALE_CLEANUP_INTERVAL_SECONDS",
+        ),
+    ],
+)
+def test_bad_automation_settings_stop_the_worker_naming_the_setting(
+    tmp_path: Path, env: dict[str, str], setting: str
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "streams", "worker"],
+        cwd=ROOT,
+        env={**os.environ, **env, "WORKER_DATA_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert setting in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from db import automation as repo
+from db import automation_inputs as inputs_repo
 from db.connector import DatabaseUnavailable, transaction
 from streams.clock import ManualClock
 from streams.contracts import DISPATCH_REQUESTED
@@ -140,13 +141,13 @@ async def test_revalidation_deactivates_with_each_reason_code(
         if change != "setting_missing":
             active = change != "setting_inactive"
             offsets = [7] if change == "offset_removed" else [30, 7]
-            await repo.settings_upsert(
+            await inputs_repo.settings_upsert(
                 conn, [setting_msg(setting, active=active, offsets_days=offsets)], T0
             )
         if change != "source_missing":
             attrs = {"ExpiresOn": "2027-02-01"} if change == "target_date_moved" else None
             extra = {"attributes": attrs} if attrs else {}
-            await repo.sources_upsert(
+            await inputs_repo.sources_upsert(
                 conn, [source_msg(source, is_active=change != "source_inactive", **extra)], T0
             )
         await repo.rows_ensure(conn, [c], T0)
@@ -170,7 +171,7 @@ async def test_report_runs_complete_or_deactivate_with_report_subscription_inact
     ok = SchedulerCandidate(ReportManualInput(live, uuid.uuid4()), T0)
     dead = SchedulerCandidate(ReportManualInput(gone, uuid.uuid4()), T0)
     async with transaction(pool) as conn:
-        await repo.subscriptions_upsert(
+        await inputs_repo.subscriptions_upsert(
             conn, [subscription_msg(live), subscription_msg(gone, active=False)], T0
         )
         await repo.rows_ensure(conn, [ok, dead], T0)
@@ -201,7 +202,7 @@ async def test_threshold_reminder_completes_while_met(pool: asyncpg.Pool, runtim
         return SchedulerCandidate(inp, T0)
 
     async with transaction(pool) as conn:
-        await repo.settings_upsert(
+        await inputs_repo.settings_upsert(
             conn,
             [
                 setting_msg(
@@ -214,7 +215,7 @@ async def test_threshold_reminder_completes_while_met(pool: asyncpg.Pool, runtim
             ],
             T0,
         )
-        await repo.sources_upsert(
+        await inputs_repo.sources_upsert(
             conn,
             [
                 source_msg(met, attributes={"Booked": 95}),

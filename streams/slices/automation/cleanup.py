@@ -94,7 +94,6 @@ class StaleCleanup:
                     )
                 written = await repo.rows_retry(conn, writes, now)
             result.batches += 1
-            keys = {r.scheduler_id: r.scheduler_key for r in stale}
             for w in writes:
                 if w.scheduler_id not in written:
                     continue
@@ -103,10 +102,10 @@ class StaleCleanup:
                 if w.next_retry_on is not None:
                     result.next_retry = min(result.next_retry or w.next_retry_on, w.next_retry_on)
                 log.warning(
-                    "action=automation_lease_expired run_id=%s scheduler_key=%s retry_count=%d "
+                    "action=automation_lease_expired run_id=%s scheduler_id=%d retry_count=%d "
                     "hold=%s",
                     result.run_id,
-                    keys[w.scheduler_id],
+                    w.scheduler_id,
                     w.retry_count,
                     w.hold,
                 )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
-from db import automation as repo
+from db import automation_inputs as repo
 from db.automation import ClaimedRow
 from streams.contracts.automation import AutomationType
 from streams.domain.automation import (

@@ -43,10 +43,10 @@ class SchedulerRows:
         for r in results:
             self.metrics.ensured.labels(r.outcome).inc()
             if r.outcome == EnsureOutcome.CONFLICT.value:
-                # Identifiers only: the key and the row's version, never the input.
+                # The row id only: a key can carry a source's date, which stays out of logs.
                 log.warning(
-                    "action=automation_ensure_conflict scheduler_key=%s status=%s version=%d",
-                    r.scheduler_key,
+                    "action=automation_ensure_conflict scheduler_id=%d status=%s version=%d",
+                    r.scheduler_id,
                     r.status,
                     r.version,
                 )

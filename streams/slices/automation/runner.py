@@ -307,8 +307,8 @@ class AutomationRunner:
             daily_retry=bool(handler is not None and handler.daily_retry),
         )
         log.warning(
-            "action=automation_attempt_failed scheduler_key=%s reason=%s retry_count=%d hold=%s",
-            row.scheduler_key,
+            "action=automation_attempt_failed scheduler_id=%d reason=%s retry_count=%d hold=%s",
+            row.scheduler_id,
             failure.code,
             step.retry_count,
             step.hold,
@@ -335,8 +335,8 @@ class AutomationRunner:
         for i in fenced:
             row = by_id[i]
             log.warning(
-                "action=automation_write_fenced scheduler_key=%s token=%d transition=%s",
-                row.scheduler_key,
+                "action=automation_write_fenced scheduler_id=%d token=%d transition=%s",
+                row.scheduler_id,
                 row.token,
                 transition,
             )

@@ -36,6 +36,7 @@ def row_view(row: SchedulerRow) -> dict[str, Any]:
         return value.isoformat() if value else None
 
     return {
+        "scheduler_id": row.scheduler_id,
         "scheduler_key": row.scheduler_key,
         "automation_type": row.automation_type_id,
         "trigger_type": row.trigger_type_id,
@@ -73,9 +74,9 @@ async def put_back(
         )
     if row is not None:
         log.info(
-            "action=automation_support_%s scheduler_key=%s status=%s retry_count=%d",
+            "action=automation_support_%s scheduler_id=%d status=%s retry_count=%d",
             action.value.replace("-", "_"),
-            key,
+            row.scheduler_id,
             row.status_id,
             row.retry_count,
         )
