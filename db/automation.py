@@ -88,8 +88,9 @@ async def rows_deactivate(
     """Pending/Failed rows of ``reasons`` (key → ReasonCode) → ``status``; one statement."""
     if not reasons:
         return []
+    keys = sorted(reasons)
     rows = await conn.fetch(
-        sql("automation_rows_deactivate"), list(reasons), list(reasons.values()), status, now
+        sql("automation_rows_deactivate"), keys, [reasons[k] for k in keys], status, now
     )
     return [
         DeactivatedRow(r["scheduler_key"], r["status_id"], r["version"], r["changed"]) for r in rows

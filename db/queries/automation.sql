@@ -101,23 +101,30 @@ LEFT JOIN cur ON cur.scheduler_key = d.scheduler_key;
 -- Rows that no longer hold → $3 ('Deactivated' or 'Cancelled') with a ReasonCode per key.
 -- Only Pending and Failed rows change: Completed rows stay as history, a Processing row is
 -- left to its claim (execution revalidates it), an inactive row keeps its first reason.
--- Diagnostics, attempts, coordinates and any hold are kept. Returns every key with its
--- status after the statement and whether this statement changed it.
+-- Diagnostics, attempts, coordinates and any hold are kept. Rows are locked in key order,
+-- as Ensure locks them. Returns every key with its status after the statement and whether
+-- this statement changed it (no status: no such row).
 -- $1 keys, $2 reasons (parallel), $3 target status, $4 now.
 WITH c AS (
     SELECT * FROM unnest($1::text[], $2::text[]) AS c(scheduler_key, reason)
+), cur AS (
+    SELECT s.scheduler_id, s.scheduler_key, s.status_id, s.version
+    FROM automation.scheduler s
+    JOIN c ON c.scheduler_key = s.scheduler_key
+    ORDER BY s.scheduler_key
+    FOR NO KEY UPDATE OF s
 ), upd AS (
     UPDATE automation.scheduler s
     SET status_id = $3, status_reason_code = c.reason, version = s.version + 1, updated_on = $4
-    FROM c
-    WHERE s.scheduler_key = c.scheduler_key AND s.status_id IN ('Pending', 'Failed')
+    FROM cur JOIN c ON c.scheduler_key = cur.scheduler_key
+    WHERE s.scheduler_id = cur.scheduler_id AND cur.status_id IN ('Pending', 'Failed')
     RETURNING s.scheduler_key, s.status_id, s.version
 )
-SELECT c.scheduler_key, coalesce(upd.status_id, s.status_id) AS status_id,
-       coalesce(upd.version, s.version) AS version, upd.scheduler_key IS NOT NULL AS changed
+SELECT c.scheduler_key, coalesce(upd.status_id, cur.status_id) AS status_id,
+       coalesce(upd.version, cur.version) AS version, upd.scheduler_key IS NOT NULL AS changed
 FROM c
-LEFT JOIN upd ON upd.scheduler_key = c.scheduler_key
-LEFT JOIN automation.scheduler s ON s.scheduler_key = c.scheduler_key;
+LEFT JOIN cur ON cur.scheduler_key = c.scheduler_key
+LEFT JOIN upd ON upd.scheduler_key = c.scheduler_key;
 
 -- name: automation_rows_claim
 -- Due rows (Pending, ScheduledOn <= now, NextRetryOn null or <= now — i.e. due_on <= now —

@@ -14,6 +14,7 @@ from streams.contracts.automation import AutomationType, Comparator, FiringPolic
 from streams.domain.automation import (
     DAILY_RETRY,
     DEFAULT_BACKOFF,
+    REACTIVATABLE,
     EnsureOutcome,
     ReminderDateInput,
     ReminderThresholdInput,
@@ -326,3 +327,50 @@ def test_cli_candidate_spec_builds_keys_and_names_missing_fields() -> None:
     )
     with pytest.raises(ValueError, match="no SchedulerKey format"):
         recurring.candidate()
+
+
+# --- properties ------------------------------------------------------------------------------
+
+statuses = st.sampled_from(list(SchedulerStatus))
+hashes = st.sampled_from([CANDIDATE.input_hash, "0" * 64])
+offsets = st.sampled_from([timedelta(0), timedelta(hours=1)])
+
+
+@given(statuses, hashes, offsets)
+def test_ensure_never_overwrites_a_different_input_nor_resends_a_completed_row(
+    status: SchedulerStatus, stored_hash: str, moved: timedelta
+) -> None:
+    state = row(status, input_hash=stored_hash, scheduled_on=CANDIDATE.scheduled_on + moved)
+    outcome = ensure_decision(state, CANDIDATE)
+    assert (outcome is EnsureOutcome.CONFLICT) == (stored_hash != CANDIDATE.input_hash)
+    writes_schedule = outcome in {EnsureOutcome.REACTIVATED, EnsureOutcome.UPDATED}
+    if writes_schedule:
+        assert state.status in {SchedulerStatus.PENDING, *REACTIVATABLE}
+    if status is SchedulerStatus.COMPLETED:
+        assert outcome in {EnsureOutcome.ALREADY_COMPLETED, EnsureOutcome.CONFLICT}
+    if status is SchedulerStatus.PROCESSING:
+        assert outcome in {EnsureOutcome.IN_FLIGHT, EnsureOutcome.CONFLICT}
+
+
+@given(
+    st.uuids(),
+    st.uuids(),
+    st.dates(min_value=date(2000, 1, 1), max_value=date(2100, 1, 1)),
+    st.lists(st.integers(-30, 400), min_size=1, max_size=5, unique=True),
+)
+def test_a_setting_and_source_that_yield_the_occurrence_always_revalidate(
+    setting_guid: UUID, source_guid: UUID, target: date, offsets_days: list[int]
+) -> None:
+    for offset in offsets_days:
+        occ = ReminderDateInput(setting_guid, "Doc", source_guid, "ExpiresOn", target, offset)
+        s = setting(setting_guid=setting_guid, offsets_days=tuple(offsets_days))
+        src = source(source_guid=source_guid, attributes={"ExpiresOn": target.isoformat()})
+        assert revalidate_reminder(occ, input_hash(occ), s, src).kind is VerdictKind.VALID
+        moved = source(
+            source_guid=source_guid,
+            attributes={"ExpiresOn": (target + timedelta(days=1)).isoformat()},
+        )
+        assert (
+            revalidate_reminder(occ, input_hash(occ), s, moved).reason
+            == ReasonCode.SOURCE_NO_LONGER_VALID
+        )

@@ -188,6 +188,8 @@ class AutomationRunner:
     ) -> None:
         """Revalidate and finish ``rows`` in one transaction; every write presents the token."""
         began = self.clock.monotonic()
+        # Written in key order, the order Ensure and Deactivate lock rows in.
+        rows = sorted(rows, key=lambda r: r.scheduler_key)
         by_id = {r.scheduler_id: r for r in rows}
         async with transaction(pool) as conn:
             outcomes = await self._revalidate(conn, rows)
