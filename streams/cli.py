@@ -1,4 +1,5 @@
-"""Command line: ``python -m streams worker|migrate|demo`` (also installed as ``reminders``)."""
+"""Command line: ``python -m streams worker|migrate|topics|dlq|automation|demo`` (also installed as
+``reminders``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ USAGE = """usage: python -m streams <command>
   topics   create the contract topics and DLQs that are missing
   dlq replay TOPIC [--since ISO-8601] [--dry-run]
            re-publish dead-lettered records of an input topic to their source topic
+  automation ensure --json FILE | deactivate KEY... --reason CODE | show KEY | hold
+           | release KEY | retry-key KEY
+           scheduler rows by hand and the support commands (rows on hold)
   demo     send a small calendar workload and report what came out
 """
 
@@ -72,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         from streams.dlq.cli import run_cli
 
         return run_cli(settings, rest)
+    if command == "automation":
+        from streams.slices.automation.cli import run_cli as automation_cli
+
+        return automation_cli(settings, rest)
     if command == "demo":
         from streams.demo import run_demo
 

@@ -56,6 +56,13 @@ class Settings(BaseSettings):
     outbox_max_lanes_per_pass: int = Field(16, ge=1, le=64)
     outbox_retention_hours: float = Field(24.0, ge=0)
 
+    # Automation scheduler (seed 003): rows per claim, how long a claim holds its rows, the
+    # backoff ladder (seconds) before support hold, rows per stale-cleanup pass.
+    automation_batch_size: int = Field(200, ge=1, le=10_000)
+    automation_lease_seconds: float = Field(120.0, gt=0, le=86_400)
+    automation_backoff_seconds: str = "300,900,3600"
+    automation_stale_batch_size: int = Field(500, ge=1, le=10_000)
+
     @field_validator("database_url")
     @classmethod
     def _postgres_url(cls, v: str) -> str:

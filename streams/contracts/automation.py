@@ -13,6 +13,11 @@ from pydantic import Field, field_validator, model_validator
 from streams.contracts.base import MAX_VERSION, Contract, Instant, StateMessage, TimeZoneId
 
 
+class AutomationType(StrEnum):
+    REMINDER = "Reminder"
+    REPORT_SUBSCRIPTION = "ReportSubscription"
+
+
 class TriggerType(StrEnum):
     DATE_BASED = "DateBased"
     THRESHOLD_CONDITION = "ThresholdCondition"
@@ -127,14 +132,22 @@ class ReportSubscriptionChanged(StateMessage):
 
 
 class DispatchRequested(Contract):
-    """pin.automation.dispatch-requested.v1 — a due scheduler row handed to notifications (stage ③)."""
+    """pin.automation.dispatch-requested.v1 — a due scheduler row handed to notifications (stage ③).
 
-    scheduler_key: str
-    automation_type: str
+    Key SchedulerKey: the idempotency key downstream. One message per Completed row."""
+
+    scheduler_key: str = Field(min_length=1, max_length=1024)
+    automation_type: AutomationType
     trigger_type: TriggerType
     setting_guid: UUID | None = None
     source_type: str | None = None
     source_guid: UUID | None = None
+    subscription_guid: UUID | None = None
     scheduled_on: Instant
     scheduled_local_date: date | None = None
-    input_hash: str
+    time_zone_id: str | None = None
+    input_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # When the scheduler handed the row over (the Completed transition).
+    requested_at: Instant
+    # Attempts that failed or were abandoned before this one (RetryCount at completion).
+    retry_count: int = Field(0, ge=0)

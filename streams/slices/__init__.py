@@ -14,7 +14,7 @@ from types import ModuleType
 from streams.slices.context import SliceContext
 
 # The installed slices, in installation order: streams/slices/<name>/__init__.py has install().
-SLICES: tuple[str, ...] = ("calendar",)
+SLICES: tuple[str, ...] = ("calendar", "automation")
 
 
 def load(names: Sequence[str] = SLICES) -> list[ModuleType]:

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import faust
 from faust.types import StreamT
+from faust.web import Request, Response, View
 
 from streams.agents.consumer import ContractConsumer, Decoded
 from streams.contracts import Contract, TopicContract
@@ -30,7 +31,10 @@ class SliceContext:
     """Agent name → its consumer (health and /status read their progress and DLQ counts)."""
     caches: list[KeyCache] = field(default_factory=list)
     status_sections: dict[str, Callable[[], Any]] = field(default_factory=dict)
-    """Extra /status sections: name → a function returning JSON-able data."""
+    """Extra /status sections: name → a function returning JSON-able data (or an awaitable
+    of it, for a section that reads PostgreSQL)."""
+    pages: dict[str, Callable[[View, Request], Awaitable[Response]]] = field(default_factory=dict)
+    """Web routes added by slices: path → handler (registered on the app's web server)."""
     on_started: list[Callable[[], None]] = field(default_factory=list)
     """Called once the worker's services run (e.g. catch up on what came due while down)."""
 
@@ -71,3 +75,10 @@ class SliceContext:
 
     def status(self, name: str, section: Callable[[], Any]) -> None:
         self.status_sections[name] = section
+
+    def page(self, path: str, handler: Callable[[View, Request], Awaitable[Response]]) -> None:
+        """A web route of the slice (e.g. a support view), served beside /status."""
+        if path in self.pages:
+            raise ValueError(f"web path {path!r} is already registered by a slice")
+        self.pages[path] = handler
+        self.app.page(path)(handler)

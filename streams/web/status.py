@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,14 +83,19 @@ def outbox_stats(runtime: Runtime) -> dict[str, Any]:
     }
 
 
-def status(ctx: SliceContext) -> dict[str, Any]:
-    """Everything /status shows, as JSON-able data: the shared sections, then the slices' own."""
+async def status(ctx: SliceContext) -> dict[str, Any]:
+    """Everything /status shows, as JSON-able data: the shared sections, then the slices' own
+    (a section may be async, e.g. one that reads PostgreSQL)."""
     runtime = ctx.runtime
+    sections: dict[str, Any] = {}
+    for name, section in ctx.status_sections.items():
+        value = section()
+        sections[name] = await value if inspect.isawaitable(value) else value
     return {
         "app": runtime.settings.app_id,
         "agents": agent_stats(ctx.app, runtime, ctx.consumers),
         "tables": [c.stats() for c in ctx.caches],
         "timers": ctx.registry.list(),
         "outbox": outbox_stats(runtime),
-        **{name: section() for name, section in ctx.status_sections.items()},
+        **sections,
     }

@@ -38,7 +38,7 @@ def register(ctx: SliceContext) -> None:
 
     @app.page("/status")
     async def status_page(web: View, request: Request) -> Response:
-        data = status(ctx)
+        data = await status(ctx)
         wants_json = request.query.get("format") == "json" or "application/json" in (
             request.headers.get("Accept", "")
         )

@@ -281,6 +281,8 @@ async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str
         "calendar-dispatch",
         "outbox-retention",
         "timer-slot-prune",
+        "automation-scheduler",
+        "automation-stale-cleanup",
     }
     assert "backlog" in body["outbox"]
     status, page = worker.get("/status")

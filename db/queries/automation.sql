@@ -1,0 +1,364 @@
+-- Automation context statements (seed 003): scheduler rows (Ensure, Deactivate, claim,
+-- fenced finishes, stale cleanup, support) and the projections revalidation reads.
+
+-- name: automation_rows_ensure
+-- The seed's Ensure table for a batch of candidates, in one statement. Existing rows are
+-- locked in key order (two batches cannot deadlock) and read as they are now; the outcome
+-- per key is decided on that state (streams/domain/automation.py: ensure_decision):
+--   no row → insert; different InputHash → support hold, the candidate's hash recorded
+--   beside the row's (FailureReasonCode InputHashConflict), nothing else touched;
+--   Completed → returned with its coordinates; Processing → left to its claim;
+--   Failed/Deactivated/Cancelled → Pending again with the new schedule, keeping RetryCount,
+--   NextRetryOn, failure diagnostics, dispatch coordinates and any hold; Pending → schedule
+--   updated in place when it changed (a send-time change), otherwise nothing written.
+-- A key inserted by a concurrent transaction after this statement's snapshot comes back as
+-- 'Raced' (the repository runs the statement again for those keys).
+-- $1..$11 parallel arrays (one element per candidate), $12 now.
+WITH c AS (
+    SELECT *
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::date[], $6::text[],
+                $7::text[], $8::uuid[], $9::text[], $10::uuid[], $11::uuid[])
+         AS c(scheduler_key, automation_type_id, trigger_type_id, scheduled_on,
+              scheduled_local_date, time_zone_id, input_hash, setting_guid, source_type,
+              source_guid, subscription_guid)
+), cur AS (
+    SELECT s.scheduler_id, s.scheduler_key, s.status_id, s.input_hash, s.scheduled_on,
+           s.scheduled_local_date, s.time_zone_id, s.is_on_support_hold, s.conflict_input_hash,
+           s.version, s.retry_count, s.dispatch_result_json
+    FROM automation.scheduler s
+    JOIN c ON c.scheduler_key = s.scheduler_key
+    ORDER BY s.scheduler_key
+    FOR NO KEY UPDATE OF s
+), d AS (
+    SELECT c.*, cur.scheduler_id,
+           CASE
+               WHEN cur.scheduler_id IS NULL THEN 'Inserted'
+               WHEN cur.input_hash <> c.input_hash THEN 'Conflict'
+               WHEN cur.status_id = 'Completed' THEN 'AlreadyCompleted'
+               WHEN cur.status_id = 'Processing' THEN 'InFlight'
+               WHEN cur.status_id IN ('Failed', 'Deactivated', 'Cancelled') THEN 'Reactivated'
+               WHEN (cur.scheduled_on, cur.scheduled_local_date, cur.time_zone_id)
+                    IS NOT DISTINCT FROM (c.scheduled_on, c.scheduled_local_date, c.time_zone_id)
+                   THEN 'Unchanged'
+               ELSE 'Updated'
+           END AS outcome,
+           coalesce(cur.is_on_support_hold AND cur.conflict_input_hash = c.input_hash, false)
+               AS conflict_known
+    FROM c LEFT JOIN cur ON cur.scheduler_key = c.scheduler_key
+), ins AS (
+    INSERT INTO automation.scheduler (
+        scheduler_key, automation_type_id, trigger_type_id, scheduled_on, scheduled_local_date,
+        time_zone_id, input_hash, setting_guid, source_type, source_guid, subscription_guid,
+        created_on, updated_on)
+    SELECT d.scheduler_key, d.automation_type_id, d.trigger_type_id, d.scheduled_on,
+           d.scheduled_local_date, d.time_zone_id, d.input_hash, d.setting_guid, d.source_type,
+           d.source_guid, d.subscription_guid, $12, $12
+    FROM d
+    WHERE d.outcome = 'Inserted'
+    ORDER BY d.scheduler_key
+    ON CONFLICT (scheduler_key) DO NOTHING
+    RETURNING scheduler_id, scheduler_key, status_id, version, retry_count, is_on_support_hold,
+              dispatch_result_json
+), upd AS (
+    UPDATE automation.scheduler s
+    SET status_id = CASE WHEN d.outcome = 'Reactivated' THEN 'Pending' ELSE s.status_id END,
+        status_reason_code = CASE WHEN d.outcome = 'Reactivated' THEN NULL
+                                  ELSE s.status_reason_code END,
+        scheduled_on = CASE WHEN d.outcome = 'Conflict' THEN s.scheduled_on ELSE d.scheduled_on END,
+        scheduled_local_date = CASE WHEN d.outcome = 'Conflict' THEN s.scheduled_local_date
+                                    ELSE d.scheduled_local_date END,
+        time_zone_id = CASE WHEN d.outcome = 'Conflict' THEN s.time_zone_id ELSE d.time_zone_id END,
+        is_on_support_hold = s.is_on_support_hold OR d.outcome = 'Conflict',
+        conflict_input_hash = CASE WHEN d.outcome = 'Conflict' THEN d.input_hash
+                                   ELSE s.conflict_input_hash END,
+        failure_reason_code = CASE WHEN d.outcome = 'Conflict' THEN 'InputHashConflict'
+                                   ELSE s.failure_reason_code END,
+        version = s.version + 1,
+        updated_on = $12
+    FROM d
+    WHERE s.scheduler_id = d.scheduler_id
+      AND (d.outcome IN ('Reactivated', 'Updated') OR (d.outcome = 'Conflict' AND NOT d.conflict_known))
+    RETURNING s.scheduler_id, s.scheduler_key, s.status_id, s.version, s.retry_count,
+              s.is_on_support_hold, s.dispatch_result_json
+)
+SELECT coalesce(upd.scheduler_id, ins.scheduler_id, cur.scheduler_id) AS scheduler_id,
+       d.scheduler_key,
+       CASE WHEN d.outcome = 'Inserted' AND ins.scheduler_key IS NULL THEN 'Raced'
+            ELSE d.outcome END AS outcome,
+       coalesce(upd.status_id, ins.status_id, cur.status_id) AS status_id,
+       coalesce(upd.version, ins.version, cur.version) AS version,
+       coalesce(upd.retry_count, ins.retry_count, cur.retry_count) AS retry_count,
+       coalesce(upd.is_on_support_hold, ins.is_on_support_hold, cur.is_on_support_hold)
+           AS is_on_support_hold,
+       coalesce(upd.dispatch_result_json, ins.dispatch_result_json, cur.dispatch_result_json)
+           AS dispatch_result_json
+FROM d
+LEFT JOIN ins ON ins.scheduler_key = d.scheduler_key
+LEFT JOIN upd ON upd.scheduler_key = d.scheduler_key
+LEFT JOIN cur ON cur.scheduler_key = d.scheduler_key;
+
+-- name: automation_rows_deactivate
+-- Rows that no longer hold → $3 ('Deactivated' or 'Cancelled') with a ReasonCode per key.
+-- Only Pending and Failed rows change: Completed rows stay as history, a Processing row is
+-- left to its claim (execution revalidates it), an inactive row keeps its first reason.
+-- Diagnostics, attempts, coordinates and any hold are kept. Rows are locked in key order,
+-- as Ensure locks them. Returns every key with its status after the statement and whether
+-- this statement changed it (no status: no such row).
+-- $1 keys, $2 reasons (parallel), $3 target status, $4 now.
+WITH c AS (
+    SELECT * FROM unnest($1::text[], $2::text[]) AS c(scheduler_key, reason)
+), cur AS (
+    SELECT s.scheduler_id, s.scheduler_key, s.status_id, s.version
+    FROM automation.scheduler s
+    JOIN c ON c.scheduler_key = s.scheduler_key
+    ORDER BY s.scheduler_key
+    FOR NO KEY UPDATE OF s
+), upd AS (
+    UPDATE automation.scheduler s
+    SET status_id = $3, status_reason_code = c.reason, version = s.version + 1, updated_on = $4
+    FROM cur JOIN c ON c.scheduler_key = cur.scheduler_key
+    WHERE s.scheduler_id = cur.scheduler_id AND cur.status_id IN ('Pending', 'Failed')
+    RETURNING s.scheduler_key, s.status_id, s.version
+)
+SELECT c.scheduler_key, coalesce(upd.status_id, cur.status_id) AS status_id,
+       coalesce(upd.version, cur.version) AS version, upd.scheduler_key IS NOT NULL AS changed
+FROM c
+LEFT JOIN cur ON cur.scheduler_key = c.scheduler_key
+LEFT JOIN upd ON upd.scheduler_key = c.scheduler_key;
+
+-- name: automation_rows_claim
+-- Due rows (Pending, ScheduledOn <= now, NextRetryOn null or <= now — i.e. due_on <= now —
+-- not on hold), oldest first, locked with SKIP LOCKED so concurrent claimers never take the
+-- same row, become Processing with a lease (now + $3 s) and a new Version: the token every
+-- later write of this claim must present. $1 now, $2 batch size, $3 lease seconds.
+WITH due AS (
+    SELECT scheduler_id
+    FROM automation.scheduler
+    WHERE status_id = 'Pending' AND NOT is_on_support_hold AND due_on <= $1
+    ORDER BY due_on
+    LIMIT $2
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE automation.scheduler s
+SET status_id = 'Processing',
+    processing_lease_expires_on = $1 + make_interval(secs => $3::float8),
+    version = s.version + 1,
+    updated_on = $1
+FROM due
+WHERE s.scheduler_id = due.scheduler_id
+RETURNING s.scheduler_id, s.scheduler_key, s.automation_type_id, s.trigger_type_id,
+          s.scheduled_on, s.scheduled_local_date, s.time_zone_id, s.input_hash, s.setting_guid,
+          s.source_type, s.source_guid, s.subscription_guid, s.retry_count, s.due_on,
+          s.processing_lease_expires_on, s.version;
+
+-- name: automation_rows_complete
+-- Claimed rows → Completed with their dispatch coordinates, only WHERE Version = token:
+-- a row whose lease expired and was rescued or claimed again is not returned (fenced).
+-- $1 ids, $2 tokens, $3 DispatchResultJson texts (parallel), $4 now.
+UPDATE automation.scheduler s
+SET status_id = 'Completed',
+    processing_lease_expires_on = NULL,
+    dispatch_result_json = c.result::jsonb,
+    version = s.version + 1,
+    updated_on = $4
+FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS c(scheduler_id, token, result)
+WHERE s.scheduler_id = c.scheduler_id AND s.version = c.token AND s.status_id = 'Processing'
+RETURNING s.scheduler_id;
+
+-- name: automation_rows_retire
+-- Claimed rows that revalidation found no longer valid → Deactivated with the ReasonCode
+-- (an outcome, not a failure), only WHERE Version = token. $1 ids, $2 tokens, $3 reasons, $4 now.
+UPDATE automation.scheduler s
+SET status_id = 'Deactivated',
+    status_reason_code = c.reason,
+    processing_lease_expires_on = NULL,
+    version = s.version + 1,
+    updated_on = $4
+FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS c(scheduler_id, token, reason)
+WHERE s.scheduler_id = c.scheduler_id AND s.version = c.token AND s.status_id = 'Processing'
+RETURNING s.scheduler_id;
+
+-- name: automation_rows_retry
+-- Claimed rows back from Processing: a failed attempt, an expired lease or a hold, as the
+-- backoff ladder planned it (status, RetryCount, NextRetryOn, hold), with the failure
+-- reason, a value-free error and a conflict hash where given; only WHERE Version = token.
+-- $1 ids, $2 tokens, $3 statuses, $4 retry counts, $5 next retry, $6 hold, $7 reason codes,
+-- $8 errors, $9 conflict hashes (parallel), $10 now.
+UPDATE automation.scheduler s
+SET status_id = c.status,
+    retry_count = c.retry_count,
+    next_retry_on = c.next_retry_on,
+    is_on_support_hold = s.is_on_support_hold OR c.hold,
+    failure_reason_code = coalesce(c.reason, s.failure_reason_code),
+    last_error = coalesce(c.error, s.last_error),
+    conflict_input_hash = coalesce(c.conflict_hash, s.conflict_input_hash),
+    processing_lease_expires_on = NULL,
+    version = s.version + 1,
+    updated_on = $10
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::timestamptz[], $6::bool[],
+            $7::text[], $8::text[], $9::text[])
+     AS c(scheduler_id, token, status, retry_count, next_retry_on, hold, reason, error,
+          conflict_hash)
+WHERE s.scheduler_id = c.scheduler_id AND s.version = c.token AND s.status_id = 'Processing'
+RETURNING s.scheduler_id;
+
+-- name: automation_stale_lock
+-- Processing rows whose lease expired (their claimant crashed or stalled), locked for this
+-- cleanup transaction; their current Version is the token of the rescue write.
+-- $1 now, $2 batch size.
+SELECT scheduler_id, scheduler_key, automation_type_id, retry_count, version
+FROM automation.scheduler
+WHERE status_id = 'Processing' AND processing_lease_expires_on < $1
+ORDER BY processing_lease_expires_on
+LIMIT $2
+FOR NO KEY UPDATE SKIP LOCKED;
+
+-- name: automation_backlog_stats
+-- Gauges after a run, each an index range scan: due and claimable rows, the earliest
+-- claimable due_on (the oldest due row when in the past, the next wake-up otherwise),
+-- rows on support hold and rows in flight. $1 now.
+SELECT
+    (SELECT count(*) FROM automation.scheduler
+     WHERE status_id = 'Pending' AND NOT is_on_support_hold AND due_on <= $1) AS due_backlog,
+    (SELECT min(due_on) FROM automation.scheduler
+     WHERE status_id = 'Pending' AND NOT is_on_support_hold) AS earliest_due_on,
+    (SELECT count(*) FROM automation.scheduler WHERE is_on_support_hold) AS on_hold,
+    (SELECT count(*) FROM automation.scheduler WHERE status_id = 'Processing') AS processing;
+
+-- name: automation_hold_list
+-- Rows on support hold, most recently changed first (the support view). $1 limit.
+SELECT scheduler_id, scheduler_key, automation_type_id, trigger_type_id, status_id,
+       status_reason_code,
+       failure_reason_code, last_error, retry_count, next_retry_on, scheduled_on, input_hash,
+       conflict_input_hash, is_on_support_hold, dispatch_result_json, support_action,
+       support_action_on, support_action_count, version, updated_on
+FROM automation.scheduler
+WHERE is_on_support_hold
+ORDER BY updated_on DESC, scheduler_key
+LIMIT $1;
+
+-- name: automation_row_get
+-- One row by SchedulerKey (support commands). $1 key.
+SELECT scheduler_id, scheduler_key, automation_type_id, trigger_type_id, status_id,
+       status_reason_code,
+       failure_reason_code, last_error, retry_count, next_retry_on, scheduled_on, input_hash,
+       conflict_input_hash, is_on_support_hold, dispatch_result_json, support_action,
+       support_action_on, support_action_count, version, updated_on
+FROM automation.scheduler
+WHERE scheduler_key = $1;
+
+-- name: automation_row_release
+-- Support puts a held row back: the hold is lifted; a Failed row (ladder exhausted) becomes
+-- Pending; a Pending or Failed row is due again now (NextRetryOn cleared); $3 resets the
+-- attempts (retry-key) or keeps them (release). The action, when and how many are recorded
+-- in the row; the failure diagnostics and any conflict hash stay as history.
+-- $1 key, $2 action, $3 reset attempts, $4 now.
+UPDATE automation.scheduler s
+SET is_on_support_hold = false,
+    status_id = CASE WHEN s.status_id = 'Failed' THEN 'Pending' ELSE s.status_id END,
+    next_retry_on = CASE WHEN s.status_id IN ('Failed', 'Pending') THEN NULL
+                         ELSE s.next_retry_on END,
+    retry_count = CASE WHEN $3 THEN 0 ELSE s.retry_count END,
+    support_action = $2,
+    support_action_on = $4,
+    support_action_count = s.support_action_count + 1,
+    version = s.version + 1,
+    updated_on = $4
+WHERE s.scheduler_key = $1 AND s.is_on_support_hold
+RETURNING s.scheduler_id, s.scheduler_key, s.automation_type_id, s.trigger_type_id, s.status_id,
+          s.status_reason_code, s.failure_reason_code, s.last_error, s.retry_count,
+          s.next_retry_on, s.scheduled_on, s.input_hash, s.conflict_input_hash,
+          s.is_on_support_hold, s.dispatch_result_json, s.support_action, s.support_action_on,
+          s.support_action_count, s.version, s.updated_on;
+
+-- name: automation_settings_upsert
+-- ReminderSetting states, each applied only when its Version is newer than the stored one.
+INSERT INTO automation.reminder_settings AS t (
+    setting_guid, business_unit_id, source_type, trigger_type, trigger_key, offsets_days,
+    send_time_local, threshold_metric_key, threshold_value, threshold_comparator,
+    threshold_firing_policy, active, version, updated_on)
+SELECT u.setting_guid, u.business_unit_id, u.source_type, u.trigger_type, u.trigger_key,
+       coalesce((SELECT array_agg(x::int) FROM unnest(string_to_array(u.offsets, ',')) x
+                 WHERE x <> ''), '{}'),
+       u.send_time_local, u.metric_key, u.threshold_value, u.comparator, u.firing_policy,
+       u.active, u.version, $14
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
+            $7::time[], $8::text[], $9::float8[], $10::text[], $11::text[], $12::bool[],
+            $13::bigint[])
+     AS u(setting_guid, business_unit_id, source_type, trigger_type, trigger_key, offsets,
+          send_time_local, metric_key, threshold_value, comparator, firing_policy, active,
+          version)
+ON CONFLICT (setting_guid) DO UPDATE SET
+    business_unit_id = EXCLUDED.business_unit_id,
+    source_type = EXCLUDED.source_type,
+    trigger_type = EXCLUDED.trigger_type,
+    trigger_key = EXCLUDED.trigger_key,
+    offsets_days = EXCLUDED.offsets_days,
+    send_time_local = EXCLUDED.send_time_local,
+    threshold_metric_key = EXCLUDED.threshold_metric_key,
+    threshold_value = EXCLUDED.threshold_value,
+    threshold_comparator = EXCLUDED.threshold_comparator,
+    threshold_firing_policy = EXCLUDED.threshold_firing_policy,
+    active = EXCLUDED.active,
+    version = EXCLUDED.version,
+    updated_on = EXCLUDED.updated_on
+WHERE t.version < EXCLUDED.version
+RETURNING t.setting_guid;
+
+-- name: automation_sources_upsert
+-- Source entity states (attributes as JSON text), applied only when newer.
+INSERT INTO automation.sources AS t (
+    source_type, source_guid, business_unit_id, is_active, attributes, version, occurred_at,
+    updated_on)
+SELECT u.source_type, u.source_guid, u.business_unit_id, u.is_active, u.attributes::jsonb,
+       u.version, u.occurred_at, $8
+FROM unnest($1::text[], $2::uuid[], $3::uuid[], $4::bool[], $5::text[], $6::bigint[],
+            $7::timestamptz[])
+     AS u(source_type, source_guid, business_unit_id, is_active, attributes, version,
+          occurred_at)
+ON CONFLICT (source_type, source_guid) DO UPDATE SET
+    business_unit_id = EXCLUDED.business_unit_id,
+    is_active = EXCLUDED.is_active,
+    attributes = EXCLUDED.attributes,
+    version = EXCLUDED.version,
+    occurred_at = EXCLUDED.occurred_at,
+    updated_on = EXCLUDED.updated_on
+WHERE t.version < EXCLUDED.version
+RETURNING t.source_type, t.source_guid;
+
+-- name: automation_subscriptions_upsert
+-- Report subscription states, applied only when newer.
+INSERT INTO automation.report_subscriptions AS t (
+    subscription_guid, business_unit_id, cron, period, active, version, updated_on)
+SELECT u.subscription_guid, u.business_unit_id, u.cron, u.period, u.active, u.version, $7
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bool[], $6::bigint[])
+     AS u(subscription_guid, business_unit_id, cron, period, active, version)
+ON CONFLICT (subscription_guid) DO UPDATE SET
+    business_unit_id = EXCLUDED.business_unit_id,
+    cron = EXCLUDED.cron,
+    period = EXCLUDED.period,
+    active = EXCLUDED.active,
+    version = EXCLUDED.version,
+    updated_on = EXCLUDED.updated_on
+WHERE t.version < EXCLUDED.version
+RETURNING t.subscription_guid;
+
+-- name: automation_settings_get
+-- Current ReminderSettings by guid (revalidation loads a batch's settings at once).
+SELECT setting_guid, source_type, trigger_type, trigger_key, offsets_days, active,
+       threshold_metric_key, threshold_value, threshold_comparator, threshold_firing_policy
+FROM automation.reminder_settings
+WHERE setting_guid = ANY($1::uuid[]);
+
+-- name: automation_sources_get
+-- Current source states by (SourceType, SourceGuid). $1 types, $2 guids (parallel).
+SELECT s.source_type, s.source_guid, s.is_active, s.attributes
+FROM automation.sources s
+JOIN unnest($1::text[], $2::uuid[]) AS k(source_type, source_guid)
+  ON s.source_type = k.source_type AND s.source_guid = k.source_guid;
+
+-- name: automation_subscriptions_get
+-- Current report subscriptions by guid.
+SELECT subscription_guid, active
+FROM automation.report_subscriptions
+WHERE subscription_guid = ANY($1::uuid[]);

@@ -1,0 +1,212 @@
+"""``python -m streams automation <command>``: support commands and Ensure by hand.
+
+ensure --json FILE [--format json]   Ensure the rows FILE describes (a JSON object or list,
+                                     PascalCase: TriggerType, ScheduledOn and the inputs
+                                     of that trigger); keys and hashes are built here
+deactivate KEY... --reason CODE      Pending/Failed rows → Deactivated with a ReasonCode
+show KEY                             one row (identifiers, status, diagnostics)
+hold [--limit N]                     rows on support hold
+release KEY                          lift a hold: one more attempt, attempts kept
+retry-key KEY                        lift a hold: retry the key from a fresh ladder
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
+from pydantic.alias_generators import to_pascal
+
+from db import automation as repo
+from db.connector import DatabaseUnavailable, InputRejected, create_pool, transaction
+from streams.contracts.automation import FiringPolicy, TriggerType
+from streams.domain.automation import (
+    AutomationInput,
+    ReminderDateInput,
+    ReminderThresholdInput,
+    ReportManualInput,
+    ReportScheduledInput,
+    SchedulerCandidate,
+)
+from streams.metrics import Metrics
+from streams.settings import Settings
+from streams.slices.automation.metrics import AutomationMetrics
+from streams.slices.automation.rows import SchedulerRows
+from streams.slices.automation.support import SupportAction, put_back, row_view
+
+
+class CandidateSpec(BaseModel):
+    """One row to Ensure, as written in the --json file."""
+
+    model_config = ConfigDict(alias_generator=to_pascal, extra="forbid", frozen=True)
+
+    trigger_type: TriggerType
+    scheduled_on: AwareDatetime
+    scheduled_local_date: date | None = None
+    time_zone_id: str | None = None
+    setting_guid: UUID | None = None
+    source_type: str | None = None
+    source_guid: UUID | None = None
+    trigger_key: str | None = None
+    target_date: date | None = None
+    offset_days: int | None = None
+    metric_key: str | None = None
+    threshold_value: float | None = None
+    firing_policy: FiringPolicy | None = None
+    scope_key: str | None = None
+    subscription_guid: UUID | None = None
+    period_start: AwareDatetime | None = None
+    manual_run_guid: UUID | None = None
+
+    def need(self, *names: str) -> list[Any]:
+        missing = [n for n in names if getattr(self, n) is None]
+        if missing:
+            wanted = ", ".join(to_pascal(n) for n in missing)
+            raise ValueError(f"{self.trigger_type.value} needs {wanted}")
+        return [getattr(self, n) for n in names]
+
+    def candidate(self) -> SchedulerCandidate:
+        build = _BUILDERS.get(self.trigger_type)
+        if build is None:
+            raise ValueError(f"no SchedulerKey format for TriggerType {self.trigger_type.value}")
+        return SchedulerCandidate(
+            build(self), self.scheduled_on, self.scheduled_local_date, self.time_zone_id
+        )
+
+
+_REMINDER = ("setting_guid", "source_type", "source_guid", "trigger_key")
+_BUILDERS: dict[TriggerType, Callable[[CandidateSpec], AutomationInput]] = {
+    TriggerType.DATE_BASED: lambda s: ReminderDateInput(
+        *s.need(*_REMINDER, "target_date", "offset_days")
+    ),
+    TriggerType.THRESHOLD_CONDITION: lambda s: ReminderThresholdInput(
+        *s.need(*_REMINDER, "metric_key", "threshold_value", "firing_policy", "scope_key")
+    ),
+    TriggerType.SCHEDULED_RUN: lambda s: ReportScheduledInput(
+        *s.need("subscription_guid", "period_start")
+    ),
+    TriggerType.MANUAL_RUN: lambda s: ReportManualInput(
+        *s.need("subscription_guid", "manual_run_guid")
+    ),
+}
+
+
+def load_candidates(path: Path) -> list[SchedulerCandidate]:
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    items = raw if isinstance(raw, list) else [raw]
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(CandidateSpec.model_validate(item, by_alias=True).candidate())
+        except (ValidationError, ValueError) as exc:
+            raise ValueError(f"{path} item {i}: {exc}") from None
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m streams automation")
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("ensure", help="Ensure rows described in a JSON file")
+    e.add_argument("--json", required=True, type=Path, dest="file")
+    e.add_argument("--format", choices=["text", "json"], default="text")
+    d = sub.add_parser("deactivate", help="deactivate rows that no longer hold")
+    d.add_argument("keys", nargs="+")
+    d.add_argument("--reason", required=True)
+    s = sub.add_parser("show", help="show one row")
+    s.add_argument("key")
+    h = sub.add_parser("hold", help="list rows on support hold")
+    h.add_argument("--limit", type=int, default=100)
+    for name in ("release", "retry-key"):
+        r = sub.add_parser(name, help="put a held row back")
+        r.add_argument("key")
+    return p
+
+
+async def _run(settings: Settings, args: argparse.Namespace) -> int:
+    pool = await create_pool(settings.database_url, min_size=1, max_size=2)
+    now = datetime.now(UTC)
+    try:
+        if args.command == "ensure":
+            candidates = load_candidates(args.file)
+            rows = SchedulerRows(Metrics().family(AutomationMetrics))
+            async with transaction(pool) as conn:
+                results = await rows.ensure(conn, candidates, now)
+            if args.format == "json":
+                print(json.dumps([_ensured(r) for r in results]))
+            else:
+                for r in results:
+                    print(f"{r.outcome:<17} {r.status:<11} v{r.version:<4} {r.scheduler_key}")
+            return 0
+        if args.command == "deactivate":
+            rows = SchedulerRows(Metrics().family(AutomationMetrics))
+            async with transaction(pool) as conn:
+                done = await rows.deactivate(conn, dict.fromkeys(args.keys, args.reason), now)
+            for d in done:
+                state = "deactivated" if d.changed else f"unchanged ({d.status or 'no such row'})"
+                print(f"{state:<24} {d.scheduler_key}")
+            return 0
+        if args.command == "show":
+            async with pool.acquire() as conn:
+                row = await repo.row_get(conn, args.key)
+            if row is None:
+                print(f"no row with SchedulerKey {args.key!r}", file=sys.stderr)
+                return 1
+            print(json.dumps(row_view(row), indent=2))
+            return 0
+        if args.command == "hold":
+            async with pool.acquire() as conn:
+                held = await repo.hold_list(conn, args.limit)
+            for h in held:
+                print(
+                    f"{h.failure_reason_code or '-':<20} attempts={h.retry_count:<3} "
+                    f"{h.status_id:<11} {h.scheduler_key}  last_error={h.last_error or '-'}"
+                )
+            print(f"{len(held)} row(s) on hold")
+            return 0
+        action = SupportAction(args.command)
+        put = await put_back(pool, args.key, action, now)
+        if put is None:
+            print(f"no row on support hold with SchedulerKey {args.key!r}", file=sys.stderr)
+            return 1
+        print(
+            f"{action.value}: {put.scheduler_key} is {put.status_id}, attempts {put.retry_count}, "
+            f"support actions {put.support_action_count}"
+        )
+        return 0
+    finally:
+        await pool.close()
+
+
+def _ensured(r: repo.EnsuredRow) -> dict[str, Any]:
+    return {
+        "SchedulerKey": r.scheduler_key,
+        "Outcome": r.outcome,
+        "Status": r.status,
+        "Version": r.version,
+        "RetryCount": r.retry_count,
+        "IsOnSupportHold": r.is_on_support_hold,
+        "DispatchResult": r.dispatch_result,
+    }
+
+
+def run_cli(settings: Settings, argv: Sequence[str]) -> int:
+    try:
+        args = _parser().parse_args(list(argv))
+    except SystemExit as exc:  # argparse printed the usage and the problem
+        return int(exc.code) if isinstance(exc.code, int) else 2
+    try:
+        return asyncio.run(_run(settings, args))
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (DatabaseUnavailable, InputRejected) as exc:
+        print(f"error: PostgreSQL (setting DATABASE_URL): {exc}", file=sys.stderr)
+        return 1

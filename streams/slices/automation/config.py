@@ -1,0 +1,46 @@
+"""Automation scheduler settings, validated once: a bad value stops startup naming the setting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from streams.domain.automation import DEFAULT_BACKOFF, parse_ladder
+from streams.settings import ConfigError, Settings
+
+
+@dataclass(frozen=True)
+class AutomationConfig:
+    """``batch_size`` rows per claim; a claim holds its rows for ``lease``; a failed or
+    abandoned attempt waits the ``backoff`` ladder's next step, then goes on support hold."""
+
+    batch_size: int = 200
+    lease: timedelta = timedelta(seconds=120)
+    backoff: tuple[timedelta, ...] = DEFAULT_BACKOFF
+    stale_batch_size: int = 500
+    hold_view_limit: int = 100
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AutomationConfig:
+        try:
+            backoff = parse_ladder(settings.automation_backoff_seconds)
+        except ValueError as exc:
+            raise ConfigError(
+                f"invalid configuration: setting AUTOMATION_BACKOFF_SECONDS: {exc}"
+            ) from None
+        return cls(
+            batch_size=settings.automation_batch_size,
+            lease=timedelta(seconds=settings.automation_lease_seconds),
+            backoff=backoff,
+            stale_batch_size=settings.automation_stale_batch_size,
+        )
+
+    def check_lease(self, max_duration: timedelta, schedule_setting: str) -> None:
+        """A live claimant must finish (or be cancelled at its max duration) before its lease
+        expires, or cleanup would rescue rows that are still being worked on."""
+        if self.lease <= max_duration:
+            raise ConfigError(
+                "invalid configuration: setting AUTOMATION_LEASE_SECONDS: "
+                f"{self.lease.total_seconds():g} s must exceed the scheduler run's max duration "
+                f"({max_duration.total_seconds():g} s, {schedule_setting})"
+            )

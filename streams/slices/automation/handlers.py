@@ -1,0 +1,205 @@
+"""Execution handlers, registered by AutomationType (no switch), and the port they load the
+current source / setting / subscription state through.
+
+A handler only revalidates: given a batch of claimed rows of its type, it loads what those
+rows depend on (one statement per kind per batch) and returns a verdict per row. Building
+and writing the dispatch request is the runner's job and the same for every type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from uuid import UUID
+
+from db import automation_inputs as repo
+from db.automation import ClaimedRow
+from streams.contracts.automation import AutomationType
+from streams.domain.automation import (
+    ReminderDateInput,
+    ReminderThresholdInput,
+    ReportManualInput,
+    ReportScheduledInput,
+    parse_scheduler_key,
+)
+from streams.domain.automation_revalidation import (
+    SettingState,
+    SourceState,
+    SubscriptionState,
+    Verdict,
+    revalidate_reminder,
+    revalidate_report,
+)
+
+# FailureReasonCodes the scheduler itself sets (a handler may give its own through Failure).
+LEASE_EXPIRED = "LeaseExpired"
+NO_HANDLER = "NoHandler"
+HANDLER_ERROR = "HandlerError"
+INVALID_DISPATCH = "InvalidDispatch"
+UNKNOWN_KEY_FORMAT = "UnknownKeyFormat"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed attempt of one row: it follows the backoff ladder with ``code``. ``detail``
+    is stored as the row's last error and must hold no values (identifiers at most)."""
+
+    code: str
+    detail: str | None = None
+
+
+Outcome = Verdict | Failure
+
+
+class AutomationInputs(Protocol):
+    """The port to the current state rows depend on (PostgreSQL is authoritative at
+    execution). Each call loads a whole batch."""
+
+    async def reminder_settings(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, SettingState]: ...
+
+    async def sources(
+        self, conn: Any, refs: Collection[tuple[str, UUID]]
+    ) -> Mapping[tuple[str, UUID], SourceState]: ...
+
+    async def report_subscriptions(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, SubscriptionState]: ...
+
+
+class PgAutomationInputs:
+    """``AutomationInputs`` over the projections in the ``automation`` schema."""
+
+    async def reminder_settings(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, SettingState]:
+        return await repo.settings_get(conn, guids)
+
+    async def sources(
+        self, conn: Any, refs: Collection[tuple[str, UUID]]
+    ) -> Mapping[tuple[str, UUID], SourceState]:
+        return await repo.sources_get(conn, refs)
+
+    async def report_subscriptions(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, SubscriptionState]:
+        return await repo.subscriptions_get(conn, guids)
+
+
+class AutomationHandler(Protocol):
+    automation_type: AutomationType
+    # Seed: only a handler approved as long-running retries daily after the ladder; every
+    # other one is put on support hold.
+    daily_retry: bool
+
+    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+        """A verdict (or a Failure) per ``scheduler_id``; a row left out counts as failed."""
+        ...
+
+
+class HandlerRegistry:
+    """AutomationType → its handler. Registering a type twice is a startup error."""
+
+    def __init__(self, handlers: Iterable[AutomationHandler] = ()) -> None:
+        self._handlers: dict[str, AutomationHandler] = {}
+        for handler in handlers:
+            self.register(handler)
+
+    def register(self, handler: AutomationHandler) -> AutomationHandler:
+        kind = AutomationType(handler.automation_type).value
+        if kind in self._handlers:
+            raise ValueError(f"automation handler for {kind} is already registered")
+        self._handlers[kind] = handler
+        return handler
+
+    def get(self, automation_type: str) -> AutomationHandler | None:
+        return self._handlers.get(automation_type)
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(self._handlers)
+
+
+def _occurrences(rows: Sequence[ClaimedRow]) -> tuple[dict[int, Any], dict[int, Outcome]]:
+    parsed: dict[int, Any] = {}
+    bad: dict[int, Outcome] = {}
+    for row in rows:
+        try:
+            parsed[row.scheduler_id] = parse_scheduler_key(row.scheduler_key)
+        except ValueError:
+            bad[row.scheduler_id] = Failure(UNKNOWN_KEY_FORMAT)
+    return parsed, bad
+
+
+class ReminderHandler:
+    """Reminders: the setting and the source must still yield the row's occurrence."""
+
+    automation_type = AutomationType.REMINDER
+    daily_retry = False
+
+    def __init__(self, inputs: AutomationInputs) -> None:
+        self.inputs = inputs
+
+    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+        parsed, out = _occurrences(rows)
+        wanted = {
+            i: o
+            for i, o in parsed.items()
+            if isinstance(o, ReminderDateInput | ReminderThresholdInput)
+        }
+        out.update({i: Failure(UNKNOWN_KEY_FORMAT) for i in parsed if i not in wanted})
+        settings = await self.inputs.reminder_settings(
+            conn, {o.setting_guid for o in wanted.values()}
+        )
+        refs = {(r.source_type, r.source_guid) for r in rows if r.scheduler_id in wanted}
+        sources = await self.inputs.sources(
+            conn, {(t, g) for t, g in refs if t is not None and g is not None}
+        )
+        for row in rows:
+            occurrence = wanted.get(row.scheduler_id)
+            if occurrence is None:
+                continue
+            source = None
+            if row.source_type is not None and row.source_guid is not None:
+                source = sources.get((row.source_type, row.source_guid))
+            out[row.scheduler_id] = revalidate_reminder(
+                occurrence, row.input_hash, settings.get(occurrence.setting_guid), source
+            )
+        return out
+
+
+class ReportSubscriptionHandler:
+    """Report runs: the subscription must still exist and be active."""
+
+    automation_type = AutomationType.REPORT_SUBSCRIPTION
+    daily_retry = False
+
+    def __init__(self, inputs: AutomationInputs) -> None:
+        self.inputs = inputs
+
+    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+        parsed, out = _occurrences(rows)
+        wanted = {
+            i: o
+            for i, o in parsed.items()
+            if isinstance(o, ReportScheduledInput | ReportManualInput)
+        }
+        out.update({i: Failure(UNKNOWN_KEY_FORMAT) for i in parsed if i not in wanted})
+        subscriptions = await self.inputs.report_subscriptions(
+            conn, {o.subscription_guid for o in wanted.values()}
+        )
+        for row in rows:
+            occurrence = wanted.get(row.scheduler_id)
+            if occurrence is not None:
+                out[row.scheduler_id] = revalidate_report(
+                    occurrence, row.input_hash, subscriptions.get(occurrence.subscription_guid)
+                )
+        return out
+
+
+def default_handlers(inputs: AutomationInputs | None = None) -> HandlerRegistry:
+    """The worker's registry: one handler per AutomationType over PostgreSQL."""
+    port = inputs or PgAutomationInputs()
+    return HandlerRegistry([ReminderHandler(port), ReportSubscriptionHandler(port)])

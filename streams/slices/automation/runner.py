@@ -1,0 +1,365 @@
+"""Stage ② of seed 003: claim due rows (lease + new Version), revalidate them through the
+handler of their AutomationType, and finish each one under its token — Completed with a
+DispatchRequested in the outbox, Deactivated with a ReasonCode, or back on the backoff
+ladder — in one transaction per batch. A write whose token no longer matches is fenced."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from db import automation as repo
+from db.automation import ClaimedRow, RetryWrite
+from db.connector import classify, transaction
+from streams.clock import Clock
+from streams.contracts import DISPATCH_REQUESTED
+from streams.contracts.automation import AutomationType, DispatchRequested, TriggerType
+from streams.domain.automation import DEFAULT_BACKOFF, SchedulerStatus, retry_plan
+from streams.domain.automation_revalidation import Verdict, VerdictKind
+from streams.outbox.records import OutboxRecord, insert_many, record_for
+from streams.runtime import Runtime
+from streams.slices.automation.handlers import (
+    HANDLER_ERROR,
+    INVALID_DISPATCH,
+    NO_HANDLER,
+    Failure,
+    HandlerRegistry,
+    Outcome,
+)
+from streams.slices.automation.metrics import AutomationMetrics
+
+log = logging.getLogger("streams.slices.automation.runner")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """``max_duration`` is the run's budget (the schedule's): no batch starts that could not
+    finish inside it."""
+
+    batch_size: int = 200
+    lease: timedelta = timedelta(seconds=120)
+    backoff: tuple[timedelta, ...] = DEFAULT_BACKOFF
+    max_duration: timedelta = timedelta(seconds=30)
+    reserve: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not 0 < self.batch_size <= 10_000:
+            raise ValueError(f"batch_size must be in 1..10000, got {self.batch_size}")
+        if self.lease <= timedelta(0) or self.max_duration <= timedelta(0):
+            raise ValueError("lease and max_duration must be positive")
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    claimed: int = 0
+    completed: int = 0
+    deactivated: dict[str, int] = field(default_factory=dict)
+    failed: int = 0
+    held: int = 0
+    fenced: int = 0
+    batches: int = 0
+    duration_ms: float = 0.0
+    due_backlog: int = 0
+    oldest_due_age_seconds: float = 0.0
+    on_hold: int = 0
+    next_due: datetime | None = None
+    budget_exhausted: bool = False
+
+    def summary(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["next_due"] = self.next_due.isoformat() if self.next_due else None
+        return out
+
+
+def dispatch_event(row: ClaimedRow, requested_at: datetime) -> DispatchRequested:
+    """The DispatchRequested of a claimed row: identifiers and hashes only."""
+    return DispatchRequested(
+        scheduler_key=row.scheduler_key,
+        automation_type=AutomationType(row.automation_type),
+        trigger_type=TriggerType(row.trigger_type),
+        setting_guid=row.setting_guid,
+        source_type=row.source_type,
+        source_guid=row.source_guid,
+        subscription_guid=row.subscription_guid,
+        scheduled_on=row.scheduled_on,
+        scheduled_local_date=row.scheduled_local_date,
+        time_zone_id=row.time_zone_id,
+        input_hash=row.input_hash,
+        requested_at=requested_at,
+        retry_count=row.retry_count,
+    )
+
+
+@dataclass
+class _Plan:
+    """What one executed batch writes, by transition."""
+
+    completions: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
+    records: dict[int, OutboxRecord] = field(default_factory=dict)
+    retires: list[tuple[int, int, str]] = field(default_factory=list)
+    retries: list[RetryWrite] = field(default_factory=list)
+
+
+class AutomationRunner:
+    """A timer handler: ``run_once(as_of)`` drains due rows in batches of ``batch_size``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        handlers: HandlerRegistry,
+        config: RunnerConfig | None = None,
+        *,
+        metrics: AutomationMetrics | None = None,
+        on_next_due: Callable[[datetime], None] | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.runtime = runtime
+        self.handlers = handlers
+        self.config = config or RunnerConfig()
+        self.metrics = metrics or runtime.metrics.family(AutomationMetrics)
+        self.clock: Clock = runtime.clock
+        self.on_next_due = on_next_due
+        self.should_stop = should_stop
+        self.topic_prefix = runtime.settings.topic_prefix
+
+    def _now(self, as_of: datetime) -> datetime:
+        # A run's as_of may be its slot time, slightly in the past: leases count from now.
+        return max(as_of, self.clock.now())
+
+    async def run_once(self, as_of: datetime) -> RunResult:
+        result = RunResult(run_id=uuid.uuid4().hex[:12])
+        started = self.clock.monotonic()
+        deadline = started + self.config.max_duration.total_seconds() * (1 - self.config.reserve)
+        longest = 0.0
+        pool = await self.runtime.pool()
+        try:
+            while not self.should_stop():
+                began = self.clock.monotonic()
+                rows = await self.claim(pool, self._now(as_of))
+                if rows:
+                    await self.execute(pool, rows, self._now(as_of), result)
+                ended = self.clock.monotonic()
+                longest = max(longest, ended - began)
+                if len(rows) < self.config.batch_size:
+                    break
+                if ended + longest >= deadline:
+                    result.budget_exhausted = True
+                    break
+            await self._observe(pool, self._now(as_of), result)
+        finally:
+            result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
+        if result.claimed:
+            log.info(
+                "action=automation_run_completed run_id=%s claimed=%d completed=%d "
+                "deactivated=%d failed=%d held=%d fenced=%d batches=%d duration_ms=%.1f backlog=%d",
+                result.run_id,
+                result.claimed,
+                result.completed,
+                sum(result.deactivated.values()),
+                result.failed,
+                result.held,
+                result.fenced,
+                result.batches,
+                result.duration_ms,
+                result.due_backlog,
+            )
+        return result
+
+    async def claim(self, pool: asyncpg.Pool, now: datetime) -> list[ClaimedRow]:
+        """One claim transaction: due rows → Processing, lease now + N, new Version (token)."""
+        began = self.clock.monotonic()
+        async with transaction(pool) as conn:
+            rows = await repo.rows_claim(
+                conn, now, self.config.batch_size, self.config.lease.total_seconds()
+            )
+        self.metrics.claim_duration.observe(self.clock.monotonic() - began)
+        self.metrics.claimed.inc(len(rows))
+        return rows
+
+    async def execute(
+        self, pool: asyncpg.Pool, rows: list[ClaimedRow], now: datetime, result: RunResult
+    ) -> None:
+        """Revalidate and finish ``rows`` in one transaction; every write presents the token."""
+        began = self.clock.monotonic()
+        # Written in key order, the order Ensure and Deactivate lock rows in.
+        rows = sorted(rows, key=lambda r: r.scheduler_key)
+        by_id = {r.scheduler_id: r for r in rows}
+        async with transaction(pool) as conn:
+            outcomes = await self._revalidate(conn, rows)
+            plan = self._plan(rows, outcomes, now, result.run_id)
+            done = await repo.rows_complete(conn, plan.completions, now)
+            await insert_many(conn, [plan.records[i] for i in sorted(done)])
+            retired = await repo.rows_retire(conn, plan.retires, now)
+            retried = await repo.rows_retry(conn, plan.retries, now)
+        self.metrics.execution_duration.observe(self.clock.monotonic() - began)
+        # Counted only once the transaction has committed.
+        result.batches += 1
+        result.claimed += len(rows)
+        m = self.metrics
+        m.outcomes.labels("completed", "").inc(len(done))
+        result.completed += len(done)
+        for i in done:
+            m.lateness.observe(max(0.0, (now - by_id[i].due_on).total_seconds()))
+        for i, _, reason in plan.retires:
+            if i in retired:
+                m.outcomes.labels("deactivated", reason).inc()
+                result.deactivated[reason] = result.deactivated.get(reason, 0) + 1
+        for w in plan.retries:
+            if w.scheduler_id in retried:
+                # A hold verdict keeps its status Pending; a failed attempt moves the ladder
+                # (and is held as Failed once the ladder is exhausted).
+                failed = not (w.hold and w.status == SchedulerStatus.PENDING.value)
+                m.outcomes.labels("failed" if failed else "held", w.reason or "").inc()
+                result.failed += failed
+                result.held += w.hold
+        result.fenced += self._fenced(by_id, [c[0] for c in plan.completions], done, "Completed")
+        result.fenced += self._fenced(by_id, [r[0] for r in plan.retires], retired, "Deactivated")
+        result.fenced += self._fenced(
+            by_id, [w.scheduler_id for w in plan.retries], retried, "Retry"
+        )
+
+    async def _revalidate(self, conn: Any, rows: list[ClaimedRow]) -> dict[int, Outcome]:
+        by_type: dict[str, list[ClaimedRow]] = {}
+        for row in rows:
+            by_type.setdefault(row.automation_type, []).append(row)
+        outcomes: dict[int, Outcome] = {}
+        for kind, group in by_type.items():
+            handler = self.handlers.get(kind)
+            if handler is None:
+                outcomes.update({r.scheduler_id: Failure(NO_HANDLER) for r in group})
+                continue
+            try:
+                found: Mapping[int, Outcome] = await handler.revalidate(conn, group)
+            except Exception as exc:
+                if classify(exc) is not None:
+                    raise  # the database is unwell: the batch rolls back, leases rescue it
+                log.error(
+                    "action=automation_handler_failed automation_type=%s rows=%d error=%s",
+                    kind,
+                    len(group),
+                    type(exc).__name__,
+                )
+                found = {r.scheduler_id: Failure(HANDLER_ERROR, type(exc).__name__) for r in group}
+            for r in group:
+                outcomes[r.scheduler_id] = found.get(
+                    r.scheduler_id, Failure(HANDLER_ERROR, "no verdict")
+                )
+        return outcomes
+
+    def _plan(
+        self, rows: list[ClaimedRow], outcomes: Mapping[int, Outcome], now: datetime, run_id: str
+    ) -> _Plan:
+        plan = _Plan()
+        for row in rows:
+            outcome = outcomes[row.scheduler_id]
+            if isinstance(outcome, Verdict) and outcome.kind is VerdictKind.VALID:
+                try:
+                    record = record_for(
+                        DISPATCH_REQUESTED,
+                        dispatch_event(row, now),
+                        topic_prefix=self.topic_prefix,
+                        headers={"correlation-id": run_id},
+                    )
+                except Exception as exc:
+                    outcome = Failure(INVALID_DISPATCH, type(exc).__name__)
+                else:
+                    coordinates = {
+                        "Topic": record.topic,
+                        "Key": record.key,
+                        "RequestedAt": now.isoformat(),
+                        "Attempt": row.retry_count + 1,
+                        "RunId": run_id,
+                    }
+                    plan.completions.append((row.scheduler_id, row.token, coordinates))
+                    plan.records[row.scheduler_id] = record
+                    continue
+            if isinstance(outcome, Verdict) and outcome.kind is VerdictKind.DEACTIVATE:
+                plan.retires.append((row.scheduler_id, row.token, outcome.reason or ""))
+            elif isinstance(outcome, Verdict):  # HOLD: never sent on a guess
+                plan.retries.append(
+                    RetryWrite(
+                        row.scheduler_id,
+                        row.token,
+                        SchedulerStatus.PENDING.value,
+                        row.retry_count,
+                        None,
+                        True,
+                        outcome.reason,
+                        None,
+                        outcome.current_hash,
+                    )
+                )
+            elif isinstance(outcome, Failure):
+                plan.retries.append(self.failure_write(row, outcome, now))
+        return plan
+
+    def failure_write(self, row: ClaimedRow, failure: Failure, now: datetime) -> RetryWrite:
+        handler = self.handlers.get(row.automation_type)
+        step = retry_plan(
+            row.retry_count,
+            now,
+            self.config.backoff,
+            daily_retry=bool(handler is not None and handler.daily_retry),
+        )
+        log.warning(
+            "action=automation_attempt_failed scheduler_id=%d reason=%s retry_count=%d hold=%s",
+            row.scheduler_id,
+            failure.code,
+            step.retry_count,
+            step.hold,
+        )
+        return RetryWrite(
+            row.scheduler_id,
+            row.token,
+            step.status.value,
+            step.retry_count,
+            step.next_retry_on,
+            step.hold,
+            failure.code,
+            (failure.detail or failure.code)[:500],
+        )
+
+    def _fenced(
+        self,
+        by_id: Mapping[int, ClaimedRow],
+        wanted: Iterable[int],
+        written: set[int],
+        transition: str,
+    ) -> int:
+        fenced = [i for i in wanted if i not in written]
+        for i in fenced:
+            row = by_id[i]
+            log.warning(
+                "action=automation_write_fenced scheduler_id=%d token=%d transition=%s",
+                row.scheduler_id,
+                row.token,
+                transition,
+            )
+        if fenced:
+            self.metrics.fenced.labels(transition).inc(len(fenced))
+        return len(fenced)
+
+    async def _observe(self, pool: asyncpg.Pool, now: datetime, result: RunResult) -> None:
+        async with pool.acquire() as conn:
+            stats = await repo.backlog_stats(conn, now)
+        result.due_backlog = stats.due_backlog
+        result.on_hold = stats.on_hold
+        earliest = stats.earliest_due_on
+        if earliest is not None and earliest <= now:
+            result.oldest_due_age_seconds = (now - earliest).total_seconds()
+        self.metrics.due_backlog.set(stats.due_backlog)
+        self.metrics.oldest_due_age.set(result.oldest_due_age_seconds)
+        self.metrics.on_hold.set(stats.on_hold)
+        if earliest is not None and earliest > now:
+            result.next_due = earliest
+        elif earliest is not None and result.budget_exhausted:
+            result.next_due = now  # more is due: run again right away
+        if result.next_due is not None and self.on_next_due is not None:
+            self.on_next_due(result.next_due)

@@ -1,0 +1,119 @@
+"""Support: rows on hold (for /status, /automation/hold and the CLI) and the two commands
+that put a held row back — ``release`` (one more attempt, the ladder position kept) and
+``retry-key`` (the key retried from a fresh ladder). Both are recorded in the row."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import asyncpg
+
+from db import automation as repo
+from db.automation import SchedulerRow
+from db.connector import DatabaseUnavailable, transaction
+from streams.runtime import Runtime
+from streams.slices.automation.metrics import AutomationMetrics
+
+log = logging.getLogger("streams.slices.automation.support")
+
+# Rows listed in the /status section (the full list is /automation/hold).
+STATUS_HOLD_ROWS = 20
+
+
+class SupportAction(StrEnum):
+    RELEASE = "release"
+    RETRY_KEY = "retry-key"
+
+
+def row_view(row: SchedulerRow) -> dict[str, Any]:
+    """A row as JSON-able data: identifiers, statuses, hashes and diagnostics (no input)."""
+
+    def iso(value: datetime | None) -> str | None:
+        return value.isoformat() if value else None
+
+    return {
+        "scheduler_id": row.scheduler_id,
+        "scheduler_key": row.scheduler_key,
+        "automation_type": row.automation_type_id,
+        "trigger_type": row.trigger_type_id,
+        "status": row.status_id,
+        "status_reason": row.status_reason_code,
+        "on_hold": row.is_on_support_hold,
+        "hold_reason": row.failure_reason_code,
+        "attempts": row.retry_count,
+        "last_error": row.last_error,
+        "next_retry_on": iso(row.next_retry_on),
+        "scheduled_on": iso(row.scheduled_on),
+        "input_hash": row.input_hash,
+        "conflict_input_hash": row.conflict_input_hash,
+        "dispatch_result": row.dispatch_result_json,
+        "support_action": row.support_action,
+        "support_action_on": iso(row.support_action_on),
+        "support_action_count": row.support_action_count,
+        "version": row.version,
+        "updated_on": iso(row.updated_on),
+    }
+
+
+async def held_rows(pool: asyncpg.Pool, limit: int) -> list[dict[str, Any]]:
+    async with pool.acquire() as conn:
+        return [row_view(r) for r in await repo.hold_list(conn, limit)]
+
+
+async def put_back(
+    pool: asyncpg.Pool, key: str, action: SupportAction, now: datetime
+) -> SchedulerRow | None:
+    """Lift the hold of ``key`` (None when no such row is on hold)."""
+    async with transaction(pool) as conn:
+        row = await repo.row_release(
+            conn, key, action.value, action is SupportAction.RETRY_KEY, now
+        )
+    if row is not None:
+        log.info(
+            "action=automation_support_%s scheduler_id=%d status=%s retry_count=%d",
+            action.value.replace("-", "_"),
+            row.scheduler_id,
+            row.status_id,
+            row.retry_count,
+        )
+    return row
+
+
+def status_section(
+    runtime: Runtime, metrics: AutomationMetrics
+) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """The /status "automation" section: live gauges and the newest rows on hold."""
+
+    async def section() -> dict[str, Any]:
+        fenced = sum(
+            s.value
+            for m in metrics.fenced.collect()
+            for s in m.samples
+            if s.name.endswith("_total")
+        )
+        try:
+            pool = await runtime.pool()
+            now = runtime.clock.now()
+            async with pool.acquire() as conn:
+                stats = await repo.backlog_stats(conn, now)
+                held = [row_view(r) for r in await repo.hold_list(conn, STATUS_HOLD_ROWS)]
+        except (DatabaseUnavailable, OSError, asyncpg.PostgresError) as exc:
+            return {"error": f"database unavailable ({type(exc).__name__})", "fenced": fenced}
+        earliest = stats.earliest_due_on
+        return {
+            "due_backlog": stats.due_backlog,
+            "oldest_due_age_seconds": (
+                (now - earliest).total_seconds() if earliest and earliest <= now else 0.0
+            ),
+            "processing": stats.processing,
+            "on_hold": stats.on_hold,
+            "fenced": fenced,
+            "held": held,
+            "hold_view": "/automation/hold",
+        }
+
+    return section

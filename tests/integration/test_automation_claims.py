@@ -1,0 +1,283 @@
+"""Claims, leases, fencing and the backoff ladder on real PostgreSQL, with injected time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from db import automation as repo
+from db.automation import ClaimedRow
+from db.connector import transaction
+from streams.contracts.automation import AutomationType
+from streams.domain.automation_revalidation import VALID
+from streams.runtime import Runtime
+from streams.slices.automation.handlers import HandlerRegistry, Outcome
+from streams.slices.automation.support import SupportAction, put_back
+from tests.integration.automation_support import (
+    LEASE,
+    T0,
+    cleanup,
+    make_runtime,
+    metric,
+    outbox,
+    row,
+    runner,
+    seed,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def runtimes(database_url: str) -> AsyncIterator[list[Runtime]]:
+    made = [make_runtime(database_url) for _ in range(3)]
+    yield made
+    for rt in made:
+        await rt.close()
+
+
+class Gate:
+    """A handler that stops inside the execution transaction until released (a paused worker)."""
+
+    automation_type = AutomationType.REMINDER
+    daily_retry = False
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+        self.entered.set()
+        await self.release.wait()
+        return {r.scheduler_id: VALID for r in rows}
+
+
+class Broken:
+    automation_type = AutomationType.REMINDER
+    daily_retry = False
+
+    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+        raise RuntimeError("downstream said no")
+
+
+async def test_claim_takes_only_due_claimable_rows_and_stamps_lease_and_token(
+    pool: asyncpg.Pool, runtimes: list[Runtime]
+) -> None:
+    due, later, backing_off, held = (
+        (await seed(pool, 1))
+        + (await seed(pool, 1, T0 + timedelta(minutes=1)))
+        + (await seed(pool, 2))
+    )
+    await pool.execute(
+        "UPDATE automation.scheduler SET next_retry_on = $2 WHERE scheduler_key = $1",
+        backing_off.key,
+        T0 + timedelta(seconds=1),
+    )
+    await pool.execute(
+        "UPDATE automation.scheduler SET is_on_support_hold = true WHERE scheduler_key = $1",
+        held.key,
+    )
+    claimed = await runner(runtimes[0]).claim(pool, T0)
+    assert [c.scheduler_key for c in claimed] == [due.key]
+    r = await row(pool, due.key)
+    assert (r["status_id"], r["processing_lease_expires_on"], r["version"]) == (
+        "Processing",
+        T0 + LEASE,
+        2,
+    )
+    assert claimed[0].token == 2
+    # NextRetryOn passed, ScheduledOn passed: both come due; the held row never does.
+    again = await runner(runtimes[0]).claim(pool, T0 + timedelta(minutes=1))
+    assert {c.scheduler_key for c in again} == {later.key, backing_off.key}
+    assert await runner(runtimes[0]).claim(pool, T0 + timedelta(days=1)) == []
+
+
+async def test_two_workers_racing_for_one_row_one_claim_wins(
+    database_url: str, pool: asyncpg.Pool, runtimes: list[Runtime]
+) -> None:
+    [c] = await seed(pool, 1)
+    # Deterministic interleaving: A has locked and updated the row, not yet committed.
+    a = await asyncpg.connect(database_url)
+    try:
+        tx = a.transaction()
+        await tx.start()
+        first = await repo.rows_claim(a, T0, 10, 60)
+        assert [r.scheduler_key for r in first] == [c.key]
+        assert await runner(runtimes[1]).claim(pool, T0) == []  # SKIP LOCKED passes it over
+        await tx.commit()
+    finally:
+        await a.close()
+    assert await runner(runtimes[1]).claim(pool, T0) == []  # Processing: nothing to claim
+    # Free-running races: each of 50 rows is claimed by exactly one of two workers.
+    await seed(pool, 50)
+    batches = await asyncio.gather(
+        *(runner(rt, batch_size=5).claim(pool, T0) for rt in runtimes[1:] for _ in range(10))
+    )
+    keys = [r.scheduler_key for batch in batches for r in batch]
+    assert len(keys) == len(set(keys)) == 50
+
+
+async def test_paused_worker_past_its_lease_is_fenced_and_one_event_is_written(
+    pool: asyncpg.Pool, runtimes: list[Runtime]
+) -> None:
+    [c] = await seed(pool, 1)
+    gate = Gate()
+    paused = runner(runtimes[0], HandlerRegistry([gate]))
+    task = asyncio.create_task(paused.run_once(T0))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+    assert (await row(pool, c.key))["status_id"] == "Processing"
+
+    # The lease runs out; cleanup puts the row back (5 min backoff); another worker runs it.
+    t1 = T0 + LEASE + timedelta(seconds=1)
+    rescued = await cleanup(runtimes[1]).run_once(t1)
+    assert rescued.rescued == 1
+    other = await runner(runtimes[1]).run_once(t1 + timedelta(minutes=5))
+    assert (other.completed, other.fenced) == (1, 0)
+
+    gate.release.set()
+    late = await asyncio.wait_for(task, 10)
+    assert (late.completed, late.fenced) == (0, 1)
+    assert metric(runtimes[0], "automation_scheduler_fenced_total", transition="Completed") == 1
+    events = [e for e in await outbox(pool) if e["key"] == c.key]
+    assert len(events) == 1
+    r = await row(pool, c.key)
+    assert (r["status_id"], r["retry_count"], r["failure_reason_code"]) == (
+        "Completed",
+        1,
+        "LeaseExpired",
+    )
+
+
+async def test_each_step_of_the_ladder_after_expired_leases_then_hold(
+    pool: asyncpg.Pool, runtimes: list[Runtime]
+) -> None:
+    [c] = await seed(pool, 1)
+    claimer, rescuer = runner(runtimes[0]), cleanup(runtimes[1])
+    now = T0
+    for step, wait in enumerate([timedelta(minutes=5), timedelta(minutes=15), timedelta(hours=1)]):
+        assert len(await claimer.claim(pool, now)) == 1
+        # Not before the lease expires.
+        assert (await rescuer.run_once(now + LEASE - timedelta(seconds=1))).rescued == 0
+        now = now + LEASE + timedelta(seconds=1)
+        assert (await rescuer.run_once(now)).rescued == 1
+        r = await row(pool, c.key)
+        assert (r["status_id"], r["retry_count"], r["next_retry_on"]) == (
+            "Pending",
+            step + 1,
+            now + wait,
+        )
+        assert r["failure_reason_code"] == "LeaseExpired" and not r["is_on_support_hold"]
+        assert await claimer.claim(pool, now + wait - timedelta(seconds=1)) == []
+        now = now + wait
+    assert len(await claimer.claim(pool, now)) == 1
+    now = now + LEASE + timedelta(seconds=1)
+    result = await rescuer.run_once(now)
+    assert (result.rescued, result.held) == (1, 1)
+    r = await row(pool, c.key)
+    assert (r["status_id"], r["retry_count"], r["is_on_support_hold"], r["next_retry_on"]) == (
+        "Failed",
+        4,
+        True,
+        None,
+    )
+    assert await claimer.claim(pool, now + timedelta(days=30)) == []
+    assert metric(runtimes[1], "automation_scheduler_stale_rescued_total") == 4
+
+
+async def test_handler_failures_follow_the_same_ladder_with_their_reason(
+    pool: asyncpg.Pool, runtimes: list[Runtime]
+) -> None:
+    [c] = await seed(pool, 1)
+    broken = runner(runtimes[0], HandlerRegistry([Broken()]))
+    now = T0
+    for n, wait in enumerate([timedelta(minutes=5), timedelta(minutes=15), timedelta(hours=1)]):
+        result = await broken.run_once(now)
+        assert (result.failed, result.completed) == (1, 0)
+        r = await row(pool, c.key)
+        assert (r["status_id"], r["retry_count"], r["next_retry_on"]) == (
+            "Pending",
+            n + 1,
+            now + wait,
+        )
+        assert (r["failure_reason_code"], r["last_error"]) == ("HandlerError", "RuntimeError")
+        now = now + wait
+    result = await broken.run_once(now)
+    assert (result.failed, result.held) == (1, 1)
+    r = await row(pool, c.key)
+    assert (r["status_id"], r["is_on_support_hold"]) == ("Failed", True)
+    assert (
+        metric(
+            runtimes[0],
+            "automation_scheduler_outcomes_total",
+            outcome="failed",
+            reason="HandlerError",
+        )
+        == 4
+    )
+    assert await outbox(pool) == []
+
+
+async def test_a_type_without_handler_fails_with_no_handler(
+    pool: asyncpg.Pool, runtimes: list[Runtime]
+) -> None:
+    [c] = await seed(pool, 1)
+    result = await runner(runtimes[0], HandlerRegistry()).run_once(T0)
+    assert result.failed == 1
+    assert (await row(pool, c.key))["failure_reason_code"] == "NoHandler"
+
+
+async def hold(pool: asyncpg.Pool, runtime: Runtime, now: datetime) -> str:
+    [c] = await seed(pool, 1)
+    broken = runner(runtime, HandlerRegistry([Broken()]))
+    for _ in range(4):
+        await broken.run_once(now)
+        now += timedelta(hours=2)
+    assert (await row(pool, c.key))["is_on_support_hold"]
+    return c.key
+
+
+async def test_release_gives_one_more_attempt_keeping_the_ladder_position(
+    pool: asyncpg.Pool, runtimes: list[Runtime]
+) -> None:
+    key = await hold(pool, runtimes[0], T0)
+    now = T0 + timedelta(days=1)
+    released = await put_back(pool, key, SupportAction.RELEASE, now)
+    assert released is not None
+    assert (released.status_id, released.is_on_support_hold, released.retry_count) == (
+        "Pending",
+        False,
+        4,
+    )
+    assert (released.support_action, released.support_action_on, released.support_action_count) == (
+        "release",
+        now,
+        1,
+    )
+    assert released.failure_reason_code == "HandlerError"  # history kept
+    # Due at once; one more failure holds it again straight away.
+    await runner(runtimes[0], HandlerRegistry([Broken()])).run_once(now)
+    r = await row(pool, key)
+    assert (r["status_id"], r["retry_count"], r["is_on_support_hold"]) == ("Failed", 5, True)
+    assert await put_back(pool, "reminder:nope", SupportAction.RELEASE, now) is None
+
+
+async def test_retry_key_restarts_the_ladder_and_a_healthy_run_completes(
+    pool: asyncpg.Pool, runtimes: list[Runtime]
+) -> None:
+    key = await hold(pool, runtimes[0], T0)
+    now = T0 + timedelta(days=1)
+    put = await put_back(pool, key, SupportAction.RETRY_KEY, now)
+    assert put is not None and (put.retry_count, put.support_action) == (0, "retry-key")
+    result = await runner(runtimes[1]).run_once(now)
+    assert result.completed == 1
+    r = await row(pool, key)
+    assert (r["status_id"], r["support_action_count"]) == ("Completed", 1)
+    # Not on hold any more: a second release finds nothing to put back.
+    assert await put_back(pool, key, SupportAction.RELEASE, now) is None
+    async with transaction(pool) as conn:
+        assert await repo.hold_list(conn, 10) == []
