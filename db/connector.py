@@ -193,6 +193,16 @@ async def translating() -> AsyncIterator[None]:
 
 
 @asynccontextmanager
+async def connection(
+    pool: asyncpg.Pool, *, timeout: float | None = None
+) -> AsyncIterator[asyncpg.Connection]:
+    """A pooled connection for statements that are each their own unit of work (reads,
+    single-statement writes), with driver errors translated (``translating``)."""
+    async with translating(), pool.acquire(timeout=timeout) as conn:
+        yield conn
+
+
+@asynccontextmanager
 async def transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
     """Acquire a connection and run one transaction; commits on exit, rolls back on error,
     with driver errors translated (``translating``)."""

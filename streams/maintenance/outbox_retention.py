@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import db.outbox as repo
+from db.connector import connection
 from streams.metrics import OutboxMetrics
 from streams.settings import Settings
 
@@ -64,7 +65,7 @@ class OutboxRetention:
         deleted = chunks = 0
         more = False
         while True:
-            async with self._pool.acquire() as conn:
+            async with connection(self._pool) as conn:
                 n = await repo.published_delete(conn, cutoff, self.config.chunk_size)
             chunks += 1
             deleted += n

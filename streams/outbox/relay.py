@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import db.outbox as repo
-from db.connector import SessionLimits, create_pool
+from db.connector import SessionLimits, connection, create_pool
 from streams.asynctools import describe, wait_any
 from streams.clock import Clock, SystemClock
 from streams.metrics import OutboxMetrics
@@ -332,7 +332,7 @@ class OutboxRelay:
     async def refresh_metrics(self) -> repo.Backlog:
         """Set the backlog and oldest-unpublished-age gauges from the database."""
         pool = self._opened()
-        async with pool.acquire() as conn:
+        async with connection(pool) as conn:
             backlog = await repo.backlog_get(conn)
         self._metrics.backlog.set(backlog.count)
         age = 0.0

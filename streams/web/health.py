@@ -9,7 +9,7 @@ from typing import Any
 
 import faust
 
-from db.connector import ping
+from db.connector import connection, ping
 from streams.agents.consumer import ContractConsumer
 from streams.agents.progress import Stall
 from streams.runtime import Runtime
@@ -55,7 +55,7 @@ async def readiness(
     checks: dict[str, Any] = {}
     try:
         pool = await asyncio.wait_for(runtime.pool(), timeout=2)
-        async with pool.acquire(timeout=2) as conn:
+        async with connection(pool, timeout=2) as conn:
             await ping(conn, timeout=2)
         checks["postgres"] = "ok"
     except Exception as exc:  # readiness reports, it never raises

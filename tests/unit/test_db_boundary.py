@@ -12,8 +12,13 @@ import pytest
 from db.queries import QUERIES_DIR, parse
 
 ROOT = Path(__file__).resolve().parents[2]
-# Repositories whose functions mirror their statements: <context>_<function>.
-MIRRORED = ["calendar", "outbox"]
+# Repositories whose functions mirror their statements: <context>_<function>; a context's
+# statements may be split over several repository modules.
+MIRRORED = {
+    "calendar": ["calendar"],
+    "outbox": ["outbox"],
+    "automation": ["automation", "automation_inputs"],
+}
 SQL_TEXT = re.compile(r"\b(SELECT\s|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM)", re.I)
 # The startup probe tells a refused login from an absent server by asyncpg's error types.
 DRIVER_ALLOWED = {"streams/wait.py"}
@@ -31,19 +36,23 @@ def _sql_calls(fn: ast.AST) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("context", MIRRORED)
+@pytest.mark.parametrize("context", sorted(MIRRORED))
 def test_each_statement_has_one_function_named_after_it(context: str) -> None:
     statements = set(parse((QUERIES_DIR / f"{context}.sql").read_text(), context))
-    tree = ast.parse((ROOT / "db" / f"{context}.py").read_text())
     used: set[str] = set()
-    for fn in tree.body:
+    functions = [
+        fn
+        for module in MIRRORED[context]
+        for fn in ast.parse((ROOT / "db" / f"{module}.py").read_text()).body
+    ]
+    for fn in functions:
         if isinstance(fn, ast.AsyncFunctionDef | ast.FunctionDef):
             calls = _sql_calls(fn)
             if not calls:
                 continue
-            assert len(calls) == 1, f"db/{context}.py:{fn.name} runs {calls}: one statement each"
+            assert len(calls) == 1, f"{context}: {fn.name} runs {calls}: one statement each"
             assert calls[0] == f"{context}_{fn.name}", (
-                f"db/{context}.py:{fn.name} runs {calls[0]}; name it after its statement"
+                f"{context}: {fn.name} runs {calls[0]}; name it after its statement"
             )
             used.add(calls[0])
     assert statements == used, f"statements without a function: {sorted(statements - used)}"
@@ -78,4 +87,14 @@ def test_streams_does_not_import_the_driver() -> None:
                 names = [node.module]
             if any(n.split(".")[0] == "asyncpg" for n in names) and rel not in DRIVER_ALLOWED:
                 offenders.append(rel)
+    assert offenders == []
+
+
+def test_streams_opens_connections_only_through_the_port() -> None:
+    # db.connector.connection()/transaction() translate driver errors; a bare acquire() would not.
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in _python_files("streams")
+        if ".acquire(" in path.read_text()
+    ]
     assert offenders == []

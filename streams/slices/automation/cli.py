@@ -26,7 +26,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_pascal
 
 from db import automation as repo
-from db.connector import DatabaseUnavailable, InputRejected, create_pool, transaction
+from db.connector import DatabaseUnavailable, InputRejected, connection, create_pool, transaction
 from streams.contracts.automation import FiringPolicy, TriggerType
 from streams.domain.automation import (
     AutomationInput,
@@ -154,7 +154,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"{state:<24} {d.scheduler_key}")
             return 0
         if args.command == "show":
-            async with pool.acquire() as conn:
+            async with connection(pool) as conn:
                 row = await repo.row_get(conn, args.key)
             if row is None:
                 print(f"no row with SchedulerKey {args.key!r}", file=sys.stderr)
@@ -162,7 +162,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             print(json.dumps(row_view(row), indent=2))
             return 0
         if args.command == "hold":
-            async with pool.acquire() as conn:
+            async with connection(pool) as conn:
                 held = await repo.hold_list(conn, args.limit)
             for h in held:
                 print(

@@ -12,11 +12,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import asyncpg
-
 from db import automation as repo
 from db.automation import ClaimedRow, RetryWrite
-from db.connector import classify, transaction
+from db.connector import Pool, classify, connection, transaction
 from streams.clock import Clock
 from streams.contracts import DISPATCH_REQUESTED
 from streams.contracts.automation import AutomationType, DispatchRequested, TriggerType
@@ -172,7 +170,7 @@ class AutomationRunner:
             )
         return result
 
-    async def claim(self, pool: asyncpg.Pool, now: datetime) -> list[ClaimedRow]:
+    async def claim(self, pool: Pool, now: datetime) -> list[ClaimedRow]:
         """One claim transaction: due rows → Processing, lease now + N, new Version (token)."""
         began = self.clock.monotonic()
         async with transaction(pool) as conn:
@@ -184,7 +182,7 @@ class AutomationRunner:
         return rows
 
     async def execute(
-        self, pool: asyncpg.Pool, rows: list[ClaimedRow], now: datetime, result: RunResult
+        self, pool: Pool, rows: list[ClaimedRow], now: datetime, result: RunResult
     ) -> None:
         """Revalidate and finish ``rows`` in one transaction; every write presents the token."""
         began = self.clock.monotonic()
@@ -346,8 +344,8 @@ class AutomationRunner:
             self.metrics.fenced.labels(transition).inc(len(fenced))
         return len(fenced)
 
-    async def _observe(self, pool: asyncpg.Pool, now: datetime, result: RunResult) -> None:
-        async with pool.acquire() as conn:
+    async def _observe(self, pool: Pool, now: datetime, result: RunResult) -> None:
+        async with connection(pool) as conn:
             stats = await repo.backlog_stats(conn, now)
         result.due_backlog = stats.due_backlog
         result.on_hold = stats.on_hold

@@ -10,11 +10,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-import asyncpg
-
 from db import automation as repo
 from db.automation import SchedulerRow
-from db.connector import DatabaseUnavailable, transaction
+from db.connector import DatabaseUnavailable, InputRejected, Pool, connection, transaction
 from streams.runtime import Runtime
 from streams.slices.automation.metrics import AutomationMetrics
 
@@ -59,13 +57,13 @@ def row_view(row: SchedulerRow) -> dict[str, Any]:
     }
 
 
-async def held_rows(pool: asyncpg.Pool, limit: int) -> list[dict[str, Any]]:
-    async with pool.acquire() as conn:
+async def held_rows(pool: Pool, limit: int) -> list[dict[str, Any]]:
+    async with connection(pool) as conn:
         return [row_view(r) for r in await repo.hold_list(conn, limit)]
 
 
 async def put_back(
-    pool: asyncpg.Pool, key: str, action: SupportAction, now: datetime
+    pool: Pool, key: str, action: SupportAction, now: datetime
 ) -> SchedulerRow | None:
     """Lift the hold of ``key`` (None when no such row is on hold)."""
     async with transaction(pool) as conn:
@@ -98,10 +96,10 @@ def status_section(
         try:
             pool = await runtime.pool()
             now = runtime.clock.now()
-            async with pool.acquire() as conn:
+            async with connection(pool) as conn:
                 stats = await repo.backlog_stats(conn, now)
                 held = [row_view(r) for r in await repo.hold_list(conn, STATUS_HOLD_ROWS)]
-        except (DatabaseUnavailable, OSError, asyncpg.PostgresError) as exc:
+        except (DatabaseUnavailable, InputRejected) as exc:
             return {"error": f"database unavailable ({type(exc).__name__})", "fenced": fenced}
         earliest = stats.earliest_due_on
         return {

@@ -12,7 +12,7 @@ from uuid import UUID
 
 from db import calendar as repo
 from db.calendar import ClaimedReminder
-from db.connector import Pool, transaction
+from db.connector import Pool, connection, transaction
 from streams.clock import Clock
 from streams.contracts import REMINDER_DUE
 from streams.contracts.calendar import EventStatus, ReminderDueEvent
@@ -135,7 +135,7 @@ class CalendarReminderDispatcher:
                         ended + longest >= deadline
                     )
                     break
-            async with pool.acquire() as conn:
+            async with connection(pool) as conn:
                 result.backlog = await repo.reminders_count_due(conn, as_of)
                 result.next_due = await repo.reminders_next_due(conn)
         except Exception:
