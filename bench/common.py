@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from db.migrate import migrate
-from tests.support.seed import seed_reminders
+from devkit.seed import seed_reminders
 
 __all__ = ["seed_reminders"]
 

@@ -18,9 +18,9 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from bench.common import KAFKA_BOOTSTRAP, database
+from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.worker import WorkerProcess, worker_env
 
 
 async def run(events: int = 50_000) -> dict[str, float]:

@@ -20,9 +20,9 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from bench.common import KAFKA_BOOTSTRAP, database, summary
+from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.worker import WorkerProcess, worker_env
 
 
 async def run(rate: int = 100, seconds: int = 60, lead: float = 10.0) -> dict[str, float]:

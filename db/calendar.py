@@ -161,3 +161,20 @@ async def reminders_status_count(
 ) -> dict[str, int]:
     rows = await conn.fetch(sql("calendar_reminders_status_count"), list(event_ids))
     return {str(r["status"]): int(r["n"]) for r in rows}
+
+
+async def reminders_seed(
+    conn: asyncpg.Connection,
+    *,
+    events: int,
+    offsets: Sequence[int],
+    start: datetime,
+    spread_ms: int = 1,
+) -> int:
+    """Bulk-insert Planned events with Pending reminders (benchmarks and tests only)."""
+    n = await conn.fetchval(sql("calendar_reminders_seed"), start, list(offsets), spread_ms, events)
+    return int(n)
+
+
+async def tables_analyze(conn: asyncpg.Connection) -> None:
+    await conn.execute(sql("calendar_tables_analyze"))

@@ -120,3 +120,25 @@ SELECT count(*) FROM calendar.events WHERE event_id = ANY($1::uuid[]);
 SELECT status, count(*) AS n FROM calendar.event_reminders
 WHERE event_id = ANY($1::uuid[])
 GROUP BY status;
+
+-- name: calendar_reminders_seed
+-- Bulk seeding for benchmarks and tests: $4 Planned events starting at $1 (spread by $3 ms)
+-- with one Pending reminder per offset in $2. Returns how many reminder rows were made.
+WITH ev AS (
+                INSERT INTO calendar.events (event_id, tenant_id, owner_user_id, kind, start_at,
+                    time_zone, status, reminder_offsets_minutes, version, occurred_at)
+                SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'Meeting',
+                       $1::timestamptz + make_interval(secs => i * $3::float8 / 1000), 'UTC',
+                       'Planned', $2::int[], 1, $1::timestamptz - interval '1 day'
+                FROM generate_series(1, $4::int) AS i
+                RETURNING event_id, start_at, reminder_offsets_minutes
+            ), ins AS (
+                INSERT INTO calendar.event_reminders (reminder_id, event_id, offset_minutes, due_at)
+                SELECT gen_random_uuid(), ev.event_id, o, ev.start_at - make_interval(mins => o)
+                FROM ev, unnest(ev.reminder_offsets_minutes) AS o
+                RETURNING 1
+            ) SELECT count(*) FROM ins;
+
+-- name: calendar_tables_analyze
+-- After a bulk load (benchmarks, tests): fresh planner statistics and visibility map.
+VACUUM ANALYZE calendar.events, calendar.event_reminders;

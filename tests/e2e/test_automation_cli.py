@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.support.worker import ROOT
+from devkit.workers import ROOT
 
 pytestmark = pytest.mark.e2e
 

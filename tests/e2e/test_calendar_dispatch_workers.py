@@ -13,14 +13,14 @@ from typing import Any
 import asyncpg
 import pytest
 
+from devkit.kafka import read_to_end
+from devkit.seed import seed_reminders
+from devkit.wait import eventually
+from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from streams.slices.calendar.dispatch import DispatchConfig
-from tests.support.kafka import read_to_end
 from tests.support.metrics import sample
-from tests.support.seed import seed_reminders
-from tests.support.wait import eventually
-from tests.support.worker import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.e2e
 
@@ -231,7 +231,7 @@ def test_bad_configuration_stops_the_worker_naming_the_setting(tmp_path: Path) -
     import subprocess
     import sys
 
-    from tests.support.worker import ROOT
+    from devkit.workers import ROOT
 
     cases: list[tuple[dict[str, Any], str]] = [
         ({"OUTBOX_BATCH_SIZE": "0"}, "OUTBOX_BATCH_SIZE"),

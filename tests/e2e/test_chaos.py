@@ -29,10 +29,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from devkit.workers import ROOT, WorkerProcess, worker_env
 from tests.support.calendar_load import CalendarLoad, expected_reminders, run_load
 from tests.support.private_stack import PrivateStack
 from tests.support.reminder_audit import DUE_TOPIC, audit, format_table, read_to_end
-from tests.support.worker import ROOT, WorkerProcess, worker_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 

@@ -10,10 +10,10 @@ import uuid
 
 import pytest
 
+from devkit.kafka import produce, read_to_end
+from devkit.workers import ROOT
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.kafka import produce, read_to_end
-from tests.support.worker import ROOT
 
 pytestmark = pytest.mark.e2e
 

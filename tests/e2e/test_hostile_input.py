@@ -13,12 +13,12 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from devkit.kafka import read_to_end
+from devkit.wait import eventually
+from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from tests.support.factories import calendar_event, encode
-from tests.support.kafka import read_to_end
-from tests.support.wait import eventually
-from tests.support.worker import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.e2e
 

@@ -30,6 +30,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from devkit.kafka import read_to_end
+from devkit.workers import WorkerProcess, worker_env
 from streams.contracts import CALENDAR_EVENTS, ContractError, decode
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
@@ -44,8 +46,6 @@ from tests.support.fuzz import (
     TZ_NOT_ZONES,
     encode,
 )
-from tests.support.kafka import read_to_end
-from tests.support.worker import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.e2e
 

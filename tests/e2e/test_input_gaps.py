@@ -24,11 +24,11 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from devkit.wait import NotWithin, eventually
+from devkit.workers import ROOT, WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from tests.support.factories import calendar_event, encode
-from tests.support.wait import NotWithin, eventually
-from tests.support.worker import ROOT, WorkerProcess, worker_env
 
 pytestmark = pytest.mark.e2e
 

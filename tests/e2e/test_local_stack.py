@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.worker import ROOT, free_port
+from devkit.workers import ROOT, free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from db.connector import connect
-from tests.support.wait import NotWithin, eventually
+from devkit.wait import NotWithin, eventually
 
 pytestmark = pytest.mark.e2e
 

@@ -12,12 +12,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from devkit.wait import NotWithin, eventually
+from devkit.workers import ROOT, WorkerProcess, free_port, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from tests.conftest import with_database
 from tests.support.proxy import TcpProxy
-from tests.support.wait import NotWithin, eventually
-from tests.support.worker import ROOT, WorkerProcess, free_port, worker_env
 
 pytestmark = pytest.mark.e2e
 

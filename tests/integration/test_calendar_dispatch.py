@@ -14,13 +14,13 @@ import asyncpg
 import pytest
 
 from db.connector import DatabaseUnavailable
+from devkit.wait import eventually
 from streams.agents.applier import StateWriter, Written
 from streams.contracts.calendar import CalendarEventChanged
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.slices.calendar.events import CalendarEventsApplier, CalendarWrite
 from tests.integration.calendar_support import apply, make_runtime, outbox
 from tests.support.factories import T0, calendar_event
-from tests.support.wait import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
+from devkit.kafka import consume, create_topics
 from streams.dlq.replay import replay_dlq
 from streams.dlq.rules import SKIP_NO_KEY_NO_VALUE, SKIP_TRUNCATED, Decision, ReplayUsageError
 from streams.settings import Settings
-from tests.support.kafka import consume, create_topics
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from db.connector import connect
 from db.migrate import MIGRATIONS_DIR, SNAPSHOT, MigrationError, describe_schema, discover, migrate
-from tests.support.worker import ROOT
+from devkit.workers import ROOT
 
 pytestmark = pytest.mark.integration
 

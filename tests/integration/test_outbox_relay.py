@@ -23,6 +23,8 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 import db.outbox as repo
 from db.connector import transaction
+from devkit.kafka import consume, create_topics, read_to_end
+from devkit.wait import eventually
 from streams.clock import ManualClock
 from streams.maintenance import OutboxRetention, RetentionConfig
 from streams.metrics import Metrics
@@ -33,8 +35,6 @@ from streams.outbox import (
     insert_many,
     outbox_id_of,
 )
-from tests.support.kafka import consume, create_topics, read_to_end
-from tests.support.wait import eventually
 
 pytestmark = pytest.mark.integration
 

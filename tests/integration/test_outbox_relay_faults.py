@@ -25,6 +25,8 @@ import pytest
 from aiokafka.structs import TopicPartition
 
 import db.outbox as repo
+from devkit.kafka import create_topics, read_to_end
+from devkit.wait import eventually
 from streams.metrics import Metrics
 from streams.outbox import OutboxRecord, OutboxRelay, Producer, RelayConfig
 from streams.outbox.config import DEFAULT_MAX_LANES_PER_PASS, PublishTimeout
@@ -38,9 +40,7 @@ from tests.integration.test_outbox_relay import (
     sample,
     write,
 )
-from tests.support.kafka import create_topics, read_to_end
 from tests.support.private_stack import PrivateStack
-from tests.support.wait import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,5 @@
-"""Wire-format test messages (PascalCase JSON, as other teams' producers send them)."""
+"""Wire-format test messages, built from the contract models (so they cannot drift from the
+contract), as PascalCase dicts that a test may still bend into something invalid."""
 
 from __future__ import annotations
 
@@ -7,31 +8,35 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from streams.contracts.calendar import CalendarEventChanged
+from streams.contracts.calendar import CalendarEventChanged, EventStatus
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
+def _wire(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
 def calendar_event(**overrides: Any) -> dict[str, Any]:
-    """A valid pin.calendar.events.v1 payload; override any PascalCase field."""
+    """A valid pin.calendar.events.v1 payload; override any PascalCase field (even with a
+    value the contract refuses, to test the DLQ)."""
     start = overrides.pop("StartAt", T0 + timedelta(hours=2))
     occurred = overrides.pop("OccurredAt", T0)
-    msg: dict[str, Any] = {
-        "ContractVersion": 1,
-        "EventId": str(uuid.uuid4()),
-        "TenantId": str(uuid.uuid4()),
-        "OwnerUserId": str(uuid.uuid4()),
-        "ClientUserId": None,
-        "Kind": "Meeting",
-        "StartAt": start.isoformat() if isinstance(start, datetime) else start,
-        "TimeZone": "Europe/Moscow",
-        "Status": "Planned",
-        "ReminderOffsetsMinutes": [60, 15],
-        "AppointmentId": None,
-        "Version": 1,
-        "OccurredAt": occurred.isoformat() if isinstance(occurred, datetime) else occurred,
-    }
-    msg.update(overrides)
+    model = CalendarEventChanged(
+        event_id=uuid.uuid4(),
+        tenant_id=uuid.uuid4(),
+        owner_user_id=uuid.uuid4(),
+        kind="Meeting",
+        start_at=T0 + timedelta(hours=2),
+        time_zone="Europe/Moscow",
+        status=EventStatus.PLANNED,
+        reminder_offsets_minutes=[60, 15],
+        version=1,
+        occurred_at=T0,
+    )
+    msg: dict[str, Any] = json.loads(model.to_json())
+    msg["StartAt"], msg["OccurredAt"] = _wire(start), _wire(occurred)
+    msg.update({k: _wire(v) for k, v in overrides.items()})
     return msg
 
 

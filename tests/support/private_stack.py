@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.worker import ROOT, free_port
+from devkit.workers import ROOT, free_port
 
 STACK = ROOT / "stack" / "stack.sh"
 

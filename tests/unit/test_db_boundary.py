@@ -98,3 +98,12 @@ def test_streams_opens_connections_only_through_the_port() -> None:
         if ".acquire(" in path.read_text()
     ]
     assert offenders == []
+
+
+def test_bench_does_not_import_tests() -> None:
+    offenders = []
+    for path in _python_files("bench"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests"):
+                offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == []

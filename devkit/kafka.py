@@ -11,7 +11,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from tests.support.wait import NotWithin, eventually
+from devkit.wait import NotWithin, eventually
 
 Header = tuple[str, bytes]
 
