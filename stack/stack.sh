@@ -116,10 +116,23 @@ pg_down() {
 KAFKA_VERSION="${KAFKA_VERSION:-$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$ROOT/stack/kafka/pom.xml")}"
 KAFKA_LIBS="$KAFKA_DIR/libs-$KAFKA_VERSION"
 
+# Java 17 and Maven the way PostgreSQL is installed: from Debian's packages when root,
+# a message naming the packages otherwise.
+java_install() {
+  local need=()
+  command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || need+=(maven)
+  [ ${#need[@]} -eq 0 ] && return 0
+  [ "$(id -u)" = 0 ] || die "${need[*]} missing: Kafka needs Java 17 and Maven resolves its jars (Debian: sudo apt-get install ${need[*]})"
+  log "installing ${need[*]} from Debian's packages"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  command -v java >/dev/null && command -v mvn >/dev/null || die "apt-get install ${need[*]} did not provide java and mvn"
+}
+
 kafka_install() {
   [ -f "$KAFKA_LIBS/.complete" ] && return 0
-  command -v java >/dev/null || die "java not found; Kafka needs Java 17 (Debian: openjdk-17-jre-headless)"
-  command -v mvn >/dev/null || die "mvn not found; it resolves the Kafka jars from Maven Central (Debian: maven)"
+  java_install
   log "resolving org.apache.kafka:kafka_2.13:$KAFKA_VERSION from Maven Central"
   mkdir -p "$KAFKA_LIBS"
   mvn -q -B -f "$ROOT/stack/kafka/pom.xml" -Dkafka.version="$KAFKA_VERSION" \

@@ -188,3 +188,5 @@ class RunExecutor:
     ) -> None:
         state.stats.ended(result, summary, error, duration)
         self._metrics.runs.labels(schedule=state.spec.name, result=result).inc()
+        if result == "ok":
+            self._metrics.last_success.labels(schedule=state.spec.name).set_to_current_time()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 RESULTS = ("ok", "failed", "timeout", "cancelled")
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -76,6 +76,12 @@ class TimerMetrics:
         self.lease_lost = Counter(
             "timer_lease_lost_total",
             "Runs of this worker whose slot another worker took over before they finished",
+            ["schedule"],
+            registry=registry,
+        )
+        self.last_success = Gauge(
+            "timer_last_success_timestamp_seconds",
+            "Unix time at which this worker's last run of the schedule ended ok (liveness alerts)",
             ["schedule"],
             registry=registry,
         )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import faust
@@ -14,24 +15,56 @@ from streams.slices.context import SliceContext
 from streams.web.health import partition_stalls
 
 
+class Rates:
+    """Per-second rates of counters between two successive /status requests (the page
+    refreshes itself, so the rate covers the last refresh interval); None on the first."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last: dict[str, tuple[float, float]] = {}
+
+    def rate(self, key: str, total: float) -> float | None:
+        now = self._clock()
+        previous = self._last.get(key)
+        self._last[key] = (now, total)
+        if previous is None or now <= previous[0]:
+            return None
+        return round(max(0.0, total - previous[1]) / (now - previous[0]), 3)
+
+
 def agent_stats(
-    app: faust.App, runtime: Runtime, consumers: Mapping[str, ContractConsumer[Any]] = {}
+    app: faust.App,
+    runtime: Runtime,
+    consumers: Mapping[str, ContractConsumer[Any]] = {},
+    rates: Rates | None = None,
 ) -> list[dict[str, Any]]:
-    """Per agent: messages by result, DLQ count and reasons, consumer lag over its assigned
-    partitions, and whether it is failing (crashed, or a partition stalled with lag)."""
+    """Per agent: messages by result and their rate, DLQ count and reasons, consumer lag per
+    assigned partition, and whether it is failing (crashed, or a partition stalled with lag)."""
     samples = runtime.metrics.registry
     stalls = partition_stalls(app, runtime, consumers)
     out = []
     assigned = app.consumer.assignment() if app.consumer.started else set()
+    committed_offsets = getattr(app.consumer, "_committed_offset", {})
     for name, agent in app.agents.items():
         topics = [t for ch in [agent.channel] for t in getattr(ch, "topics", ())]
         lag = 0
-        for tp in assigned:
+        partitions = []
+        for tp in sorted(assigned):
             if tp.topic in topics:
                 high = app.consumer.highwater(tp)
-                committed = getattr(app.consumer, "_committed_offset", {}).get(tp)
+                committed = committed_offsets.get(tp)
+                part_lag = None
                 if high is not None and committed is not None:
-                    lag += max(0, high - committed)
+                    part_lag = max(0, high - committed)
+                    lag += part_lag
+                partitions.append(
+                    {
+                        "partition": f"{tp.topic}:{tp.partition}",
+                        "committed": committed,
+                        "highwater": high,
+                        "lag": part_lag,
+                    }
+                )
         per_topic = {}
         for topic in topics:
             per_topic[topic] = {
@@ -52,12 +85,18 @@ def agent_stats(
             for s in stalls.get(name, [])
         ]
         consumer = consumers.get(name)
+        processed = int(sum(sum(counts.values()) for counts in per_topic.values()))
+        dlq_total = int(sum(counts["dlq"] for counts in per_topic.values()))
         out.append(
             {
                 "agent": name,
                 "topics": topics,
+                "processed": processed,
+                "rate_per_second": rates.rate(f"agent:{name}", processed) if rates else None,
+                "errors": dlq_total,
                 "messages": per_topic,
                 "lag": lag,
+                "partitions": partitions,
                 "crashed": crashed,
                 "stalled": stalled,
                 "failing": crashed or bool(stalled),
@@ -72,18 +111,49 @@ def topic_label(topic: str, runtime: Runtime) -> str:
     return topic[len(prefix) :] if prefix and topic.startswith(prefix) else topic
 
 
-def outbox_stats(runtime: Runtime) -> dict[str, Any]:
+def outbox_stats(runtime: Runtime, rates: Rates | None = None) -> dict[str, Any]:
     r = runtime.metrics.registry
+    published = int(
+        sum(
+            s.value
+            for m in runtime.metrics.outbox.published.collect()
+            for s in m.samples
+            if s.name.endswith("_total")
+        )
+    )
     return {
         "backlog": r.get_sample_value("outbox_backlog"),
         "oldest_unpublished_age_seconds": r.get_sample_value(
             "outbox_oldest_unpublished_age_seconds"
         ),
+        "published": published,
+        "publish_rate_per_second": rates.rate("outbox:published", published) if rates else None,
         "publish_errors": r.get_sample_value("outbox_publish_errors_total"),
     }
 
 
-async def status(ctx: SliceContext) -> dict[str, Any]:
+def table_stats(app: faust.App, ctx: SliceContext) -> list[dict[str, Any]]:
+    """Per changelog-backed table: keys, cache hits and misses, recovery state, and the
+    changelog offsets recovered to per partition."""
+    recovery = getattr(app.tables, "recovery")  # noqa: B009
+    done = bool(recovery.completed.is_set())
+    active = getattr(recovery, "active_offsets", {}) or {}
+    out = []
+    for cache in ctx.caches:
+        changelog = cache.table.changelog_topic.get_topic_name()
+        offsets = {str(tp.partition): off for tp, off in active.items() if tp.topic == changelog}
+        out.append(
+            {
+                **cache.stats(),
+                "recovery": "done" if done else "in progress",
+                "changelog_topic": changelog,
+                "changelog_offsets": dict(sorted(offsets.items())),
+            }
+        )
+    return out
+
+
+async def status(ctx: SliceContext, rates: Rates | None = None) -> dict[str, Any]:
     """Everything /status shows, as JSON-able data: the shared sections, then the slices' own
     (a section may be async, e.g. one that reads PostgreSQL)."""
     runtime = ctx.runtime
@@ -93,9 +163,10 @@ async def status(ctx: SliceContext) -> dict[str, Any]:
         sections[name] = await value if inspect.isawaitable(value) else value
     return {
         "app": runtime.settings.app_id,
-        "agents": agent_stats(ctx.app, runtime, ctx.consumers),
-        "tables": [c.stats() for c in ctx.caches],
+        "worker": {"id": ctx.registry.worker_id, "web_port": runtime.settings.web_port},
+        "agents": agent_stats(ctx.app, runtime, ctx.consumers, rates),
+        "tables": table_stats(ctx.app, ctx),
         "timers": ctx.registry.list(),
-        "outbox": outbox_stats(runtime),
+        "outbox": outbox_stats(runtime, rates),
         **sections,
     }

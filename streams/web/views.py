@@ -8,11 +8,12 @@ from prometheus_client import generate_latest
 from streams.slices.context import SliceContext
 from streams.web.health import partition_stalls, readiness
 from streams.web.page import render_html
-from streams.web.status import status
+from streams.web.status import Rates, status
 
 
 def register(ctx: SliceContext) -> None:
     app, runtime, registry = ctx.app, ctx.runtime, ctx.registry
+    rates = Rates()
 
     @app.page("/health/live")
     async def live(web: View, request: Request) -> Response:
@@ -38,7 +39,7 @@ def register(ctx: SliceContext) -> None:
 
     @app.page("/status")
     async def status_page(web: View, request: Request) -> Response:
-        data = await status(ctx)
+        data = await status(ctx, rates)
         wants_json = request.query.get("format") == "json" or "application/json" in (
             request.headers.get("Accept", "")
         )

@@ -43,3 +43,34 @@ def test_restart_policies_and_health_checks_for_all_three() -> None:
         assert "healthcheck:" in block, name
     assert "/health/live" in s["worker"]
     assert "condition: service_healthy" in s["worker"]
+
+
+def test_docker_compose_config_parses_without_a_daemon() -> None:
+    """Debian's docker-compose validates the file (schema, interpolation) with no engine."""
+    import subprocess
+
+    from tests.unit.test_operators_files import tool
+
+    out = subprocess.run(
+        [tool("docker-compose"), "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_images_and_ports_match_the_local_stack_and_the_readme() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    pom = (ROOT / "stack" / "kafka" / "pom.xml").read_text()
+    kafka_version = re.search(r"<kafka.version>(.*)</kafka.version>", pom)
+    assert kafka_version is not None
+    assert f"image: apache/kafka:{kafka_version.group(1)}" in services()["kafka"]
+    kafka_port = re.search(r"KAFKA_PORT \?= (\d+)", makefile)
+    pg_port = re.search(r"PG_PORT \?= (\d+)", makefile)
+    assert kafka_port and pg_port
+    assert f"127.0.0.1:{kafka_port.group(1)}:19092" in COMPOSE
+    assert f"127.0.0.1:{pg_port.group(1)}:5432" in COMPOSE
+    readme = (ROOT / "README.md").read_text()
+    assert f"Kafka {kafka_version.group(1)}" in readme
+    assert "6066" in readme and "6066:6066" in COMPOSE

@@ -145,6 +145,8 @@ class CalendarReminderDispatcher:
             result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
             self.metrics.cycle_duration.observe(result.duration_ms / 1000)
         self.metrics.backlog.set(result.backlog)
+        overdue = (as_of - result.next_due).total_seconds() if result.next_due else 0.0
+        self.metrics.oldest_due_age.set(max(0.0, overdue))
         if result.next_due is not None and self.on_next_due is not None:
             self.on_next_due(result.next_due)
         if result.sent_count or result.skipped_count or result.failed_count:

@@ -1,0 +1,126 @@
+"""The operators' files: alert rules pass promtool, every alert starts a runbook section that
+exists, the dashboards are well-formed Grafana JSON, and the metric-name reader that the e2e
+check (tests/e2e/test_operators_view.py) relies on reads PromQL right."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from streams.slices import SLICES
+from tests.support.promql import (
+    ALERTS,
+    DASHBOARDS,
+    ROOT,
+    SHARED,
+    dashboard_uses,
+    metric_names,
+    rule_uses,
+)
+
+
+def tool(name: str) -> str:
+    """A required command-line tool: missing in CI is a failure (.ci/run installs it)."""
+    found = shutil.which(name)
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} is not installed (.ci/run installs it with apt)")
+        pytest.skip(f"{name} is not installed (apt-get install the Debian package)")
+    return found
+
+
+def test_metric_names_reads_selectors_not_functions_labels_or_durations() -> None:
+    expr = (
+        "histogram_quantile(0.95, sum by (le, schedule) (rate(timer_run_duration_seconds_bucket"
+        '{schedule="calendar-dispatch",result!~"ok|x"}[15m]))) > 2 and on (instance) '
+        "time() - timer_last_success_timestamp_seconds offset 5m > 300 or absent(outbox_backlog)"
+    )
+    assert metric_names(expr) == {
+        "timer_run_duration_seconds_bucket",
+        "timer_last_success_timestamp_seconds",
+        "outbox_backlog",
+    }
+    assert metric_names("max(calendar_reminder_dispatch_backlog) > 1e3") == {
+        "calendar_reminder_dispatch_backlog"
+    }
+
+
+def test_alert_rules_pass_promtool() -> None:
+    out = subprocess.run(
+        [tool("promtool"), "check", "rules", str(ALERTS)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+def test_rules_cover_every_alert_the_seeds_list() -> None:
+    text = ALERTS.read_text()
+    for alert in (
+        "CalendarDispatchNoSuccessfulCycle",  # 000: no successful cycle > 5 min
+        "CalendarPendingOverdue",  # 000: Pending with DueAt older than 5 min
+        "CalendarDispatchErrors",  # 000: errors rate > 0 sustained
+        "DocumentExpiryNoSuccessfulCycle",  # 001: no successful cycle > 26 h
+        "DocumentExpiryBacklog",  # 001: backlog > 0 for more than two cycles
+        "DocumentExpiryErrors",  # 001: errors rate > 0 sustained
+        "OutboxBacklogHigh",  # 000/001: outbox backlog > 1000
+        "AutomationRowsOnHold",  # 003: support hold
+    ):
+        assert f"alert: {alert}\n" in text, alert
+    assert "> 300" in text and "> 93600" in text and "> 1000" in text
+
+
+def runbook_links() -> list[tuple[str, str, str]]:
+    """(group, alert, runbook link) for every rule of alerts.yml, in file order."""
+    links, group, alert = [], "", ""
+    for line in ALERTS.read_text().splitlines():
+        if m := re.match(r"\s*- name: (\S+)", line):
+            group = m.group(1)
+        elif m := re.match(r"\s*- alert: (\S+)", line):
+            alert = m.group(1)
+        elif m := re.match(r"\s*runbook: (\S+)", line):
+            links.append((group, alert, m.group(1)))
+    return links
+
+
+def anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes."""
+    out = set()
+    for line in markdown.splitlines():
+        if m := re.match(r"#+\s+(.*)$", line):
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            out.add(slug)
+    return out
+
+
+def test_every_alert_of_an_installed_slice_starts_a_runbook_section() -> None:
+    alerts = {a for _, a, _ in runbook_links()}
+    assert len(alerts) == len(re.findall(r"- alert: ", ALERTS.read_text())), "alert without runbook"
+    checked = 0
+    for group, alert, link in runbook_links():
+        if group != SHARED and group not in SLICES:
+            continue  # that slice's runbook comes with the slice
+        path, _, anchor = link.partition("#")
+        runbook = ROOT / path
+        assert runbook.is_file(), f"{alert}: {path} missing"
+        assert anchor in anchors(runbook.read_text()), f"{alert}: no section #{anchor} in {path}"
+        checked += 1
+    assert checked >= 8
+
+
+def test_dashboards_are_grafana_json_with_the_seeds_panels() -> None:
+    boards = {p.stem: json.loads(p.read_text()) for p in DASHBOARDS.glob("*.json")}
+    assert {"calendar-overview", "profile-overview", "automation-overview"} <= set(boards)
+    for name, board in boards.items():
+        assert board["uid"] == name and board["title"]
+        ids = [p["id"] for p in board["panels"]]
+        assert len(ids) == len(set(ids)), f"{name}: duplicate panel ids"
+        titles = [p["title"] for p in board["panels"]]
+        assert "Background jobs" in titles, f"{name}: the seeds' Background jobs panel row"
+    uses = dashboard_uses()
+    assert uses and all(metric_names(u.expr) for u in uses), "a panel target selects no metric"
+    assert {u.slice for u in rule_uses()} == {"calendar", "profile", "automation", SHARED}
