@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     worker_data_dir: Path = PROJECT_ROOT / ".dev" / "worker"
     web_host: str = "127.0.0.1"
     web_port: int = Field(6066, ge=1, le=65535)
+    # How other workers' status pages link to this one (default http://WEB_HOST:WEB_PORT).
+    web_advertised_url: str = ""
     log_level: str = "info"
 
     # Seconds a starting worker waits for PostgreSQL and Kafka (0 = as long as it takes).

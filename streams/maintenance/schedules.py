@@ -1,9 +1,11 @@
-"""The maintenance schedules every worker declares: outbox retention and slot pruning."""
+"""The maintenance schedules every worker declares: outbox retention, slot pruning, and the
+worker heartbeat that lets each status page list the others."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from streams.maintenance.heartbeat import Heartbeat
 from streams.maintenance.outbox_retention import OutboxRetention, RetentionConfig
 from streams.maintenance.slot_prune import SlotPruner
 from streams.runtime import Runtime
@@ -13,9 +15,12 @@ from streams.timers.schedule import Misfire, Mode, Schedule
 
 OUTBOX_RETENTION = "outbox-retention"
 TIMER_SLOT_PRUNE = "timer-slot-prune"
+WORKER_HEARTBEAT = "worker-heartbeat"
 
 
-def maintenance_schedules(runtime: Runtime, store: TimerStore) -> list[Schedule]:
+def maintenance_schedules(
+    runtime: Runtime, store: TimerStore, worker_id: str = "worker"
+) -> list[Schedule]:
     """Cluster-once housekeeping: one run per slot across the workers, missed slots coalesced."""
     return [
         Schedule(
@@ -42,5 +47,13 @@ def maintenance_schedules(runtime: Runtime, store: TimerStore) -> list[Schedule]
             mode=Mode.CLUSTER_ONCE,
             misfire=Misfire.COALESCE,
             settings_prefix="TIMER_SLOT_PRUNE_",
+        ),
+        Schedule(
+            name=WORKER_HEARTBEAT,
+            interval=timedelta(seconds=10),
+            handler=Heartbeat(runtime, worker_id),
+            max_duration=timedelta(seconds=5),
+            mode=Mode.EVERY_INSTANCE,
+            settings_prefix="TIMER_WORKER_HEARTBEAT_",
         ),
     ]

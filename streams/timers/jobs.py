@@ -78,5 +78,5 @@ def build_registry(runtime: Runtime) -> TimerRegistry:
         store=store, clock=runtime.clock, metrics=TimerMetrics(runtime.metrics.registry)
     )
 
-    registry.register_all(maintenance_schedules(runtime, store))
+    registry.register_all(maintenance_schedules(runtime, store, registry.worker_id))
     return registry

@@ -9,7 +9,9 @@ from typing import Any
 
 import faust
 
+from db.connector import DatabaseUnavailable, InputRejected
 from streams.agents.consumer import ContractConsumer
+from streams.maintenance.heartbeat import live_workers
 from streams.runtime import Runtime
 from streams.slices.context import SliceContext
 from streams.web.health import partition_stalls
@@ -153,6 +155,13 @@ def table_stats(app: faust.App, ctx: SliceContext) -> list[dict[str, Any]]:
     return out
 
 
+async def _cluster(ctx: SliceContext) -> dict[str, Any]:
+    try:
+        return await live_workers(ctx.runtime, ctx.registry.worker_id)
+    except (DatabaseUnavailable, InputRejected) as exc:
+        return {"workers": [], "error": f"database unavailable ({type(exc).__name__})"}
+
+
 async def status(ctx: SliceContext, rates: Rates | None = None) -> dict[str, Any]:
     """Everything /status shows, as JSON-able data: the shared sections, then the slices' own
     (a section may be async, e.g. one that reads PostgreSQL)."""
@@ -164,6 +173,7 @@ async def status(ctx: SliceContext, rates: Rates | None = None) -> dict[str, Any
     return {
         "app": runtime.settings.app_id,
         "worker": {"id": ctx.registry.worker_id, "web_port": runtime.settings.web_port},
+        "cluster": await _cluster(ctx),
         "agents": agent_stats(ctx.app, runtime, ctx.consumers, rates),
         "tables": table_stats(ctx.app, ctx),
         "timers": ctx.registry.list(),

@@ -283,6 +283,7 @@ async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str
         "timer-slot-prune",
         "automation-scheduler",
         "automation-stale-cleanup",
+        "worker-heartbeat",
     }
     assert "backlog" in body["outbox"]
     status, page = worker.get("/status")

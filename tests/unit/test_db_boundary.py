@@ -18,6 +18,7 @@ MIRRORED = {
     "calendar": ["calendar"],
     "outbox": ["outbox"],
     "automation": ["automation", "automation_inputs"],
+    "workers": ["workers"],
 }
 SQL_TEXT = re.compile(r"\b(SELECT\s|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM)", re.I)
 # The startup probe tells a refused login from an absent server by asyncpg's error types.

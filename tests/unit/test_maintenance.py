@@ -25,7 +25,7 @@ def _registry(env: dict[str, str]) -> tuple[TimerRegistry, Runtime, InMemoryTime
 
 def test_the_maintenance_schedules_are_declared_as_before() -> None:
     registry, _, _ = _registry({})
-    assert registry.names == ("outbox-retention", "timer-slot-prune")
+    assert registry.names == ("outbox-retention", "timer-slot-prune", "worker-heartbeat")
     retention, prune = registry.get("outbox-retention"), registry.get("timer-slot-prune")
     assert retention.cadence.interval == timedelta(hours=1)
     assert (prune.cadence.cron, prune.cadence.timezone) == ("17 3 * * *", None)
@@ -62,3 +62,10 @@ async def test_the_handlers_prune_the_registry_store_and_retain_per_settings() -
     assert isinstance(built, OutboxRetention)
     assert built.config.retention == timedelta(hours=36)
     assert runtime.settings.outbox_retention_hours == 36
+
+
+def test_every_worker_announces_itself_every_ten_seconds() -> None:
+    registry, _, _ = _registry({})
+    heartbeat = registry.get("worker-heartbeat")
+    assert heartbeat.cadence.interval == timedelta(seconds=10)
+    assert heartbeat.mode is Mode.EVERY_INSTANCE
