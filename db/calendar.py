@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -13,13 +14,20 @@ from db.queries import sql
 from streams.contracts.calendar import CalendarEventChanged
 from streams.domain.calendar import ReminderSlot
 
+# Where an input message was read: (partition, offset) of the events topic.
+Source = tuple[int, int]
+
 
 async def events_upsert(
-    conn: asyncpg.Connection, events: Sequence[CalendarEventChanged], now: datetime
+    conn: asyncpg.Connection,
+    events: Sequence[CalendarEventChanged],
+    now: datetime,
+    sources: Mapping[UUID, Source] | None = None,
 ) -> set[UUID]:
-    """Store newer event states; returns the ids whose state was applied."""
+    """Store newer event states (with the input each came from); returns the ids applied."""
     if not events:
         return set()
+    src = [(sources or {}).get(e.event_id) for e in events]
     rows = await conn.fetch(
         sql("calendar_events_upsert"),
         [e.event_id for e in events],
@@ -35,6 +43,8 @@ async def events_upsert(
         [e.version for e in events],
         [e.occurred_at for e in events],
         now,
+        [x[0] if x else None for x in src],
+        [x[1] if x else None for x in src],
     )
     return {r["event_id"] for r in rows}
 
@@ -76,11 +86,16 @@ async def events_version_advance(
 
 
 async def reminders_ensure(
-    conn: asyncpg.Connection, slots: Sequence[ReminderSlot], now: datetime
+    conn: asyncpg.Connection,
+    slots: Sequence[ReminderSlot],
+    now: datetime,
+    sources: Mapping[UUID, tuple[int, int, int]] | None = None,
 ) -> list[datetime]:
-    """Insert (or re-open Skipped) reminders; returns the DueAt of every row made Pending."""
+    """Insert (or re-open Skipped) reminders, each with the input (partition, offset,
+    Version) of its event that wanted it; returns the DueAt of every row made Pending."""
     if not slots:
         return []
+    src = [(sources or {}).get(s.event_id) for s in slots]
     rows = await conn.fetch(
         sql("calendar_reminders_ensure"),
         [s.reminder_id for s in slots],
@@ -88,6 +103,9 @@ async def reminders_ensure(
         [s.offset_minutes for s in slots],
         [s.due_at for s in slots],
         now,
+        [x[0] if x else None for x in src],
+        [x[1] if x else None for x in src],
+        [x[2] if x else None for x in src],
     )
     return [r["due_at"] for r in rows]
 
@@ -178,3 +196,13 @@ async def reminders_seed(
 
 async def tables_analyze(conn: asyncpg.Connection) -> None:
     await conn.execute(sql("calendar_tables_analyze"))
+
+
+async def reminder_explain(conn: asyncpg.Connection, reminder_id: UUID) -> dict[str, Any] | None:
+    row = await conn.fetchrow(sql("calendar_reminder_explain"), reminder_id)
+    return dict(row) if row is not None else None
+
+
+async def event_explain(conn: asyncpg.Connection, event_id: UUID) -> dict[str, Any] | None:
+    row = await conn.fetchrow(sql("calendar_event_explain"), event_id)
+    return dict(row) if row is not None else None

@@ -98,9 +98,49 @@ async def pending_get(
 
 
 async def published_mark(
-    conn: asyncpg.Connection, ids: Sequence[int], published_at: datetime
+    conn: asyncpg.Connection,
+    acked: Sequence[tuple[int, int | None, int | None]],
+    published_at: datetime,
 ) -> int:
-    return int(await conn.fetchval(sql("outbox_published_mark"), list(ids), published_at))
+    """Mark (id, Kafka partition, Kafka offset) rows published; returns how many."""
+    return int(
+        await conn.fetchval(
+            sql("outbox_published_mark"),
+            [a[0] for a in acked],
+            published_at,
+            [a[1] for a in acked],
+            [a[2] for a in acked],
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    id: int
+    topic: str
+    headers: dict[str, str]
+    created_at: datetime
+    published_at: datetime | None
+    published_partition: int | None
+    published_offset: int | None
+    payload: str
+
+
+async def records_of_key(conn: asyncpg.Connection, key: str, limit: int) -> list[KeyRecord]:
+    rows = await conn.fetch(sql("outbox_records_of_key"), key, limit)
+    return [
+        KeyRecord(
+            int(r["id"]),
+            str(r["topic"]),
+            _headers(r["headers"]),
+            r["created_at"],
+            r["published_at"],
+            r["published_partition"],
+            r["published_offset"],
+            str(r["payload"]),
+        )
+        for r in rows
+    ]
 
 
 async def backlog_get(conn: asyncpg.Connection) -> Backlog:

@@ -17,6 +17,8 @@ USAGE = """usage: python -m streams <command>
   automation ensure --json FILE | deactivate KEY... --reason CODE | show KEY | hold
            | release KEY | retry-key KEY
            scheduler rows by hand and the support commands (rows on hold)
+  explain ID
+           what happened to a ReminderId or EventId: input message, row, outbox, topic offset
   demo     send a small calendar workload and report what came out
 """
 
@@ -80,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         from streams.slices.automation.cli import run_cli as automation_cli
 
         return automation_cli(settings, rest)
+    if command == "explain":
+        from streams.explain import run_cli as explain_cli
+        from streams.runtime import Runtime
+
+        return asyncio.run(explain_cli(Runtime(settings), rest))
     if command == "demo":
         from streams.demo import run_demo
 

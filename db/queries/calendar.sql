@@ -5,15 +5,17 @@
 -- returns the events that changed (stale and replayed states return nothing).
 INSERT INTO calendar.events AS e (
     event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone, status,
-    reminder_offsets_minutes, appointment_id, version, occurred_at, updated_at)
+    reminder_offsets_minutes, appointment_id, version, occurred_at, updated_at,
+    source_partition, source_offset)
 SELECT u.event_id, u.tenant_id, u.owner_user_id, u.client_user_id, u.kind, u.start_at, u.time_zone,
        u.status, coalesce((SELECT array_agg(x::int) FROM unnest(string_to_array(u.offsets, ',')) x
                            WHERE x <> ''), '{}'),
-       u.appointment_id, u.version, u.occurred_at, $13
+       u.appointment_id, u.version, u.occurred_at, $13, u.source_partition, u.source_offset
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::timestamptz[],
-            $7::text[], $8::text[], $9::text[], $10::uuid[], $11::bigint[], $12::timestamptz[])
+            $7::text[], $8::text[], $9::text[], $10::uuid[], $11::bigint[], $12::timestamptz[],
+            $14::int[], $15::bigint[])
      AS u(event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone, status,
-          offsets, appointment_id, version, occurred_at)
+          offsets, appointment_id, version, occurred_at, source_partition, source_offset)
 ON CONFLICT (event_id) DO UPDATE SET
     tenant_id = EXCLUDED.tenant_id,
     owner_user_id = EXCLUDED.owner_user_id,
@@ -26,7 +28,9 @@ ON CONFLICT (event_id) DO UPDATE SET
     appointment_id = EXCLUDED.appointment_id,
     version = EXCLUDED.version,
     occurred_at = EXCLUDED.occurred_at,
-    updated_at = EXCLUDED.updated_at
+    updated_at = EXCLUDED.updated_at,
+    source_partition = EXCLUDED.source_partition,
+    source_offset = EXCLUDED.source_offset
 WHERE e.version < EXCLUDED.version
 RETURNING e.event_id;
 
@@ -54,13 +58,20 @@ RETURNING e.event_id;
 -- Inserts wanted reminders; a Skipped one that is wanted again (e.g. rescheduled back)
 -- becomes Pending again. Sent rows are history and never change. Returns the rows made
 -- Pending, so the dispatcher can be woken for the earliest DueAt.
+-- The input message (partition, offset, Version) that made the row Pending is kept for explain.
 INSERT INTO calendar.event_reminders AS r (
-    reminder_id, event_id, offset_minutes, due_at, status, created_at, updated_at)
-SELECT w.reminder_id, w.event_id, w.offset_minutes, w.due_at, 'Pending', $5, $5
-FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::timestamptz[])
-     AS w(reminder_id, event_id, offset_minutes, due_at)
+    reminder_id, event_id, offset_minutes, due_at, status, created_at, updated_at,
+    source_partition, source_offset, source_version)
+SELECT w.reminder_id, w.event_id, w.offset_minutes, w.due_at, 'Pending', $5, $5,
+       w.source_partition, w.source_offset, w.source_version
+FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::timestamptz[], $6::int[], $7::bigint[],
+            $8::bigint[])
+     AS w(reminder_id, event_id, offset_minutes, due_at, source_partition, source_offset,
+          source_version)
 ON CONFLICT (reminder_id) DO UPDATE SET
-    status = 'Pending', skip_reason = NULL, updated_at = EXCLUDED.updated_at
+    status = 'Pending', skip_reason = NULL, updated_at = EXCLUDED.updated_at,
+    source_partition = EXCLUDED.source_partition, source_offset = EXCLUDED.source_offset,
+    source_version = EXCLUDED.source_version
 WHERE r.status = 'Skipped'
 RETURNING r.reminder_id, r.due_at;
 
@@ -142,3 +153,24 @@ WITH ev AS (
 -- name: calendar_tables_analyze
 -- After a bulk load (benchmarks, tests): fresh planner statistics and visibility map.
 VACUUM ANALYZE calendar.events, calendar.event_reminders;
+
+-- name: calendar_reminder_explain
+-- One reminder with its event's current state and the input that made it (explain).
+SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.skip_reason,
+       r.sent_at, r.created_at, r.updated_at, r.source_partition, r.source_offset,
+       r.source_version, e.version AS event_version, e.status AS event_status,
+       e.source_partition AS event_source_partition, e.source_offset AS event_source_offset
+FROM calendar.event_reminders r
+JOIN calendar.events e ON e.event_id = r.event_id
+WHERE r.reminder_id = $1;
+
+-- name: calendar_event_explain
+-- One event and the reminder ids it has (explain).
+SELECT e.event_id, e.version, e.status, e.start_at, e.occurred_at, e.updated_at,
+       e.source_partition, e.source_offset,
+       coalesce(array_agg(r.reminder_id ORDER BY r.due_at) FILTER (WHERE r.reminder_id IS NOT NULL),
+                '{}') AS reminder_ids
+FROM calendar.events e
+LEFT JOIN calendar.event_reminders r ON r.event_id = e.event_id
+WHERE e.event_id = $1
+GROUP BY e.event_id;

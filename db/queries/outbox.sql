@@ -50,9 +50,12 @@ CROSS JOIN LATERAL (
 ORDER BY o.id;
 
 -- name: outbox_published_mark
+-- Acknowledged rows, with the partition and offset Kafka gave each (for explain).
 WITH marked AS (
-    UPDATE ops.outbox SET published_at = $2
-    WHERE id = ANY($1::bigint[]) AND published_at IS NULL
+    UPDATE ops.outbox o
+    SET published_at = $2, published_partition = a.partition, published_offset = a.kafka_offset
+    FROM unnest($1::bigint[], $3::int[], $4::bigint[]) AS a(id, partition, kafka_offset)
+    WHERE o.id = a.id AND o.published_at IS NULL
     RETURNING 1
 )
 SELECT count(*) FROM marked;
@@ -91,3 +94,12 @@ SELECT count(*) FROM deleted;
 -- name: outbox_listener_ping
 -- Proves the LISTEN connection is alive (a silently dropped socket would lose NOTIFYs).
 SELECT 1;
+
+-- name: outbox_records_of_key
+-- The outbox records of one key (an entity) still within retention, oldest first (explain).
+SELECT id, topic, key, headers::text AS headers, created_at, published_at,
+       published_partition, published_offset, payload::text AS payload
+FROM ops.outbox
+WHERE key = $1
+ORDER BY id
+LIMIT $2;

@@ -7,7 +7,7 @@ repository); everything else is here, so each new input is a writer and a few li
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -21,6 +21,14 @@ from streams.tables.cache import KeyCache
 M = TypeVar("M", bound=StateMessage)
 D = TypeVar("D")
 M_contra = TypeVar("M_contra", bound=StateMessage, contravariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where an input message was read (lineage for explain): ids and offsets, no payload."""
+
+    partition: int
+    offset: int
 
 
 @dataclass
@@ -51,9 +59,11 @@ class StateWriter(Protocol[M_contra, D]):
         changed: Sequence[M_contra],
         unchanged: Sequence[M_contra],
         now: datetime,
+        origins: Mapping[str, Origin],
     ) -> Written[D]:
         """Store ``changed`` states where newer (Version guard in SQL) and move the stored
-        Version of ``unchanged`` ones forward, in the caller's transaction."""
+        Version of ``unchanged`` ones forward, in the caller's transaction. ``origins``
+        says, per key of ``changed``, which input message it is (to keep as lineage)."""
         ...
 
 
@@ -120,6 +130,7 @@ class VersionedStateApplier(Generic[M, D]):
                 [d.message for _, d in changed],
                 [d.message for d in unchanged],
                 self.runtime.clock.now(),
+                {writer.key(d.message): _origin(d) for _, d in changed},
             )
         # Committed: from here on the cache may learn what the database now says.
         result.details = written.details
@@ -150,3 +161,11 @@ class VersionedStateApplier(Generic[M, D]):
                 "fp": self.writer.fingerprint(d.message),
             }
             self.cache.put(d.event, key, value)
+
+
+def _origin(d: Decoded[Any]) -> Origin:
+    message = getattr(d.event, "message", None)
+    partition, offset = getattr(message, "partition", -1), getattr(message, "offset", -1)
+    return Origin(
+        partition if isinstance(partition, int) else -1, offset if isinstance(offset, int) else -1
+    )

@@ -22,6 +22,8 @@ log = logging.getLogger("streams.outbox.relay")
 class Sent:
     acked: list[PendingRow]
     """Acknowledged rows before their lane's first failure: these may be marked."""
+    placed: dict[int, tuple[int | None, int | None]]
+    """Outbox id -> the (partition, offset) Kafka acknowledged it at."""
     failed_lanes: set[int]
     """Lanes with a row that was not acknowledged, for whatever reason."""
     refused_lanes: set[int]
@@ -119,6 +121,7 @@ async def publish(
         # asyncio.wait, not gather: a timeout must not cancel the producer's futures.
         await asyncio.wait([f for _, f in sent])
     acked_candidates: list[PendingRow] = []
+    placed: dict[int, tuple[int | None, int | None]] = {}
     for row, future in sent:
         if future.cancelled():
             failed(row, asyncio.CancelledError())
@@ -128,9 +131,12 @@ async def publish(
             failed(row, error)
         else:
             acked_candidates.append(row)
+            meta = future.result()
+            placed[row.id] = (getattr(meta, "partition", None), getattr(meta, "offset", None))
     acked = [r for r in acked_candidates if r.id < first_failure.get(r.lane, math.inf)]
     return Sent(
         acked=acked,
+        placed=placed,
         failed_lanes=set(first_failure),
         refused_lanes=refused,
         producer_error=producer_error,

@@ -257,7 +257,9 @@ class OutboxRelay:
                 published_at = self._clock.now()
                 if sent.acked:
                     marked = await repo.published_mark(
-                        conn, [r.id for r in sent.acked], published_at
+                        conn,
+                        [(r.id, *sent.placed.get(r.id, (None, None))) for r in sent.acked],
+                        published_at,
                     )
                     if marked != len(sent.acked):
                         # Cannot happen while lanes are locked; say so loudly if it does.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from faust.web import Request, Response, View
 from prometheus_client import generate_latest
 
+from streams.explain import explain
 from streams.slices.context import SliceContext
 from streams.web.health import partition_stalls, readiness
 from streams.web.page import render_html
@@ -32,6 +33,13 @@ def register(ctx: SliceContext) -> None:
         return web.bytes(
             generate_latest(runtime.metrics.registry), content_type="text/plain; version=0.0.4"
         )
+
+    @app.page("/explain/{ident}")
+    async def explain_page(web: View, request: Request, ident: str) -> Response:
+        found = await explain(runtime, ident)
+        if found is None:
+            return web.json({"error": "unknown id", "id": ident}, status=404)
+        return web.json(found)
 
     @app.page("/timers")
     async def timers(web: View, request: Request) -> Response:

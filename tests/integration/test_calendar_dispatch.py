@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 
 from db.connector import DatabaseUnavailable
 from devkit.wait import eventually
-from streams.agents.applier import StateWriter, Written
+from streams.agents.applier import Origin, StateWriter, Written
 from streams.contracts.calendar import CalendarEventChanged
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.slices.calendar.events import CalendarEventsApplier, CalendarWrite
@@ -139,8 +139,9 @@ class HeldWriter:
         changed: Sequence[CalendarEventChanged],
         unchanged: Sequence[CalendarEventChanged],
         now: datetime,
+        origins: Mapping[str, Origin],
     ) -> Written[CalendarWrite]:
-        written = await self.inner.write(conn, changed, unchanged, now)
+        written = await self.inner.write(conn, changed, unchanged, now, origins)
         self.inside.set()
         await self.release.wait()
         return written

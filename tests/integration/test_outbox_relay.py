@@ -173,6 +173,10 @@ async def test_rows_appear_with_key_headers_payload_and_per_key_order(
 
     assert len(received) == 1000
     assert sorted(ids_of(received)) == ids
+    # Each row remembers where Kafka put it (explain's lineage).
+    placed = {(r.partition, r.offset) for r in received}
+    marked = await pool.fetch("SELECT published_partition, published_offset FROM ops.outbox")
+    assert {(m["published_partition"], m["published_offset"]) for m in marked} == placed
     by_id = dict(zip(ids, records, strict=True))
     for rec in received:
         outbox_id = outbox_id_of(list(rec.headers))
@@ -494,8 +498,15 @@ async def test_row_kafka_refuses_holds_back_only_its_lane_and_is_probed_alone(
             )
         finally:
             await admin.close()
-        clock.advance(60)
-        probe = await relay.run_once()
+        # The broker applies the new limit asynchronously: a probe sent before it does is
+        # refused once more (head row alone again), so probe until one goes through.
+        refused_again = 0
+        while True:
+            clock.advance(60)
+            probe = await relay.run_once()
+            if probe.published or refused_again >= 20:
+                break
+            refused_again += 1
         rest = await drain(relay)
     assert await backlog(pool) == 0
 
@@ -513,7 +524,7 @@ async def test_row_kafka_refuses_holds_back_only_its_lane_and_is_probed_alone(
     assert on_tiny == [poison]
     # What each retry did: the head row alone, refused again.
     assert [(r.lanes, r.published, r.failed) for r in retried] == [(1, 0, 1)] * retries
-    assert sample(metrics, "outbox_publish_errors_total") == 1 + retries
+    assert sample(metrics, "outbox_publish_errors_total") == 1 + retries + refused_again
     assert (probe.lanes, probe.published, probe.failed, probe.more) == (1, 1, 0, True)
     assert rest == len(held_back) - 1
     # Per key, first appearances on the topic follow the outbox order.

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from streams.contracts import CALENDAR_EVENTS
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.slices.calendar.events import CalendarEventsApplier
+from streams.slices.calendar.explain import explain
 from streams.slices.calendar.metrics import CalendarDispatchMetrics
 from streams.slices.context import SliceContext
 from streams.timers.registry import TimerRegistry
@@ -75,5 +76,6 @@ __all__ = [
     "CalendarReminderDispatcher",
     "DispatchConfig",
     "dispatch_waker",
+    "explain",
     "install",
 ]

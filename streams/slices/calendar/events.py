@@ -7,13 +7,13 @@ SQL in db/calendar.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from db import calendar as repo
 from db.connector import Connection
-from streams.agents.applier import VersionedStateApplier, Written
+from streams.agents.applier import Origin, VersionedStateApplier, Written
 from streams.contracts.calendar import CalendarEventChanged
 from streams.domain.calendar import fingerprint, insertable, unwanted_reason, wanted_reminders
 from streams.runtime import Runtime
@@ -43,8 +43,14 @@ class CalendarEventsWriter:
         changed: Sequence[CalendarEventChanged],
         unchanged: Sequence[CalendarEventChanged],
         now: datetime,
+        origins: Mapping[str, Origin],
     ) -> Written[CalendarWrite]:
-        applied = await repo.events_upsert(conn, changed, now)
+        sources = {
+            e.event_id: (o.partition, o.offset)
+            for e in changed
+            if (o := origins.get(str(e.event_id))) is not None
+        }
+        applied = await repo.events_upsert(conn, changed, now, sources)
         stored = [e for e in changed if e.event_id in applied]
         wanted = {e.event_id: wanted_reminders(e) for e in stored}
         skipped = await repo.reminders_skip_unwanted(
@@ -54,7 +60,10 @@ class CalendarEventsWriter:
             now,
         )
         new = [slot for e in stored for slot in insertable(wanted[e.event_id], e.occurred_at)]
-        dues = await repo.reminders_ensure(conn, new, now)
+        made_by = {
+            e.event_id: (*sources[e.event_id], e.version) for e in stored if e.event_id in sources
+        }
+        dues = await repo.reminders_ensure(conn, new, now, made_by)
         advanced = await repo.events_version_advance(conn, unchanged, now)
         return Written(
             applied={str(i) for i in applied},

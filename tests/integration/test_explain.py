@@ -1,0 +1,64 @@
+"""explain on real PostgreSQL: a reminder's input message, row history and outbox record."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+from unittest.mock import MagicMock
+
+import asyncpg
+import pytest
+
+from streams.agents.consumer import Decoded
+from streams.explain import explain
+from streams.runtime import Runtime
+from streams.slices.calendar.dispatch import CalendarReminderDispatcher
+from streams.slices.calendar.events import CalendarEventsApplier
+from tests.integration.calendar_support import make_runtime
+from tests.support.factories import T0, calendar_event, parsed
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def runtime(database_url: str) -> AsyncIterator[Runtime]:
+    rt = make_runtime(database_url)
+    yield rt
+    await rt.close()
+
+
+def read_at(msg: dict[str, Any], partition: int, offset: int) -> Decoded[Any]:
+    event = MagicMock()
+    event.message.partition, event.message.offset = partition, offset
+    return Decoded(event, parsed(msg))
+
+
+async def test_a_sent_reminder_explains_its_input_row_and_published_record(
+    runtime: Runtime, pool: asyncpg.Pool
+) -> None:
+    start = T0 + timedelta(hours=2)
+    e = calendar_event(StartAt=start, ReminderOffsetsMinutes=[60])
+    await CalendarEventsApplier(runtime)([read_at(e, 3, 41)])
+    result = await CalendarReminderDispatcher(runtime).run_once(start)
+    assert result.sent_count == 1
+    # The relay's mark, as it would record Kafka's acknowledgement.
+    outbox_id = await pool.fetchval("SELECT id FROM ops.outbox")
+    await pool.execute(
+        "UPDATE ops.outbox SET published_at = now(), published_partition = 2, "
+        "published_offset = 1234 WHERE id = $1",
+        outbox_id,
+    )
+    reminder_id = await pool.fetchval("SELECT reminder_id::text FROM calendar.event_reminders")
+    found = await explain(runtime, reminder_id)
+    assert found is not None and found["kind"] == "calendar reminder"
+    assert found["input"]["partition"] == 3 and found["input"]["offset"] == 41
+    assert found["input"]["version"] == 1
+    assert [h["status"] for h in found["history"]] == ["Pending", "Sent"]
+    [record] = found["outbox"]
+    assert (record["outbox_id"], record["partition"], record["offset"]) == (outbox_id, 2, 1234)
+    event = await explain(runtime, e["EventId"])
+    assert event is not None and event["reminders"] == [reminder_id]
+    assert event["input"]["offset"] == 41
+    assert await explain(runtime, "00000000-0000-0000-0000-000000000000") is None
+    assert await explain(runtime, "not-an-id") is None
