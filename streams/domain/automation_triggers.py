@@ -52,7 +52,9 @@ from streams.domain.automation import (
     ReminderDateInput,
     ReminderThresholdInput,
     SchedulerCandidate,
+    norm_number,
     norm_text,
+    parse_scheduler_key,
 )
 from streams.domain.automation_revalidation import (
     ReasonCode,
@@ -222,20 +224,47 @@ class ThresholdProvider:
 
 class StaleOccurrences:
     """Invalidation for reminders: an open row the current state does not yield is
-    deactivated — ReminderSettingInactive when its setting is gone or inactive, otherwise
-    SourceNoLongerValid (the source is inactive, its date moved, its metric no longer met,
-    or the setting's identity fields changed)."""
+    deactivated. ReminderSettingInactive when its setting is gone or inactive, or the
+    setting no longer has the row's identity (its offset, trigger key, threshold); otherwise
+    SourceNoLongerValid (the source is inactive, its date moved, its metric not met)."""
 
     name = "StaleOccurrences"
 
     def reasons(
         self, stale: Iterable[str], setting: ReminderSettingChanged | None, source_active: bool
     ) -> dict[str, str]:
+        return {key: self._reason(key, setting, source_active).value for key in stale}
+
+    @staticmethod
+    def _reason(
+        key: str, setting: ReminderSettingChanged | None, source_active: bool
+    ) -> ReasonCode:
         if setting is None or not setting.active:
-            reason = ReasonCode.REMINDER_SETTING_INACTIVE
+            return ReasonCode.REMINDER_SETTING_INACTIVE
+        if not source_active:
+            return ReasonCode.SOURCE_NO_LONGER_VALID
+        try:
+            occurrence = parse_scheduler_key(key)
+        except ValueError:
+            return ReasonCode.SOURCE_NO_LONGER_VALID
+        if isinstance(occurrence, ReminderDateInput):
+            same = (
+                setting.trigger_type is TriggerType.DATE_BASED
+                and occurrence.offset_days in setting.offsets_days
+                and norm_text(occurrence.trigger_key) == norm_text(setting.trigger_key)
+            )
+        elif isinstance(occurrence, ReminderThresholdInput):
+            t = setting.threshold
+            same = (
+                t is not None
+                and setting.trigger_type is TriggerType.THRESHOLD_CONDITION
+                and norm_text(t.metric_key) == norm_text(occurrence.metric_key)
+                and norm_number(t.value) == norm_number(occurrence.threshold_value)
+                and t.firing_policy is occurrence.firing_policy
+            )
         else:
-            reason = ReasonCode.SOURCE_NO_LONGER_VALID
-        return dict.fromkeys(stale, reason.value)
+            same = False
+        return ReasonCode.SOURCE_NO_LONGER_VALID if same else ReasonCode.REMINDER_SETTING_INACTIVE
 
 
 class ProviderRegistry:

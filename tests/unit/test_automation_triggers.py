@@ -284,6 +284,20 @@ def test_invalidation_reasons() -> None:
     inactive = date_setting([7]).model_copy(update={"active": False})
     assert inv.reasons(["k"], inactive, True) == {"k": "ReminderSettingInactive"}
     assert inv.reasons(["k"], date_setting([7]), False) == {"k": "SourceNoLongerValid"}
+    date_key = next(
+        iter(
+            DateBasedProvider()
+            .evaluate(
+                TriggerInput(date_setting([7]), source({"ExpiryDate": "2026-03-15"}), "UTC", AS_OF)
+            )
+            .valid
+        )
+    )
+    # The setting still has offset 7 → the source moved; it dropped offset 7 → the setting did.
+    assert inv.reasons([date_key], date_setting([7]), True) == {date_key: "SourceNoLongerValid"}
+    assert inv.reasons([date_key], date_setting([14]), True) == {
+        date_key: "ReminderSettingInactive"
+    }
 
 
 # --- reports ---------------------------------------------------------------------------------
