@@ -168,6 +168,7 @@ class Reconciliation:
                     conn, repo.Watermark(REPORTS_PROVIDER, as_of, "", next_cursor), as_of
                 )
             result.subscriptions += len(page)
-            self._count(planned, result)
+            if page:
+                self._count(planned, result)
             if done:
                 return
