@@ -289,3 +289,8 @@ async def reconcile_subscriptions_page(
         sql("automation_reconcile_subscriptions_page"), list(units), cursor, limit
     )
     return [_subscription(r) for r in rows]
+
+
+async def rows_status_count(conn: asyncpg.Connection, sources: Collection[UUID]) -> dict[str, int]:
+    rows = await conn.fetch(sql("automation_rows_status_count"), list(sources))
+    return {r["status_id"]: r["n"] for r in rows}

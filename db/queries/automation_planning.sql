@@ -148,3 +148,10 @@ WHERE r.active AND r.business_unit_id = ANY($1::uuid[])
   AND ($2::uuid IS NULL OR r.subscription_guid > $2)
 ORDER BY r.subscription_guid
 LIMIT $3;
+
+-- name: automation_rows_status_count
+-- Scheduler rows of the given sources by status (the demo's report).
+SELECT status_id, count(*) AS n
+FROM automation.scheduler
+WHERE source_guid = ANY($1::uuid[])
+GROUP BY status_id;
