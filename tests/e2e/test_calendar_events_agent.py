@@ -290,7 +290,8 @@ async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str
         "timer-slot-prune",
         "automation-scheduler",
         "automation-stale-cleanup",
-        "automation-reconcile",
+        "automation-reconcile-reminders",
+        "automation-reconcile-reports",
     }
     assert "backlog" in body["outbox"]
     status, page = worker.get("/status")

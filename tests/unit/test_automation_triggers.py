@@ -335,3 +335,38 @@ def test_cron_in_bu_zone_and_keys() -> None:
 def test_bad_cron_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_cron(bad)
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=30))
+def test_false_to_true_one_key_per_rising_edge(conditions: list[bool]) -> None:
+    at = [D1 + timedelta(hours=i) for i in range(len(conditions))]
+    steps = run(
+        FiringPolicy.FALSE_TO_TRUE,
+        [(95 if c else 10, t) for c, t in zip(conditions, at, strict=True)],
+    )
+    rises = sum(1 for i, c in enumerate(conditions) if c and (i == 0 or not conditions[i - 1]))
+    keys = {k for s in steps for k in s}
+    assert len(keys) == rises
+    for c, s in zip(conditions, steps, strict=True):
+        assert len(s) == (1 if c else 0)
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=30))
+def test_once_per_source_never_more_than_one_key(conditions: list[bool]) -> None:
+    at = [D1 + timedelta(hours=i) for i in range(len(conditions))]
+    steps = run(
+        FiringPolicy.ONCE_PER_SOURCE,
+        [(95 if c else 10, t) for c, t in zip(conditions, at, strict=True)],
+    )
+    assert len({k for s in steps for k in s}) == (1 if any(conditions) else 0)
+
+
+def test_reconcile_allowlist_setting_is_validated() -> None:
+    from streams.settings import ConfigError
+    from streams.slices.automation.reconcile import ReconcileConfig
+
+    guid = uuid.uuid4()
+    assert ReconcileConfig.parse_units(f" {guid}, ") == (guid,)
+    assert ReconcileConfig.parse_units("") == ()
+    with pytest.raises(ConfigError, match="AUTOMATION_RECONCILE_UNITS"):
+        ReconcileConfig.parse_units("not-a-guid")

@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 from db import automation_inputs as projections
 from db import automation_planning as repo
 from db.connector import Connection
-from streams.agents.applier import VersionedStateApplier, Written
+from streams.agents.applier import StateWriter, VersionedStateApplier, Written
 from streams.contracts.automation import (
     BusinessUnitChanged,
     ReminderSettingChanged,
@@ -165,7 +165,7 @@ class PlanningApplier(VersionedStateApplier[M, Planned], Generic[M]):
     def __init__(
         self,
         runtime: Runtime,
-        writer: SourcesWriter | SettingsWriter | UnitsWriter | SubscriptionsWriter,
+        writer: StateWriter[M, Planned],
         wake_for: Callable[[Planned], None],
     ) -> None:
-        super().__init__(runtime, writer, None, wake_for)  # type: ignore[arg-type]
+        super().__init__(runtime, writer, None, wake_for)

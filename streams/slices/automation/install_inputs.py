@@ -27,14 +27,20 @@ from streams.slices.automation.inputs import (
     UnitsWriter,
 )
 from streams.slices.automation.planning import Planned, Planner
-from streams.slices.automation.reconcile import ReconcileConfig, Reconciliation
+from streams.slices.automation.reconcile import (
+    REPORTS_PROVIDER,
+    SOURCES_PROVIDER,
+    ReconcileConfig,
+    Reconciliation,
+)
 from streams.slices.context import SliceContext
 from streams.timers.schedule import Mode, Schedule
 
 if TYPE_CHECKING:
     from streams.slices.automation import AutomationCore
 
-AUTOMATION_RECONCILE = "automation-reconcile"
+AUTOMATION_RECONCILE_REMINDERS = "automation-reconcile-reminders"
+AUTOMATION_RECONCILE_REPORTS = "automation-reconcile-reports"
 
 
 def install_inputs(ctx: SliceContext, core: AutomationCore) -> Planner:
@@ -70,26 +76,32 @@ def install_inputs(ctx: SliceContext, core: AutomationCore) -> Planner:
         PlanningApplier[ReportSubscriptionChanged](runtime, SubscriptionsWriter(planner), wake_for),
     )
 
-    reconcile = Reconciliation(
-        runtime,
-        planner,
-        ReconcileConfig(
-            units=ReconcileConfig.parse_units(settings.automation_reconcile_units),
-            batch_size=settings.automation_reconcile_batch_size,
-            window_days=settings.automation_reconcile_window_days,
-            settle=timedelta(seconds=settings.automation_reconcile_settle_seconds),
-        ),
-        on_planned=wake_for,
-        should_stop=lambda: registry.stopping,
+    config = ReconcileConfig(
+        units=ReconcileConfig.parse_units(settings.automation_reconcile_units),
+        batch_size=settings.automation_reconcile_batch_size,
+        window_days=settings.automation_reconcile_window_days,
+        settle=timedelta(seconds=settings.automation_reconcile_settle_seconds),
     )
-    registry.register(
-        Schedule(
-            name=AUTOMATION_RECONCILE,
-            interval=timedelta(hours=1),
-            handler=reconcile,
-            max_duration=timedelta(minutes=5),
-            mode=Mode.CLUSTER_ONCE,
-            settings_prefix="TIMER_AUTOMATION_RECONCILE_",
+    # One low-frequency job per provider, each with its own watermark and settings prefix.
+    for name, provider in (
+        (AUTOMATION_RECONCILE_REMINDERS, SOURCES_PROVIDER),
+        (AUTOMATION_RECONCILE_REPORTS, REPORTS_PROVIDER),
+    ):
+        registry.register(
+            Schedule(
+                name=name,
+                interval=timedelta(hours=1),
+                handler=Reconciliation(
+                    runtime,
+                    planner,
+                    config,
+                    providers=(provider,),
+                    on_planned=wake_for,
+                    should_stop=lambda: registry.stopping,
+                ),
+                max_duration=timedelta(minutes=5),
+                mode=Mode.CLUSTER_ONCE,
+                settings_prefix=f"TIMER_{name.upper().replace('-', '_')}_",
+            )
         )
-    )
     return planner

@@ -70,8 +70,12 @@ class ReconcileResult:
         return asdict(self)
 
 
+PROVIDERS = (SOURCES_PROVIDER, REPORTS_PROVIDER)
+
+
 class Reconciliation:
-    """``run_once(as_of)``: one bounded pass per provider."""
+    """``run_once(as_of)``: one bounded pass for each of ``providers`` (the worker registers
+    one job per provider; tests may run both at once)."""
 
     def __init__(
         self,
@@ -79,24 +83,31 @@ class Reconciliation:
         planner: Planner,
         config: ReconcileConfig,
         *,
+        providers: tuple[str, ...] = PROVIDERS,
         on_planned: Callable[[Planned], None] | None = None,
         should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
+        unknown = set(providers) - set(PROVIDERS)
+        if unknown:
+            raise ValueError(f"unknown reconciliation providers: {sorted(unknown)}")
         self.runtime = runtime
         self.planner = planner
         self.config = config
+        self.providers = providers
         self.on_planned = on_planned
         self.should_stop = should_stop
 
     async def run_once(self, as_of: datetime) -> ReconcileResult:
         result = ReconcileResult(run_id=uuid.uuid4().hex[:12])
-        if self.config.units:
+        if self.config.units and SOURCES_PROVIDER in self.providers:
             await self._sources(as_of, result)
+        if self.config.units and REPORTS_PROVIDER in self.providers:
             await self._reports(as_of, result)
         log.info(
-            "action=automation_reconcile run_id=%s sources=%d subscriptions=%d batches=%d "
-            "ensured=%d deactivated=%d",
+            "action=automation_reconcile run_id=%s providers=%s sources=%d subscriptions=%d "
+            "batches=%d ensured=%d deactivated=%d",
             result.run_id,
+            ",".join(self.providers),
             result.sources,
             result.subscriptions,
             result.batches,
