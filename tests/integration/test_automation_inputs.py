@@ -300,3 +300,38 @@ async def test_report_scheduled_runs_one_row_per_period_in_window_and_manual_run
         for r in (await rows(pool)).values()
         if r["status_id"] == "Deactivated" and ":scheduled:" in r["scheduler_key"]
     } == {"ReportSubscriptionInactive"}
+
+
+async def test_source_moving_to_another_bu_follows_that_bus_settings(
+    pool: asyncpg.Pool, inputs: Inputs
+) -> None:
+    setting, source = await start(inputs)
+    other_bu, other_setting = uuid.uuid4(), uuid.uuid4()
+    await inputs.send(
+        unit_msg("Asia/Tokyo", bu=other_bu),
+        setting_msg(other_setting, business_unit_id=other_bu, offsets_days=[3]),
+    )
+    await inputs.send(source_msg(source, business_unit_id=other_bu, version=2))
+    status = await by_status(pool)
+    assert status["Deactivated"] == {key(setting, source, 30), key(setting, source, 7)}
+    assert status["Pending"] == {key(other_setting, source, 3)}
+    r = (await rows(pool))[key(other_setting, source, 3)]
+    assert (r["time_zone_id"], r["scheduled_on"]) == (
+        "Asia/Tokyo",
+        datetime(2026, 12, 28, 0, 0, tzinfo=UTC),  # Dec 28 09:00 JST
+    )
+
+
+async def test_a_subscription_with_a_bad_cron_is_refused_as_input_not_retried(
+    pool: asyncpg.Pool, inputs: Inputs
+) -> None:
+    from db.connector import classify
+
+    sub = uuid.uuid4()
+    await inputs.send(unit_msg())
+    with pytest.raises(ValueError, match="cron") as caught:
+        await inputs.send(subscription_msg(sub, period=None, cron="61 * * * *"))
+    # Not a database error: the consumer dead-letters it ("processing") instead of retrying.
+    assert classify(caught.value) is None
+    assert await rows(pool) == {}
+    assert await pool.fetchval("SELECT count(*) FROM automation.report_subscriptions") == 0

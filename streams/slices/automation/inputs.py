@@ -63,7 +63,14 @@ class SourcesWriter:
         unchanged: Sequence[SourceEntityChanged],
         now: datetime,
     ) -> Written[Planned]:
-        await repo.units_lock(conn, {m.business_unit_id for m in changed})
+        # The BU a source is in now and the one it may be leaving: both see this change.
+        stored = await repo.sources_load(
+            conn, {(norm_text(m.source_type), m.source_guid) for m in changed}
+        )
+        units = {m.business_unit_id for m in changed} | {
+            s.business_unit_id for s in stored.values()
+        }
+        await repo.units_lock(conn, units)
         applied = await projections.sources_upsert(conn, changed, now)
         planned = await self.planner.for_sources(conn, applied, now)
         return Written({f"{t}:{g}" for t, g in applied}, set(), planned)
