@@ -335,3 +335,26 @@ async def test_a_subscription_with_a_bad_cron_is_refused_as_input_not_retried(
     assert classify(caught.value) is None
     assert await rows(pool) == {}
     assert await pool.fetchval("SELECT count(*) FROM automation.report_subscriptions") == 0
+
+
+async def test_an_unbuildable_occurrence_never_blocks_the_setting_or_other_sources(
+    pool: asyncpg.Pool, inputs: Inputs
+) -> None:
+    setting, odd, fine = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await inputs.send(
+        unit_msg(),
+        # A date at the end of the calendar with a negative offset: beyond date.max.
+        source_msg(odd, attributes={"ExpiresOn": "9999-12-31"}),
+        source_msg(fine),
+    )
+    result = await inputs.send(setting_msg(setting, offsets_days=[-5, 7]))
+    assert result.applied == 1  # the setting was taken, not refused
+    assert set(await rows(pool)) == {key(setting, fine, -5), key(setting, fine, 7)}
+    # A trigger key whose percent-encoded form makes the SchedulerKey over 1024 characters.
+    long_key = "期" * 128
+    other = uuid.uuid4()
+    result = await inputs.send(
+        setting_msg(other, trigger_key=long_key, offsets_days=[1]),
+    )
+    assert result.applied == 1
+    assert not any(str(other) in k for k in await rows(pool))

@@ -16,6 +16,7 @@ last sees the other two and ensures the rows (out-of-order arrival converges).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -41,6 +42,8 @@ from streams.domain.automation_triggers import (
 from streams.slices.automation.rows import SchedulerRows
 
 SourceRef = tuple[str, UUID]
+
+log = logging.getLogger("streams.slices.automation.planning")
 
 
 @dataclass
@@ -152,9 +155,22 @@ class Planner:
             if provider is None or zone is None:
                 continue  # no provider for the type, or the BU not known yet
             triple = (setting.setting_guid, *ref(source))
-            result = provider.evaluate(
-                TriggerInput(setting, source, zone, as_of, memory.get(triple))
-            )
+            try:
+                result = provider.evaluate(
+                    TriggerInput(setting, source, zone, as_of, memory.get(triple))
+                )
+            except (ValueError, OverflowError) as exc:
+                # A pair whose occurrence cannot be built (a date beyond the calendar, a key
+                # over 1024 characters) has no row; it must not refuse the whole message,
+                # or one odd source would block its setting's and BU's changes too.
+                log.warning(
+                    "action=automation_candidate_unbuildable setting_guid=%s source_guid=%s "
+                    "error=%s",
+                    setting.setting_guid,
+                    source.source_guid,
+                    type(exc).__name__,
+                )
+                continue
             valid |= result.valid
             ensure += result.ensure
             if result.memory is not None and result.memory != memory.get(triple):
