@@ -205,11 +205,12 @@ async def open_rows_of_subscriptions(
 
 
 def _subscription(r: Any) -> ReportSubscriptionChanged:
+    # A state may carry both (allowed with a ManualRunGuid): the Cron wins, as when planning.
     return ReportSubscriptionChanged(
         subscription_guid=r["subscription_guid"],
         business_unit_id=r["business_unit_id"],
         cron=r["cron"],
-        period=ReportPeriod(r["period"]) if r["period"] else None,
+        period=ReportPeriod(r["period"]) if r["period"] and not r["cron"] else None,
         active=r["active"],
         version=r["version"],
     )

@@ -358,3 +358,17 @@ async def test_an_unbuildable_occurrence_never_blocks_the_setting_or_other_sourc
     )
     assert result.applied == 1
     assert not any(str(other) in k for k in await rows(pool))
+
+
+async def test_a_subscription_state_with_cron_period_and_manual_run_is_planned(
+    pool: asyncpg.Pool, inputs: Inputs
+) -> None:
+    sub, run = uuid.uuid4(), uuid.uuid4()
+    await inputs.send(unit_msg())
+    both = subscription_msg(sub, cron="0 9 * * *", period="Weekly", manual_run_guid=run)
+    result = await inputs.send(both)
+    assert result.applied == 1
+    found = await rows(pool)
+    assert f"report-subscription:{sub}:manual:{run}" in found
+    scheduled = sorted(r["scheduled_on"] for k, r in found.items() if ":scheduled:" in k)
+    assert len(scheduled) == 7 and scheduled[0].hour == 9  # the Cron wins over the Period
