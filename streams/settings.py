@@ -64,6 +64,13 @@ class Settings(BaseSettings):
     automation_lease_seconds: float = Field(120.0, gt=0, le=86_400)
     automation_backoff_seconds: str = "300,900,3600"
     automation_stale_batch_size: int = Field(500, ge=1, le=10_000)
+    # Automation inputs: how far ahead report runs are scheduled; bounded reconciliation's BU
+    # allowlist (comma-separated GUIDs; empty = off), batch, due window and settle lag.
+    automation_report_window_days: int = Field(7, ge=1, le=62)
+    automation_reconcile_units: str = ""
+    automation_reconcile_batch_size: int = Field(500, ge=1, le=10_000)
+    automation_reconcile_window_days: int = Field(30, ge=1, le=366)
+    automation_reconcile_settle_seconds: float = Field(60.0, ge=0, le=86_400)
 
     @field_validator("database_url")
     @classmethod

@@ -274,8 +274,15 @@ async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str
     worker: WorkerProcess = stack["worker"]
     status, body = worker.get("/status?format=json")
     assert status == 200
-    assert [a["agent"] for a in body["agents"]] == ["calendar-events"]
-    assert body["agents"][0]["messages"][stack["topic"]]["applied"] > 0
+    agents = {a["agent"]: a for a in body["agents"]}
+    assert set(agents) == {
+        "calendar-events",
+        "automation-source-events",
+        "automation-reminder-settings",
+        "automation-business-units",
+        "automation-report-subscriptions",
+    }
+    assert agents["calendar-events"]["messages"][stack["topic"]]["applied"] > 0
     assert body["tables"][0]["table"] == "calendar-event-cache"
     assert {t["name"] for t in body["timers"]} == {
         "calendar-dispatch",
@@ -284,6 +291,8 @@ async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str
         "automation-scheduler",
         "automation-stale-cleanup",
         "worker-heartbeat",
+        "automation-reconcile-reminders",
+        "automation-reconcile-reports",
     }
     assert "backlog" in body["outbox"]
     status, page = worker.get("/status")

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MIRRORED = {
     "calendar": ["calendar"],
     "outbox": ["outbox"],
-    "automation": ["automation", "automation_inputs"],
+    "automation": ["automation", "automation_inputs", "automation_planning"],
     "workers": ["workers"],
 }
 SQL_TEXT = re.compile(r"\b(SELECT\s|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM)", re.I)
@@ -39,7 +39,9 @@ def _sql_calls(fn: ast.AST) -> list[str]:
 
 @pytest.mark.parametrize("context", sorted(MIRRORED))
 def test_each_statement_has_one_function_named_after_it(context: str) -> None:
-    statements = set(parse((QUERIES_DIR / f"{context}.sql").read_text(), context))
+    statements: set[str] = set()
+    for path in QUERIES_DIR.glob(f"{context}*.sql"):  # a context's statements, in one or more files
+        statements |= set(parse(path.read_text(), path.name))
     used: set[str] = set()
     functions = [
         fn

@@ -1,4 +1,11 @@
-"""Automation scheduler core (seed 003, stage ②): the ``automation.scheduler`` rows.
+"""Automation scheduler (seed 003): stage ① inputs and stage ② core.
+
+Stage ① (install_inputs.py): four agents (inputs.py) turn source, setting, BU and report
+subscription changes into Ensure/Deactivate through the planner (planning.py) and the
+trigger providers (streams/domain/automation_triggers.py, automation_reports.py); bounded
+reconciliation per provider (reconcile.py) repairs through the same key builders.
+
+Stage ② core, the ``automation.scheduler`` rows:
 
 - rows.py: Ensure / Deactivate (the API the automation inputs call on their transaction);
 - runner.py: timer ``automation-scheduler``, every instance: claim due rows (lease + new
@@ -27,6 +34,7 @@ from streams.slices.automation.handlers import (
     PgAutomationInputs,
     default_handlers,
 )
+from streams.slices.automation.install_inputs import install_inputs
 from streams.slices.automation.metrics import AutomationMetrics
 from streams.slices.automation.rows import SchedulerRows
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
@@ -113,7 +121,8 @@ def install_core(ctx: SliceContext) -> AutomationCore:
 
 
 def install(ctx: SliceContext) -> None:
-    install_core(ctx)
+    core = install_core(ctx)
+    install_inputs(ctx, core)
 
 
 __all__ = [

@@ -1,0 +1,236 @@
+"""The seed's main flow for a set of changed entities, on the caller's transaction:
+
+lock the BUs → load source state → resolve the BU time zone → load the settings that apply
+(BusinessUnitId + SourceType) → DEACTIVATE the open rows that no longer hold → ensure the
+rows that should exist.
+
+The scope is a set of sources and a set of settings: every open row of those is looked at,
+and every (active setting, active source) pair of the scope's (BU, SourceType) is evaluated
+by the trigger provider its TriggerType names. The agents (sources, settings, BUs) and the
+bounded reconciliation all come through here, so they build the same keys.
+
+Lookups read the PostgreSQL projections after taking a transaction-scoped lock per BU: the
+writers of one BU are serialized, so whichever of a source, its setting or its BU arrives
+last sees the other two and ensures the rows (out-of-order arrival converges).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from db import automation_planning as repo
+from db.automation import EnsuredRow
+from streams.contracts.automation import (
+    ReminderSettingChanged,
+    ReportSubscriptionChanged,
+    SourceEntityChanged,
+    TriggerType,
+)
+from streams.domain.automation import SchedulerCandidate, norm_text, unique_by_key
+from streams.domain.automation_reports import scheduled_runs
+from streams.domain.automation_revalidation import ReasonCode
+from streams.domain.automation_triggers import (
+    ProviderRegistry,
+    ThresholdMemory,
+    TriggerInput,
+)
+from streams.slices.automation.rows import SchedulerRows
+
+SourceRef = tuple[str, UUID]
+
+log = logging.getLogger("streams.slices.automation.planning")
+
+
+@dataclass
+class Planned:
+    """What one planning pass did (after commit: wake the runner for ``candidates``)."""
+
+    candidates: list[SchedulerCandidate] = field(default_factory=list)
+    ensured: list[EnsuredRow] = field(default_factory=list)
+    deactivated: int = 0
+
+    def merge(self, other: Planned) -> Planned:
+        self.candidates += other.candidates
+        self.ensured += other.ensured
+        self.deactivated += other.deactivated
+        return self
+
+
+def ref(source: SourceEntityChanged) -> SourceRef:
+    return (norm_text(source.source_type), source.source_guid)
+
+
+class Planner:
+    def __init__(
+        self,
+        rows: SchedulerRows,
+        providers: ProviderRegistry,
+        report_window: timedelta = timedelta(days=7),
+    ) -> None:
+        self.rows = rows
+        self.providers = providers
+        self.report_window = report_window
+
+    # --- reminders --------------------------------------------------------------------------
+
+    async def for_sources(
+        self,
+        conn: Any,
+        refs: Collection[SourceRef],
+        as_of: datetime,
+        horizon: datetime | None = None,
+    ) -> Planned:
+        """A source changed: its settings are those of its (BU, SourceType). ``horizon``
+        (reconciliation's due window) leaves rows due later to the event path."""
+        sources = list((await repo.sources_load(conn, refs)).values())
+        units = {s.business_unit_id for s in sources}
+        settings = await repo.settings_of_units(conn, units)
+        open_rows = await repo.open_rows_of_sources(conn, refs)
+        return await self._reminders(conn, sources, settings, open_rows, as_of, horizon)
+
+    async def for_settings(self, conn: Any, guids: Collection[UUID], as_of: datetime) -> Planned:
+        """A setting changed: its sources are the active ones of its (BU, SourceType)."""
+        settings = list((await repo.settings_load(conn, guids)).values())
+        sources = await repo.sources_of_units(
+            conn, {(s.business_unit_id, norm_text(s.source_type)) for s in settings}
+        )
+        open_rows = await repo.open_rows_of_settings(conn, guids)
+        return await self._reminders(conn, sources, settings, open_rows, as_of)
+
+    async def for_units(self, conn: Any, units: Collection[UUID], as_of: datetime) -> Planned:
+        """A BU (its zone) changed: every active setting of it, with its sources; and the
+        scheduled runs of its report subscriptions."""
+        settings = await repo.settings_of_units(conn, units)
+        planned = await self.for_settings(conn, {s.setting_guid for s in settings}, as_of)
+        subscriptions = await repo.subscriptions_of_units(conn, units)
+        return planned.merge(await self.for_subscriptions(conn, subscriptions, as_of))
+
+    async def _reminders(
+        self,
+        conn: Any,
+        sources: Iterable[SourceEntityChanged],
+        settings: Iterable[ReminderSettingChanged],
+        open_rows: Iterable[repo.OpenRow],
+        as_of: datetime,
+        horizon: datetime | None = None,
+    ) -> Planned:
+        sources_by_ref = {ref(s): s for s in sources}
+        settings_by_guid = {s.setting_guid: s for s in settings}
+        open_list = list(open_rows)
+        # Settings and sources that open rows name but the scope did not load (an inactive
+        # setting, another BU): loaded to say why their rows no longer hold.
+        missing = {r.setting_guid for r in open_list if r.setting_guid is not None}
+        settings_by_guid.update(await repo.settings_load(conn, missing - set(settings_by_guid)))
+        refs = {
+            (r.source_type, r.source_guid)
+            for r in open_list
+            if r.source_type is not None and r.source_guid is not None
+        }
+        sources_by_ref.update(await repo.sources_load(conn, refs - set(sources_by_ref)))
+        zones = await repo.units_get(conn, {s.business_unit_id for s in sources_by_ref.values()})
+        pairs = [
+            (setting, source)
+            for setting in settings_by_guid.values()
+            for source in sources_by_ref.values()
+            if setting.business_unit_id == source.business_unit_id
+            and norm_text(setting.source_type) == norm_text(source.source_type)
+        ]
+        thresholds = [
+            (t.setting_guid, *ref(s))
+            for t, s in pairs
+            if t.trigger_type is TriggerType.THRESHOLD_CONDITION
+        ]
+        memory = await repo.thresholds_get(conn, thresholds)
+        valid: set[str] = set()
+        ensure: list[SchedulerCandidate] = []
+        new_memory: dict[tuple[UUID, str, UUID], ThresholdMemory] = {}
+        for setting, source in pairs:
+            provider = self.providers.trigger(setting.trigger_type.value)
+            zone = zones.get(source.business_unit_id)
+            if provider is None or zone is None:
+                continue  # no provider for the type, or the BU not known yet
+            triple = (setting.setting_guid, *ref(source))
+            try:
+                result = provider.evaluate(
+                    TriggerInput(setting, source, zone, as_of, memory.get(triple))
+                )
+            except (ValueError, OverflowError) as exc:
+                # A pair whose occurrence cannot be built (a date beyond the calendar, a key
+                # over 1024 characters) has no row; it must not refuse the whole message,
+                # or one odd source would block its setting's and BU's changes too.
+                log.warning(
+                    "action=automation_candidate_unbuildable setting_guid=%s source_guid=%s "
+                    "error=%s",
+                    setting.setting_guid,
+                    source.source_guid,
+                    type(exc).__name__,
+                )
+                continue
+            valid |= result.valid
+            ensure += result.ensure
+            if result.memory is not None and result.memory != memory.get(triple):
+                new_memory[triple] = result.memory
+        reasons: dict[str, str] = {}
+        for r in open_list:
+            if r.scheduler_key in valid:
+                continue
+            row_setting = settings_by_guid.get(r.setting_guid) if r.setting_guid else None
+            row_source = sources_by_ref.get((r.source_type or "", r.source_guid or UUID(int=0)))
+            # The provider of the row's own setting says why; a vanished setting → DateBased's.
+            kind = row_setting.trigger_type if row_setting else TriggerType.DATE_BASED
+            invalidation = self.providers.invalidation(kind.value)
+            if invalidation is None:
+                continue
+            active = row_source is not None and row_source.is_active
+            reasons.update(invalidation.reasons([r.scheduler_key], row_setting, active))
+        if horizon is not None:
+            ensure = [c for c in ensure if c.scheduled_on <= horizon]
+        await repo.thresholds_put(conn, new_memory, as_of)
+        return await self._apply(conn, reasons, ensure, as_of)
+
+    async def _apply(
+        self,
+        conn: Any,
+        reasons: dict[str, str],
+        ensure: list[SchedulerCandidate],
+        as_of: datetime,
+    ) -> Planned:
+        deactivated = await self.rows.deactivate(conn, reasons, as_of) if reasons else []
+        candidates = unique_by_key(ensure)
+        ensured = await self.rows.ensure(conn, candidates, as_of) if candidates else []
+        return Planned(candidates, ensured, sum(1 for d in deactivated if d.changed))
+
+    # --- report subscriptions ---------------------------------------------------------------
+
+    async def for_subscriptions(
+        self, conn: Any, subscriptions: Iterable[ReportSubscriptionChanged], as_of: datetime
+    ) -> Planned:
+        """Scheduled runs: one row per period start in [as_of, as_of + window); open rows of
+        periods the current schedule does not have (from as_of - window on) are deactivated."""
+        subs = {s.subscription_guid: s for s in subscriptions}
+        zones = await repo.units_get(conn, {s.business_unit_id for s in subs.values()})
+        open_rows = await repo.open_rows_of_subscriptions(conn, subs)
+        reasons: dict[str, str] = {}
+        ensure: list[SchedulerCandidate] = []
+        for guid, sub in subs.items():
+            zone = zones.get(sub.business_unit_id)
+            if zone is None:
+                continue
+            valid: set[str] = set()
+            if sub.active:
+                past = scheduled_runs(
+                    guid, sub.period, sub.cron, zone, as_of - self.report_window, as_of
+                )
+                upcoming = scheduled_runs(
+                    guid, sub.period, sub.cron, zone, as_of, as_of + self.report_window
+                )
+                valid = {c.key for c in past + upcoming}
+                ensure += upcoming
+            for key in open_rows.get(guid, set()) - valid:
+                reasons[key] = ReasonCode.REPORT_SUBSCRIPTION_INACTIVE.value
+        return await self._apply(conn, reasons, ensure, as_of)
