@@ -50,7 +50,9 @@ class WorkerServices(Service):
         await self.runtime.close()
 
 
-def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
+def create_context(settings: Settings, runtime: Runtime | None = None) -> SliceContext:
+    """The app with every slice installed and the timer registry declared, not started (the
+    worker starts it; ``python -m streams timers run`` uses its registry directly)."""
     RelayConfig.from_settings(settings)  # relay settings that cannot work stop startup here
     runtime = runtime or Runtime(settings)
     settings.worker_data_dir.mkdir(parents=True, exist_ok=True)
@@ -75,6 +77,11 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
     )
     ctx = SliceContext(app, runtime, Topics(app, settings), build_registry(runtime))
     install_all(ctx)
+    return ctx
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
+    ctx = create_context(settings, runtime)
     views.register(ctx)
-    app.service(WorkerServices(ctx))  # type: ignore[arg-type]
-    return app
+    ctx.app.service(WorkerServices(ctx))  # type: ignore[arg-type]
+    return ctx.app
