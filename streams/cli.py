@@ -13,6 +13,9 @@ USAGE = """usage: python -m streams <command>
   topics   create the contract topics and DLQs that are missing
   dlq replay TOPIC [--since ISO-8601] [--dry-run]
            re-publish dead-lettered records of an input topic to their source topic
+  timers run NAME [--as-of ISO-8601] [--rerun]
+           run one slot of a registered timer now (same claim and run path as the schedule),
+           print its result counts; exit 1 on failure, 3 when the slot was already claimed
   demo     send a small calendar workload and report what came out
 """
 
@@ -72,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         from streams.dlq_replay import run_cli
 
         return run_cli(settings, rest)
+    if command == "timers":
+        from streams.timers.manual import run_cli as timers_cli
+
+        return timers_cli(settings, rest)
     if command == "demo":
         from streams.demo import run_demo
 
