@@ -16,7 +16,7 @@ from streams.contracts import TopicContract
 from streams.slices.context import SliceContext
 
 # The installed slices, in installation order: streams/slices/<name>/__init__.py has install().
-SLICES: tuple[str, ...] = ("calendar",)
+SLICES: tuple[str, ...] = ("calendar", "profile")
 
 
 def load(names: Sequence[str] = SLICES) -> list[ModuleType]:
