@@ -148,7 +148,7 @@ async def reminder_events(pool: asyncpg.Pool) -> list[dict[str, Any]]:
     """Payloads of the reminder events in the outbox, in insertion order, with their key and
     headers under ``_key`` / ``_headers``."""
     rows = await pool.fetch(
-        "SELECT key, payload, headers FROM ops.outbox WHERE topic = $1 ORDER BY id",
+        "SELECT key, payload, headers FROM ops.outbox WHERE topic LIKE '%' || $1 ORDER BY id",
         REMINDER_TOPIC,
     )
     out = []
