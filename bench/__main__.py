@@ -1,17 +1,18 @@
-"""``python -m bench [dispatch|lateness|claim|ingest ...]`` (default: all), figures printed."""
+"""``python -m bench [dispatch|lateness|claim|ingest|expiry ...]`` (default: all), figures printed."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 
-from bench import claim, dispatch, ingest, lateness
+from bench import claim, dispatch, expiry, ingest, lateness
 
 BENCHES = {
     "dispatch": dispatch.run,
     "lateness": lateness.run,
     "claim": claim.run,
     "ingest": ingest.run,
+    "expiry": expiry.run,
 }
 
 

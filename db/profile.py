@@ -69,7 +69,8 @@ async def documents_scan(
     db: Executor, lo: date, hi: date, after: tuple[date, UUID], limit: int
 ) -> list[ScannedDocument]:
     rows = await db.fetch(sql("profile_documents_scan"), lo, hi, after[0], after[1], limit)
-    return [ScannedDocument(r["expires_at"], r["document_id"], r["owner_user_id"]) for r in rows]
+    # Positional: the statement selects the fields in the dataclass's order (a million rows).
+    return [ScannedDocument(*r) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +88,7 @@ async def documents_owned_get(
     db: Executor, owners: Sequence[UUID], lo: date, hi: date
 ) -> list[OwnedDocument]:
     rows = await db.fetch(sql("profile_documents_owned_get"), list(owners), lo, hi)
-    return [
-        OwnedDocument(
-            r["document_id"], r["owner_user_id"], r["type"], r["number_mask"], r["expires_at"]
-        )
-        for r in rows
-    ]
+    return [OwnedDocument(*r) for r in rows]  # columns in the dataclass's order
 
 
 async def expiry_marks_lock(
@@ -105,7 +101,7 @@ async def expiry_marks_lock(
     return [(r["document_id"], int(r["threshold_days"])) for r in rows]
 
 
-async def expiry_marks_count(db: Executor, pairs: Sequence[tuple[UUID, int]]) -> int:
+async def expiry_marks_count(db: Executor, pairs: Sequence[tuple[UUID | str, int]]) -> int:
     """How many of ``pairs`` have a marker."""
     if not pairs:
         return 0

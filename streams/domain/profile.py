@@ -7,8 +7,12 @@ import json
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from functools import lru_cache
+from typing import Any, TypeVar
 from uuid import UUID
+
+K = TypeVar("K")
+_NONE: frozenset[int] = frozenset()
 
 DEFAULT_THRESHOLDS: tuple[int, ...] = (30, 7, 1, 0)
 # Markers of documents that expired more than this many days before AsOf.Date are pruned
@@ -70,6 +74,12 @@ def days_left(expires_at: date, today: date) -> int:
 
 def crossed(left: int, thresholds: Iterable[int]) -> frozenset[int]:
     """{t in thresholds : DaysLeft <= t}."""
+    return _crossed(left, thresholds if isinstance(thresholds, tuple) else tuple(thresholds))
+
+
+@lru_cache(maxsize=8192)
+def _crossed(left: int, thresholds: tuple[int, ...]) -> frozenset[int]:
+    # A run asks for the same few hundred (DaysLeft, thresholds) pairs a million times.
     return frozenset(t for t in thresholds if left <= t)
 
 
@@ -124,41 +134,35 @@ def decide(
 ) -> Decision:
     left = days_left(expires_at, today)
     hit = crossed(left, thresholds)
-    todo = hit - marked
+    todo = hit - marked if marked else hit
     return Decision(
         document_id, left, hit, tuple(sorted(todo, reverse=True)), min(todo) if todo else None
     )
 
 
-def settled_by(crossed_by_doc: Mapping[UUID, Set[int]], claimed: Mapping[UUID, Set[int]]) -> bool:
+def settled_by(crossed_by_doc: Mapping[K, Set[int]], claimed: Mapping[K, Set[int]]) -> bool:
     """True when ``claimed`` says every crossed threshold of every document is marked (the
     owner has nothing to do if the claim is true; it must be verified before it is believed)."""
-    return all(hit <= claimed.get(doc, frozenset()) for doc, hit in crossed_by_doc.items())
+    return all(hit <= claimed.get(doc, _NONE) for doc, hit in crossed_by_doc.items())
 
 
-def claims_to_verify(
-    crossed_by_doc: Mapping[UUID, Set[int]],
-) -> list[tuple[UUID, int]]:
+def claims_to_verify(crossed_by_doc: Mapping[K, Set[int]]) -> list[tuple[K, int]]:
     """The (document, threshold) marks a settled owner relies on: every crossed one."""
     return [(doc, t) for doc, hit in crossed_by_doc.items() for t in sorted(hit)]
 
 
-def encode_marks(marks: Mapping[UUID, Set[int]]) -> dict[str, list[int]]:
+def encode_marks(marks: Mapping[K, Set[int]]) -> dict[str, list[int]]:
     """The cache value of one owner: document id → marked thresholds (JSON-able, sorted)."""
-    return {str(doc): sorted(ts, reverse=True) for doc, ts in sorted(marks.items()) if ts}
+    return {str(doc): sorted(ts, reverse=True) for doc, ts in marks.items() if ts}
 
 
-def decode_marks(value: Any) -> dict[UUID, frozenset[int]]:
-    """The marks a cache value claims; anything malformed claims nothing (a damaged cache
-    costs a round trip, never a decision)."""
+def decode_marks(value: Any) -> dict[str, frozenset[int]]:
+    """The marks a cache value claims, by document id as text; anything malformed claims
+    nothing (a damaged cache costs a round trip, never a decision)."""
     if not isinstance(value, dict):
         return {}
-    out: dict[UUID, frozenset[int]] = {}
+    out: dict[str, frozenset[int]] = {}
     for key, ts in value.items():
-        try:
-            doc = UUID(str(key))
-        except ValueError:
-            continue
-        if isinstance(ts, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ts):
-            out[doc] = frozenset(ts)
+        if isinstance(key, str) and isinstance(ts, list) and all(type(t) is int for t in ts):
+            out[key] = frozenset(ts)
     return out

@@ -155,14 +155,15 @@ def test_window_runs_from_the_prune_horizon_to_the_largest_threshold() -> None:
 def test_cache_values_round_trip_and_settle_only_when_every_crossed_mark_is_claimed(
     hit: dict[uuid.UUID, frozenset[int]], claimed: dict[uuid.UUID, frozenset[int]]
 ) -> None:
-    assert decode_marks(encode_marks(claimed)) == {d: ts for d, ts in claimed.items() if ts}
+    assert decode_marks(encode_marks(claimed)) == {str(d): ts for d, ts in claimed.items() if ts}
     settled = settled_by(hit, claimed)
     assert settled == all(ts <= claimed.get(d, frozenset()) for d, ts in hit.items())
     assert sorted(claims_to_verify(hit)) == sorted((d, t) for d, ts in hit.items() for t in ts)
 
 
 @pytest.mark.parametrize(
-    "garbage", [None, 7, "x", [1, 2], {"not-a-uuid": [7]}, {str(uuid.uuid4()): "7"}]
+    "garbage",
+    [None, 7, "x", [1, 2], {str(uuid.uuid4()): "7"}, {str(uuid.uuid4()): [True]}, {5: [7]}],
 )
 def test_a_damaged_cache_value_claims_nothing(garbage: object) -> None:
     assert decode_marks(garbage) == {}

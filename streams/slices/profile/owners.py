@@ -13,7 +13,7 @@ statement: neither changes which reminders are sent.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -58,9 +58,12 @@ class OwnerPlan:
     event: Any
     work: OwnerWork
     docs: list[OwnedDocument]
-    crossed: dict[UUID, frozenset[int]]
-    claimed: dict[UUID, frozenset[int]] = field(default_factory=dict)
-    known: dict[UUID, set[int]] = field(default_factory=dict)
+    crossed: dict[str, frozenset[int]]
+    """Document id (text, as in the cache) → crossed thresholds, in the order of ``docs``."""
+    cached: Any = None
+    """The cache's value for the owner as read (written back only when it changes)."""
+    claimed: dict[str, frozenset[int]] = field(default_factory=dict)
+    known: dict[str, set[int]] = field(default_factory=dict)
     """Marks the ledger has for the owner's documents once its transaction committed."""
     items: list[ExpiringDocumentItem] = field(default_factory=list)
     """What the owner's event lists (one per document whose t* this transaction won)."""
@@ -80,6 +83,7 @@ class OwnerBatchResult:
     skipped: int = 0
     disagreements: int = 0
     applied_positions: set[int] = field(default_factory=set)
+    by_threshold: Counter[int] = field(default_factory=Counter)
 
 
 class OwnerWorker:
@@ -135,6 +139,8 @@ class OwnerWorker:
             plans.extend(group_plans)
             failed |= await self._settle(group_plans, as_of, thresholds, result)
         await self._progress(plans, failed, result)
+        for threshold, n in result.by_threshold.items():
+            self.metrics.reminders.labels(str(threshold)).inc(n)
         self._add_totals(result)
         return result
 
@@ -153,7 +159,8 @@ class OwnerWorker:
         for i, event, work in group:
             owned = by_owner.get(work.owner_user_id, [])
             hit = {
-                d.document_id: crossed(days_left(d.expires_at, today), thresholds) for d in owned
+                str(d.document_id): crossed(days_left(d.expires_at, today), thresholds)
+                for d in owned
             }
             plans.append(OwnerPlan(i, event, work, owned, hit))
         return plans
@@ -174,7 +181,8 @@ class OwnerWorker:
             if not plan.docs:
                 continue  # nothing in the window any more (archived, renewed since the scan)
             if self.cache is not None:
-                plan.claimed = decode_marks(self.cache.peek(str(plan.work.owner_user_id)))
+                plan.cached = self.cache.peek(str(plan.work.owner_user_id))
+                plan.claimed = decode_marks(plan.cached)
             if plan.claimed and settled_by(plan.crossed, plan.claimed):
                 candidates.append(plan)
             else:
@@ -259,13 +267,13 @@ class OwnerWorker:
         new: list[NewMark] = []
         for plan in plans:
             plan.skipped, plan.items, plan.known = 0, [], {}
-            for d in plan.docs:
+            for d, key in zip(plan.docs, plan.crossed, strict=True):
                 decision = decide(
                     d.document_id, d.expires_at, today, thresholds, marked[d.document_id]
                 )
                 plan.skipped += len(decision.crossed) - len(decision.to_mark)
                 # Whether won here or lost to a parallel instance, these are marked after commit.
-                plan.known[d.document_id] = marked[d.document_id] | set(decision.to_mark)
+                plan.known[key] = marked[d.document_id] | set(decision.to_mark)
                 new.extend(
                     NewMark(d.document_id, d.owner_user_id, d.type, t, d.expires_at)
                     for t in decision.to_mark
@@ -323,7 +331,7 @@ class OwnerWorker:
         result.skipped += plan.skipped
         self.metrics.owners.labels("ledger").inc()
         for item in plan.items:
-            self.metrics.reminders.labels(str(item.threshold_days)).inc()
+            result.by_threshold[item.threshold_days] += 1
             # Identifiers only: never NumberMask or any other document value.
             log.info(
                 "action=reminder_queued run_id=%s owner_user_id=%s document_id=%s type=%s "
@@ -341,7 +349,7 @@ class OwnerWorker:
             result.sent += len(plan.items)
         if self.cache is not None and plan.event is not None:
             value = encode_marks(plan.known)
-            if decode_marks(value) != plan.claimed:
+            if value != plan.cached:
                 self.cache.put(plan.event, str(work.owner_user_id), value)
 
     def _owner_failed(self, work: OwnerWork, exc: BaseException) -> None:

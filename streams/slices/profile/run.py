@@ -241,7 +241,9 @@ class DocumentExpiryRun:
             await self.fanout.close()
 
     def _work(self, result: ExpiryRunResult, owner: UUID) -> OwnerWork:
-        return OwnerWork(
+        # Built from the validated config and the database's own ids, for every owner of the
+        # run: constructed without re-validation (the per-owner worker validates on decode).
+        return OwnerWork.model_construct(
             work_id=fanout_key(self.config.name, owner, result.as_of),
             run_id=result.run_id,
             owner_user_id=owner,
