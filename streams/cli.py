@@ -16,7 +16,7 @@ USAGE = """usage: python -m streams <command>
   timers run NAME [--as-of ISO-8601] [--rerun]
            run one slot of a registered timer now (same claim and run path as the schedule),
            print its result counts; exit 1 on failure, 3 when the slot was already claimed
-  demo     send a small calendar workload and report what came out
+  demo     send a small calendar and person documents workload and report what came out
 """
 
 
