@@ -103,7 +103,7 @@ def worker_settings(url: str, prefix: str, data: Path) -> dict[str, str]:
         "TOPIC_PREFIX": prefix,
         "APP_ID": f"{prefix}reminders",
         "WORKER_DATA_DIR": str(data),
-        "LOG_LEVEL": "error",  # (faust refuses "warning", which Settings accepts)
+        "LOG_LEVEL": "warning",
         # Only the bench triggers runs.
         "TIMER_DOCUMENT_EXPIRY_ENABLED": "false",
         "DB_POOL_MAX_SIZE": "4",

@@ -4,6 +4,8 @@ agents, tables, schedules and status sections."""
 
 from __future__ import annotations
 
+import logging
+
 import faust
 from mode import Service
 
@@ -30,6 +32,10 @@ class WorkerServices(Service):
         self.relay: OutboxRelay | None = None
 
     async def on_start(self) -> None:
+        # Faust's start-up spinner sets the root logger to DEBUG when the level is WARN or
+        # above (faust/worker.py, _setup_spinner_handler): every library's debug call would
+        # then build a record only for the handler to drop it. Back to the configured level.
+        logging.root.setLevel(self.runtime.settings.log_level.upper())
         self.relay = OutboxRelay.from_settings(
             self.runtime.settings,
             metrics=self.runtime.metrics.outbox,

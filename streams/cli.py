@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             "reminders",
             "worker",
             "-l",
-            settings.log_level,
+            # Faust spells it "warn" (and refuses "warning", which LOG_LEVEL accepts).
+            "warn" if settings.log_level == "warning" else settings.log_level,
             "--web-port",
             str(settings.web_port),
             *rest,
