@@ -8,11 +8,14 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
+from unittest.mock import MagicMock
 
 import asyncpg
 import pytest
 
+from streams.agents.consumer import Decoded
 from streams.domain.profile import encode_marks
+from streams.slices.profile.work import OwnerWork
 from tests.conftest import DATABASE_URL, _admin, with_database
 from tests.support.profile import (
     SLOT,
@@ -197,3 +200,45 @@ async def test_a_verified_cache_settles_owners_with_fewer_statements(
     # Per batch: with the cache, documents + one count of the claims + progress; without it
     # a transaction per batch on top (BEGIN, the locked read of the marks, COMMIT).
     assert counts["cache"] < counts["no cache"], counts
+
+
+async def test_one_owner_twice_in_a_batch_from_two_runs_of_a_slot_is_reminded_once(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    """A rerun of a slot while the first run's work item is still queued: the agent can get
+    both items of the owner in one batch; the owner is done once, both runs count it."""
+    h = Harness(database_url, cache=True)
+    try:
+        doc = person_document(DaysLeft=5)
+        await h.apply(doc)
+        owner = uuid.UUID(doc["OwnerUserId"])
+        works = []
+        for run_id in ("run-a", "run-b"):
+            await pool.execute(
+                "INSERT INTO profile.document_expiry_runs (run_id, slot, as_of_date, thresholds, "
+                "started_at) VALUES ($1, $2, $3, $4, $2)",
+                run_id,
+                SLOT,
+                TODAY,
+                [30, 7, 1, 0],
+            )
+            works.append(
+                OwnerWork(
+                    work_id=f"document-expiry:{owner}:2026-06-10T00:30:00Z",
+                    run_id=run_id,
+                    owner_user_id=owner,
+                    as_of=SLOT,
+                    thresholds_days=[30, 7, 1, 0],
+                )
+            )
+        result = await h.owners([Decoded(MagicMock(), w) for w in works])
+        assert (result.sent, result.notified) == (1, 1)
+        assert items(await reminder_events(pool)) == {(doc["DocumentId"], 7, 5)}
+        done = await pool.fetch(
+            "SELECT run_id, owners_done, reminders_sent FROM profile.document_expiry_runs "
+            "ORDER BY run_id"
+        )
+        assert [(r["run_id"], r["owners_done"]) for r in done] == [("run-a", 1), ("run-b", 1)]
+        assert sum(r["reminders_sent"] for r in done) == 1
+    finally:
+        await h.close()

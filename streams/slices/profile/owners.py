@@ -157,7 +157,9 @@ class OwnerWorker:
             by_owner[doc.owner_user_id].append(doc)
         plans = []
         for i, event, work in group:
-            owned = by_owner.get(work.owner_user_id, [])
+            # Two runs of one slot (a rerun) can put one owner twice in a group: the same work,
+            # done once (the second plan has nothing to do and is only counted as done).
+            owned = by_owner.pop(work.owner_user_id, [])
             hit = {
                 str(d.document_id): crossed(days_left(d.expires_at, today), thresholds)
                 for d in owned
