@@ -235,13 +235,12 @@ async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str
     worker: WorkerProcess = stack["worker"]
     status, body = worker.get("/status?format=json")
     assert status == 200
-    assert [a["agent"] for a in body["agents"]] == ["calendar-events"]
+    # Calendar is the first slice installed; the other slices' agents, tables and timers follow.
+    assert body["agents"][0]["agent"] == "calendar-events"
     assert body["agents"][0]["messages"][stack["topic"]]["applied"] > 0
     assert body["tables"][0]["table"] == "calendar-event-cache"
-    assert {t["name"] for t in body["timers"]} == {
-        "calendar-dispatch",
-        "outbox-retention",
-        "timer-slot-prune",
+    assert {"calendar-dispatch", "outbox-retention", "timer-slot-prune"} <= {
+        t["name"] for t in body["timers"]
     }
     assert "backlog" in body["outbox"]
     status, page = worker.get("/status")
