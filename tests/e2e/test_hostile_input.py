@@ -146,7 +146,7 @@ async def test_poison_messages_are_dead_lettered_and_the_partition_keeps_flowing
     status, health = stack["worker"].get("/health")
     assert status == 200, health
     status, body = stack["worker"].get("/status?format=json")
-    [agent] = body["agents"]
+    agent = next(a for a in body["agents"] if a["agent"] == "calendar-events")
     assert agent["failing"] is False and agent["crashed"] is False
     assert agent["dlq"]["by_kind"]["schema"] >= 3 and agent["dlq"]["by_kind"]["json"] >= 1
 
@@ -184,7 +184,7 @@ async def test_a_sick_database_blocks_the_partition_without_losing_and_health_sa
         health = await eventually(not_ready, timeout=60, what="/health not ready")
         assert list(health["stalled_partitions"]) == ["calendar-events"]
         _, body = stack["worker"].get("/status?format=json")
-        [agent] = body["agents"]
+        agent = next(a for a in body["agents"] if a["agent"] == "calendar-events")
         assert agent["failing"] is True and agent["stalled"][0]["lag"] >= 1
         _status, metrics = stack["worker"].get("/metrics")
         assert 'stream_partitions_stalled{agent="calendar-events"} 1.0' in metrics
