@@ -112,12 +112,12 @@ class OwnerWorker:
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            result = OwnerBatchResult(owners=len(works), failed=len(works))
+            result = OwnerBatchResult(owners=len(works))
             for work in works:
                 self._owner_failed(work, exc)
-            await self._progress(
-                [OwnerPlan(i, None, w, [], {}) for i, w in enumerate(works)], set(), result
-            )
+            plans = [OwnerPlan(i, None, w, [], {}) for i, w in enumerate(works)]
+            await self._progress(plans, {p.position for p in plans}, result)
+            self._add_totals(result)
             return result
 
     async def process(self, items: Sequence[tuple[Any, OwnerWork]]) -> OwnerBatchResult:
