@@ -1,11 +1,11 @@
-"""``python -m bench [dispatch|lateness|claim|ingest|automation ...]`` (default: all), figures printed."""
+"""``python -m bench [dispatch|lateness|claim|ingest|automation|expiry ...]`` (default: all), figures printed."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 
-from bench import automation, claim, dispatch, ingest, lateness
+from bench import automation, claim, dispatch, expiry, ingest, lateness
 
 BENCHES = {
     "dispatch": dispatch.run,
@@ -13,6 +13,7 @@ BENCHES = {
     "claim": claim.run,
     "ingest": ingest.run,
     "automation": automation.run,
+    "expiry": expiry.run,
 }
 
 

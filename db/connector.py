@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -159,14 +159,23 @@ async def create_pool(
     max_size: int = 10,
     limits: SessionLimits | None = None,
     application_name: str | None = None,
+    on_statement: Callable[[], object] | None = None,
 ) -> asyncpg.Pool:
+    """``on_statement`` is called once per statement any pool connection sends (BEGIN and
+    COMMIT included): the worker counts them in ``db_statements_total``."""
     server_settings = limits.server_settings(application_name) if limits is not None else None
+
+    async def init(conn: asyncpg.Connection) -> None:
+        await _init_connection(conn)
+        if on_statement is not None:
+            conn.add_query_logger(lambda _query: on_statement())
+
     try:
         pool = await asyncpg.create_pool(
             dsn,
             min_size=min_size,
             max_size=max_size,
-            init=_init_connection,
+            init=init,
             command_timeout=60,
             server_settings=server_settings,
         )

@@ -4,6 +4,8 @@ agents, tables, schedules and status sections."""
 
 from __future__ import annotations
 
+import logging
+
 import faust
 from mode import Service
 
@@ -30,6 +32,10 @@ class WorkerServices(Service):
         self.relay: OutboxRelay | None = None
 
     async def on_start(self) -> None:
+        # Faust's start-up spinner sets the root logger to DEBUG when the level is WARN or
+        # above (faust/worker.py, _setup_spinner_handler): every library's debug call would
+        # then build a record only for the handler to drop it. Back to the configured level.
+        logging.root.setLevel(self.runtime.settings.log_level.upper())
         self.relay = OutboxRelay.from_settings(
             self.runtime.settings,
             metrics=self.runtime.metrics.outbox,
@@ -50,7 +56,9 @@ class WorkerServices(Service):
         await self.runtime.close()
 
 
-def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
+def create_context(settings: Settings, runtime: Runtime | None = None) -> SliceContext:
+    """The app with every slice installed and the timer registry declared, not started (the
+    worker starts it; ``python -m streams timers run`` uses its registry directly)."""
     RelayConfig.from_settings(settings)  # relay settings that cannot work stop startup here
     runtime = runtime or Runtime(settings)
     settings.worker_data_dir.mkdir(parents=True, exist_ok=True)
@@ -75,6 +83,11 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
     )
     ctx = SliceContext(app, runtime, Topics(app, settings), build_registry(runtime))
     install_all(ctx)
+    return ctx
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
+    ctx = create_context(settings, runtime)
     views.register(ctx)
-    app.service(WorkerServices(ctx))  # type: ignore[arg-type]
-    return app
+    ctx.app.service(WorkerServices(ctx))  # type: ignore[arg-type]
+    return ctx.app

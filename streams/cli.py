@@ -19,7 +19,10 @@ USAGE = """usage: python -m streams <command>
            scheduler rows by hand and the support commands (rows on hold)
   explain ID
            what happened to a ReminderId or EventId: input message, row, outbox, topic offset
-  demo     send a small calendar workload and report what came out
+  timers run NAME [--as-of ISO-8601] [--rerun]
+           run one slot of a registered timer now (same claim and run path as the schedule),
+           print its result counts; exit 1 on failure, 3 when the slot was already claimed
+  demo     send the demo workload of every slice and report what came out
 """
 
 
@@ -67,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             "reminders",
             "worker",
             "-l",
-            settings.log_level,
+            # Faust spells it "warn" (and refuses "warning", which LOG_LEVEL accepts).
+            "warn" if settings.log_level == "warning" else settings.log_level,
             "--web-port",
             str(settings.web_port),
             *rest,
@@ -87,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         from streams.runtime import Runtime
 
         return asyncio.run(explain_cli(Runtime(settings), rest))
+    if command == "timers":
+        from streams.timers.manual import run_cli as timers_cli
+
+        return timers_cli(settings, rest)
     if command == "demo":
         from streams.demo import run_demo
 

@@ -1,4 +1,5 @@
-"""Create the contract topics and their DLQs when missing (local stack, demo, tests)."""
+"""Create the contract topics, their DLQs and the slices' internal topics when missing (local
+stack, demo, tests)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,25 @@ def contract_topic_names(settings: Settings) -> list[str]:
     return names
 
 
+def internal_topic_names(settings: Settings) -> list[str]:
+    """The slices' internal topics (streams/slices/*: ``INTERNAL_TOPICS``) and their DLQs."""
+    from streams.slices import internal_topics
+
+    names: list[str] = []
+    for contract in internal_topics():
+        name = settings.topic(contract.name)
+        names.extend([name, name + DLQ_SUFFIX])
+    return names
+
+
+def service_topic_names(settings: Settings) -> list[str]:
+    """Every topic the service reads or writes: contract topics, DLQs, internal topics."""
+    return contract_topic_names(settings) + internal_topic_names(settings)
+
+
 async def ensure_topics(settings: Settings, names: list[str] | None = None) -> list[str]:
-    """Create whichever of ``names`` (default: every contract topic and DLQ) does not exist."""
-    wanted = names if names is not None else contract_topic_names(settings)
+    """Create whichever of ``names`` (default: every topic of the service) does not exist."""
+    wanted = names if names is not None else service_topic_names(settings)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     await admin.start()
     try:

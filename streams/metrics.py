@@ -130,6 +130,15 @@ class OutboxMetrics:
         )
 
 
+class DbMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.statements = Counter(
+            "db_statements",
+            "Statements this process sent to PostgreSQL through its pool (BEGIN/COMMIT included)",
+            registry=registry,
+        )
+
+
 F = TypeVar("F")
 
 
@@ -141,6 +150,7 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.agents = AgentMetrics(self.registry)
         self.outbox = OutboxMetrics(self.registry)
+        self.db = DbMetrics(self.registry)
         self._families: dict[type[Any], Any] = {}
 
     def family(self, kind: Callable[[CollectorRegistry], F]) -> F:

@@ -32,6 +32,7 @@ class Runtime:
                         max_size=self.settings.db_pool_max_size,
                         limits=self.session_limits(),
                         application_name=f"{self.settings.app_id}:{os.getpid()}",
+                        on_statement=self.metrics.db.statements.inc,
                     )
         return self._pool
 

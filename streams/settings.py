@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streams.domain.profile import parse_thresholds
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,6 +74,15 @@ class Settings(BaseSettings):
     automation_reconcile_batch_size: int = Field(500, ge=1, le=10_000)
     automation_reconcile_window_days: int = Field(30, ge=1, le=366)
     automation_reconcile_settle_seconds: float = Field(60.0, ge=0, le=86_400)
+    # Document expiry reminders (seed 001). The schedule's own knobs (cron, max duration,
+    # enabled, ...) are the registry's TIMER_DOCUMENT_EXPIRY_* overrides.
+    # Days before ExpiresAt: "30,7,1,0" or "[30, 7, 1, 0]"; stored distinct and descending.
+    timer_document_expiry_thresholds_days: str = "30,7,1,0"
+    # Documents per scan batch (the run repeats while a batch is full).
+    timer_document_expiry_batch_size: int = Field(500, ge=1, le=10_000)
+    # kafka: one work item per owner on an internal topic, done by the worker that owns the
+    # owner's partition (and its marks cache); inline: the run does every owner itself.
+    timer_document_expiry_fanout: Literal["kafka", "inline"] = "kafka"
 
     @field_validator("database_url")
     @classmethod
@@ -87,6 +99,15 @@ class Settings(BaseSettings):
             if not entry or (sep and (not host or not port.isdigit() or not 0 < int(port) < 65536)):
                 raise ValueError(f"must be host:port[,host:port], got {entry!r}")
         return v
+
+    @field_validator("timer_document_expiry_thresholds_days")
+    @classmethod
+    def _thresholds(cls, v: str) -> str:
+        return ",".join(str(t) for t in parse_thresholds(v))
+
+    @property
+    def document_expiry_thresholds(self) -> tuple[int, ...]:
+        return parse_thresholds(self.timer_document_expiry_thresholds_days)
 
     @field_validator("log_level")
     @classmethod

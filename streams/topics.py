@@ -24,14 +24,16 @@ class Topics:
         return self._settings.topic(contract.name)
 
     def input(self, contract: TopicContract[Any]) -> TopicT:
-        return self._raw(self.name(contract))
+        return self._raw(self.name(contract), internal=contract.direction == "internal")
 
     def dlq_of(self, contract: TopicContract[Any]) -> TopicT:
         return self._raw(self.name(contract) + DLQ_SUFFIX)
 
-    def _raw(self, name: str) -> TopicT:
+    def _raw(self, name: str, *, internal: bool = False) -> TopicT:
         topic = self._made.get(name)
         if topic is None:
+            # An internal topic (a slice's own, e.g. per-owner work items) is created by the
+            # worker that subscribes to it, with the service's partition count.
             topic = self._made[name] = self._app.topic(
                 name,
                 key_type=bytes,
@@ -39,5 +41,6 @@ class Topics:
                 key_serializer="raw",
                 value_serializer="raw",
                 partitions=self._settings.topic_partitions,
+                internal=internal,
             )
         return topic

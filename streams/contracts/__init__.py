@@ -27,7 +27,9 @@ class TopicContract(Generic[M]):
     name: str
     model: type[M]
     key: Callable[[M], str]
-    direction: str  # "in" (consumed) or "out" (produced through the outbox)
+    # "in" (consumed), "out" (produced through the outbox) or "internal" (a slice's own topic
+    # between its parts, e.g. per-owner work items; not part of the published contract)
+    direction: str
 
 
 CALENDAR_EVENTS = TopicContract(

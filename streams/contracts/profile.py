@@ -6,7 +6,7 @@ from datetime import date
 from enum import StrEnum
 from uuid import UUID
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from streams.contracts.base import MAX_VERSION, Contract, Instant, StateMessage
 
@@ -35,14 +35,18 @@ class PersonDocumentChanged(StateMessage):
     occurred_at: Instant
 
 
-class ExpiringDocumentItem(Contract):
+class ExpiringDocumentItem(BaseModel):
+    """One document of a reminder (SPEC §2: DocumentId, Type, NumberMask, ExpiresAt,
+    ThresholdDays, DaysLeft). A part of the event, not a message: no ContractVersion of its
+    own (the event carries it)."""
+
     model_config = Contract.model_config | {"extra": "forbid"}
 
     document_id: UUID
-    type: str
-    number_mask: str | None = Field(default=None, repr=False)
+    type: str = Field(min_length=1, max_length=32)
+    number_mask: str | None = Field(default=None, max_length=64, repr=False)
     expires_at: date
-    threshold_days: int
+    threshold_days: int = Field(ge=0)
     days_left: int
 
 

@@ -64,6 +64,22 @@ class KeyCache:
             self._hit.inc()
         return value
 
+    def peek(self, key: str) -> Any:
+        """The value without counting it: for callers that decide afterwards whether the
+        cache answered (``record``), e.g. only once its claim has been verified."""
+        return self.table.get(key)
+
+    def record(self, hit: bool, n: int = 1) -> None:
+        """Count ``n`` lookups the caller settled (hit) or had to ask PostgreSQL about (miss)."""
+        if n <= 0:
+            return
+        if hit:
+            self.hits += n
+            self._hit.inc(n)
+        else:
+            self.misses += n
+            self._miss.inc(n)
+
     def put(self, event: EventT[Any], key: str, value: Any) -> None:
         with in_event(event):
             self.table[key] = value

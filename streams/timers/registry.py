@@ -232,6 +232,30 @@ class TimerRegistry:
         entry.wake_floor = max(entry.wake_floor, entry.started)
         entry.wake_event.set()
 
+    # -- manual runs -------------------------------------------------------------------------
+
+    async def run_slot(
+        self, name: str, as_of: datetime | None = None, *, rerun: bool = False
+    ) -> RunRecord:
+        """Run, now, the slot of ``name`` that ``as_of`` (default: the clock) falls in, through
+        the path a scheduled slot takes: a cluster-once slot is claimed insert-wins first, so
+        one that ran (or runs) elsewhere comes back ``deduped``; the handler gets the slot's
+        time as its ``as_of`` and its max duration. ``rerun`` runs a claimed slot once more
+        without claiming it (an operator's retry of an idempotent job). A slot whose time has
+        not come is refused: claiming it early would take it from its scheduled run."""
+        entry = self._entry(name)
+        now = self._clock.now()
+        when = now if as_of is None else as_of
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ValueError("as_of must be timezone-aware")
+        if when > now:
+            raise ValueError(f"as_of {slots.iso_utc(when)} is in the future")
+        self._frozen = True
+        slot = slots.slot_at(entry.spec.cadence, when)
+        if rerun:
+            return await self._executor.run(entry, None, "manual_rerun", as_of=slot)
+        return await self._executor.run(entry, slot, "manual", as_of=slot)
+
     # -- the loop ----------------------------------------------------------------------------
 
     async def _loop(self, entry: ScheduleState) -> None:

@@ -16,6 +16,8 @@ import asyncpg
 import pytest
 
 from db.connector import create_pool
+from devkit.kafka import produce, read_to_end
+from devkit.workers import WorkerProcess, worker_env
 from streams.contracts import BUSINESS_UNITS, REMINDER_SETTINGS, SOURCE_EVENTS, TopicContract
 from streams.contracts.automation import (
     BusinessUnitChanged,
@@ -28,8 +30,6 @@ from streams.contracts.automation import (
 )
 from streams.contracts.base import Contract
 from tests.e2e.test_automation_workers import topics, wait_until
-from tests.support.kafka import produce, read_to_end
-from tests.support.worker import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.e2e
 

@@ -281,6 +281,8 @@ async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str
         "automation-reminder-settings",
         "automation-business-units",
         "automation-report-subscriptions",
+        "profile-person-documents",
+        "profile-expiry-owners",
     }
     assert agents["calendar-events"]["messages"][stack["topic"]]["applied"] > 0
     assert body["tables"][0]["table"] == "calendar-event-cache"
@@ -293,6 +295,7 @@ async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str
         "worker-heartbeat",
         "automation-reconcile-reminders",
         "automation-reconcile-reports",
+        "document-expiry",
     }
     assert "backlog" in body["outbox"]
     status, page = worker.get("/status")

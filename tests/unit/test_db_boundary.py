@@ -19,6 +19,7 @@ MIRRORED = {
     "outbox": ["outbox"],
     "automation": ["automation", "automation_inputs", "automation_planning"],
     "workers": ["workers"],
+    "profile": ["profile"],
 }
 SQL_TEXT = re.compile(r"\b(SELECT\s|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM)", re.I)
 # The startup probe tells a refused login from an absent server by asyncpg's error types.

@@ -1,0 +1,205 @@
+"""Document expiry: one run over 1,000,000 documents in the window (200,000 owners) by a real
+worker process (Kafka fan-out, per-owner worker, marks cache), beside the same database work
+as bare SQL; then a second run over the same data: statements sent to PostgreSQL with the
+per-owner cache and without it (a new worker, whose cache is empty)."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from bench.expiry_support import (
+    KAFKA_BOOTSTRAP,
+    database,
+    metric,
+    seed_documents,
+    wait_ready,
+    worker,
+)
+from streams.domain.profile import DEFAULT_THRESHOLDS, scan_window, utc_date
+from streams.kafka_admin import ensure_topics
+from streams.settings import Settings
+from streams.timers.registry import RunRecord
+
+NAME = "document-expiry"
+
+# The reference: for a batch of owners (keyset on OwnerUserId), their documents in the
+# window, every crossed threshold inserted insert-wins, t* = the smallest won, and one outbox
+# row per owner with a won t* - the same rows the real path writes, in one statement.
+BARE = """
+WITH o AS (
+    SELECT DISTINCT owner_user_id FROM profile.person_documents
+    WHERE expires_at IS NOT NULL AND expires_at BETWEEN $1 AND $2
+      AND status = 'Active' AND NOT is_deleted AND owner_user_id > $3
+    ORDER BY owner_user_id LIMIT $4
+), d AS (
+    SELECT p.document_id, p.owner_user_id, p.type, p.number_mask, p.expires_at,
+           p.expires_at - $5::date AS days_left
+    FROM profile.person_documents p JOIN o USING (owner_user_id)
+    WHERE p.expires_at IS NOT NULL AND p.expires_at BETWEEN $1 AND $2
+      AND p.status = 'Active' AND NOT p.is_deleted
+), ins AS (
+    INSERT INTO profile.document_expiry_reminders
+        (id, document_id, owner_user_id, type, threshold_days, expires_at, reminded_at)
+    SELECT gen_random_uuid(), d.document_id, d.owner_user_id, d.type, t, d.expires_at, $6
+    FROM d CROSS JOIN unnest($7::int[]) AS t WHERE d.days_left <= t
+    ORDER BY d.document_id, t
+    ON CONFLICT (document_id, threshold_days) DO NOTHING
+    RETURNING document_id, owner_user_id, threshold_days
+), star AS (
+    SELECT document_id, owner_user_id, min(threshold_days) AS t FROM ins GROUP BY 1, 2
+), ob AS (
+    INSERT INTO ops.outbox (topic, key, payload, headers)
+    SELECT 'pin.profile.document-expiry-reminders.v1', s.owner_user_id::text,
+           json_build_object('ContractVersion', 1, 'OwnerUserId', s.owner_user_id,
+               'RemindedAt', $6::timestamptz,
+               'Documents', json_agg(json_build_object('DocumentId', d.document_id,
+                   'Type', d.type, 'NumberMask', d.number_mask, 'ExpiresAt', d.expires_at,
+                   'ThresholdDays', s.t, 'DaysLeft', d.days_left) ORDER BY d.document_id)),
+           jsonb_build_object('correlation-id', $8::text)
+    FROM star s JOIN d USING (document_id)
+    GROUP BY s.owner_user_id
+    RETURNING 1
+)
+SELECT (SELECT max(owner_user_id::text) FROM o) AS last, (SELECT count(*) FROM o) AS owners,
+       (SELECT count(*) FROM ob) AS events
+"""
+
+
+async def bare(url: str, as_of: datetime, batch: int = 500) -> tuple[int, int, float]:
+    today = utc_date(as_of)
+    window = scan_window(today, DEFAULT_THRESHOLDS)
+    conn = await asyncpg.connect(url)
+    try:
+        owners = events = 0
+        after = uuid.UUID(int=0)
+        run = uuid.uuid4().hex[:12]
+        t = time.perf_counter()
+        while True:
+            row = await conn.fetchrow(
+                BARE, window.lo, window.hi, after, batch, today, as_of,
+                list(DEFAULT_THRESHOLDS), run,
+            )  # fmt: skip
+            owners += row["owners"]
+            events += row["events"]
+            if row["owners"] < batch:
+                break
+            after = uuid.UUID(row["last"])
+        return owners, events, time.perf_counter() - t
+    finally:
+        await conn.close()
+
+
+def worker_settings(url: str, prefix: str, data: Path) -> dict[str, str]:
+    return {
+        "DATABASE_URL": url,
+        "KAFKA_BOOTSTRAP": KAFKA_BOOTSTRAP,
+        "TOPIC_PREFIX": prefix,
+        "APP_ID": f"{prefix}reminders",
+        "WORKER_DATA_DIR": str(data),
+        "LOG_LEVEL": "warning",
+        # Only the bench triggers runs.
+        "TIMER_DOCUMENT_EXPIRY_ENABLED": "false",
+        "DB_POOL_MAX_SIZE": "4",
+    }
+
+
+async def manual_run(env: dict[str, str], as_of: datetime, rerun: bool) -> tuple[RunRecord, float]:
+    """The run through the manual trigger's path in this process (the worker does the owners);
+    returns the record and the statements this process sent."""
+    from streams.app import create_context
+    from streams.timers.manual import run_manual
+
+    settings = Settings(
+        database_url=env["DATABASE_URL"],
+        kafka_bootstrap=env["KAFKA_BOOTSTRAP"],
+        topic_prefix=env["TOPIC_PREFIX"],
+        app_id=env["APP_ID"] + "-bench",
+        worker_data_dir=Path(env["WORKER_DATA_DIR"]) / "bench",
+        log_level="warning",
+    )
+    ctx = create_context(settings)
+    try:
+        record = await run_manual(ctx, NAME, as_of, rerun=rerun)
+        return record, ctx.runtime.metrics.db.statements._value.get()
+    finally:
+        await ctx.runtime.close()
+
+
+def counts(record: RunRecord) -> dict[str, Any]:
+    summary = record.summary if isinstance(record.summary, dict) else {}
+    assert record.result == "ok", (record.result, record.error)
+    return summary
+
+
+async def run(owners: int = 200_000, per_owner: int = 5) -> dict[str, float]:
+    documents = owners * per_owner
+    print(f"\n== document expiry: {documents:,} documents in the window, {owners:,} owners ==")
+    as_of = datetime.now(UTC)
+    figures: dict[str, float] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="bench-expiry-"))
+    async with database(prefix="bench_exp_seed") as seed_url:
+        t = time.perf_counter()
+        n = await seed_documents(seed_url, owners=owners, per_owner=per_owner, today=as_of.date())
+        print(f"  seeded {n:,} documents in {time.perf_counter() - t:.1f} s")
+        seed = seed_url.rsplit("/", 1)[1]
+
+        async with database(template=seed) as url:
+            done, events, seconds = await bare(url, as_of)
+            assert done == owners, (done, owners)
+            figures["bare_seconds"] = seconds
+            print(
+                f"  bare SQL, one statement per 500 owners   {seconds:7.1f} s  "
+                f"{owners / seconds:>9,.0f} owners/s  ({events:,} events)"
+            )
+
+        async with database(template=seed) as url:
+            prefix = f"bx{uuid.uuid4().hex[:8]}."
+            env = worker_settings(url, prefix, tmp / "warm")
+            await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
+            with worker(env, tmp / "warm.log") as port:
+                await wait_ready(port)
+                t = time.perf_counter()
+                first, _ = await manual_run(env, as_of, rerun=False)
+                wall = time.perf_counter() - t
+                c = counts(first)
+                assert c["owners_done"] == owners, c
+                figures.update(real_seconds=wall, owners_per_s=owners / wall)
+                print(
+                    f"  real run, one worker (Kafka fan-out)     {wall:7.1f} s  "
+                    f"{owners / wall:>9,.0f} owners/s  ({c['owners_notified']:,} events, "
+                    f"{c['reminders_sent']:,} reminders)   target < 60 s"
+                )
+                figures["ratio"] = figures["bare_seconds"] / wall
+                print(f"  ratio bare/real (time) = {figures['ratio']:.2f}")
+                before = await metric(port, "db_statements_total")
+                second, here = await manual_run(env, as_of, rerun=True)
+                warm = await metric(port, "db_statements_total") - before + here
+                assert counts(second)["reminders_sent"] == 0
+            # A new worker: new consumer group, empty table = the run without the cache.
+            prefix = f"bx{uuid.uuid4().hex[:8]}."
+            env = worker_settings(url, prefix, tmp / "cold")
+            await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
+            with worker(env, tmp / "cold.log") as port:
+                await wait_ready(port)
+                before = await metric(port, "db_statements_total")
+                third, here = await manual_run(env, as_of, rerun=True)
+                cold = await metric(port, "db_statements_total") - before + here
+                assert counts(third)["reminders_sent"] == 0
+        figures.update(statements_cache=warm, statements_no_cache=cold)
+        print("  second run over the same data (nothing new to send): statements to PostgreSQL")
+        print(
+            f"    with the per-owner cache   {warm:>9,.0f}  ({warm / owners:.3f} per owner)  "
+            f"{counts(second)['duration_ms'] / 1000:6.1f} s"
+        )
+        print(
+            f"    without it (empty cache)   {cold:>9,.0f}  ({cold / owners:.3f} per owner)  "
+            f"{counts(third)['duration_ms'] / 1000:6.1f} s"
+        )
+    return figures

@@ -1,0 +1,140 @@
+"""Helpers of the document expiry bench (no test code): throwaway databases, bulk seeding of
+person documents in SQL, a worker process, and reading a counter from its /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import date
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from db.migrate import migrate
+
+ROOT = Path(__file__).resolve().parent.parent
+DATABASE_URL = os.environ.get("DATABASE_URL", "postgresql://reminders@127.0.0.1:55432/reminders")
+KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+
+
+def url_for(name: str) -> str:
+    return urlunsplit(urlsplit(DATABASE_URL)._replace(path=f"/{name}"))
+
+
+async def admin(sql: str) -> None:
+    conn = await asyncpg.connect(url_for("postgres"))
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
+async def database(template: str | None = None, prefix: str = "bench_exp") -> AsyncIterator[str]:
+    """A fresh database (migrated, or a copy of ``template``), dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    if template is not None:
+        # No connection may stay on a template while it is copied.
+        await admin(
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{template}'"
+        )
+    await admin(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    try:
+        url = url_for(name)
+        if template is None:
+            await migrate(url)
+        yield url
+    finally:
+        await admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def seed_documents(url: str, *, owners: int, per_owner: int, today: date) -> int:
+    """``owners`` x ``per_owner`` Active documents, ExpiresAt spread over today-1 .. today+30
+    (every one in the window, DaysLeft -1..30), in bulk SQL; returns the number inserted."""
+    conn = await asyncpg.connect(url)
+    try:
+        n = await conn.fetchval(
+            """
+            WITH o AS (SELECT gen_random_uuid() AS owner FROM generate_series(1, $1::int)),
+            ins AS (
+                INSERT INTO profile.person_documents (document_id, owner_user_id, person_id, type,
+                    number_mask, expires_at, status, is_deleted, version, occurred_at)
+                SELECT gen_random_uuid(), o.owner, gen_random_uuid(), 'InternationalPassport',
+                       '45** ****12', $3::date - 1 + ((random() * 31)::int), 'Active', false, 1,
+                       now()
+                FROM o, generate_series(1, $2::int)
+                RETURNING 1
+            ) SELECT count(*) FROM ins
+            """,
+            owners,
+            per_owner,
+            today,
+        )
+        await conn.execute("VACUUM ANALYZE profile.person_documents")
+        return int(n)
+    finally:
+        await conn.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def worker(env: dict[str, str], log: Path) -> Iterator[int]:
+    """A ``python -m streams worker`` process; yields its web port, stops it afterwards."""
+    port = free_port()
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streams", "worker"],
+            cwd=ROOT,
+            env={**os.environ, **env, "WEB_PORT": str(port), "PYTHONUNBUFFERED": "1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+async def wait_ready(port: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            body = await asyncio.to_thread(_get, port, "/health")
+            if '"ready"' in body and '"assigned_partitions":0' not in body:
+                return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"worker on port {port} not ready in {timeout}s")
+
+
+def _get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        return str(r.read().decode())
+
+
+async def metric(port: int, name: str) -> float:
+    """The value of an unlabelled sample of the worker's /metrics."""
+    text = await asyncio.to_thread(_get, port, "/metrics")
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise KeyError(name)

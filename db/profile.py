@@ -1,0 +1,246 @@
+"""Profile repository: one function per statement in ``db/queries/profile.sql``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import TypeAlias
+from uuid import UUID
+
+import asyncpg
+
+from db.queries import sql
+from streams.contracts.profile import PersonDocumentChanged
+
+# Statements outside a transaction run on the pool; inside one, on its connection.
+Executor: TypeAlias = asyncpg.Connection | asyncpg.Pool
+
+
+async def documents_upsert(
+    conn: asyncpg.Connection, documents: Sequence[PersonDocumentChanged], now: datetime
+) -> set[UUID]:
+    """Store newer document states; returns the ids whose state was applied."""
+    if not documents:
+        return set()
+    rows = await conn.fetch(
+        sql("profile_documents_upsert"),
+        [d.document_id for d in documents],
+        [d.owner_user_id for d in documents],
+        [d.person_id for d in documents],
+        [d.type for d in documents],
+        [d.number_mask for d in documents],
+        [d.expires_at for d in documents],
+        [d.status.value for d in documents],
+        [d.is_deleted for d in documents],
+        [d.version for d in documents],
+        [d.occurred_at for d in documents],
+        now,
+    )
+    return {r["document_id"] for r in rows}
+
+
+async def documents_version_advance(
+    conn: asyncpg.Connection, documents: Sequence[PersonDocumentChanged], now: datetime
+) -> set[UUID]:
+    """Move Version/OccurredAt of unchanged states forward; returns the ids that moved."""
+    if not documents:
+        return set()
+    rows = await conn.fetch(
+        sql("profile_documents_version_advance"),
+        [d.document_id for d in documents],
+        [d.version for d in documents],
+        [d.occurred_at for d in documents],
+        now,
+    )
+    return {r["document_id"] for r in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedDocument:
+    """One row of the run's scan: its keyset and its owner."""
+
+    expires_at: date
+    document_id: UUID
+    owner_user_id: UUID
+
+
+async def documents_scan(
+    db: Executor, lo: date, hi: date, after: tuple[date, UUID], limit: int
+) -> list[ScannedDocument]:
+    rows = await db.fetch(sql("profile_documents_scan"), lo, hi, after[0], after[1], limit)
+    # Positional: the statement selects the fields in the dataclass's order (a million rows).
+    return [ScannedDocument(*r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedDocument:
+    """The open columns a reminder needs (never the encrypted payload)."""
+
+    document_id: UUID
+    owner_user_id: UUID
+    type: str
+    number_mask: str | None
+    expires_at: date
+
+
+async def documents_owned_get(
+    db: Executor, owners: Sequence[UUID], lo: date, hi: date
+) -> list[OwnedDocument]:
+    rows = await db.fetch(sql("profile_documents_owned_get"), list(owners), lo, hi)
+    return [OwnedDocument(*r) for r in rows]  # columns in the dataclass's order
+
+
+async def expiry_marks_lock(
+    conn: asyncpg.Connection, documents: Sequence[UUID]
+) -> list[tuple[UUID, int]]:
+    """(document, threshold) markers of ``documents``, locked; locked elsewhere: left out."""
+    if not documents:
+        return []
+    rows = await conn.fetch(sql("profile_expiry_marks_lock"), list(documents))
+    return [(r["document_id"], int(r["threshold_days"])) for r in rows]
+
+
+async def expiry_marks_count(db: Executor, pairs: Sequence[tuple[UUID | str, int]]) -> int:
+    """How many of ``pairs`` have a marker."""
+    if not pairs:
+        return 0
+    return int(
+        await db.fetchval(
+            sql("profile_expiry_marks_count"), [p[0] for p in pairs], [p[1] for p in pairs]
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NewMark:
+    document_id: UUID
+    owner_user_id: UUID
+    type: str
+    threshold_days: int
+    expires_at: date
+
+
+async def expiry_marks_insert(
+    conn: asyncpg.Connection, marks: Sequence[NewMark], reminded_at: datetime
+) -> set[tuple[UUID, int]]:
+    """Insert-wins: returns the (document, threshold) markers this transaction inserted."""
+    if not marks:
+        return set()
+    rows = await conn.fetch(
+        sql("profile_expiry_marks_insert"),
+        [m.document_id for m in marks],
+        [m.owner_user_id for m in marks],
+        [m.type for m in marks],
+        [m.threshold_days for m in marks],
+        [m.expires_at for m in marks],
+        reminded_at,
+    )
+    return {(r["document_id"], int(r["threshold_days"])) for r in rows}
+
+
+async def expiry_marks_prune(db: Executor, before: date, limit: int) -> int:
+    return int(await db.fetchval(sql("profile_expiry_marks_prune"), before, limit))
+
+
+async def expiry_backlog_count(
+    db: Executor, lo: date, hi: date, today: date, thresholds: Sequence[int]
+) -> int:
+    return int(
+        await db.fetchval(sql("profile_expiry_backlog_count"), lo, hi, today, list(thresholds))
+    )
+
+
+async def expiry_runs_start(
+    db: Executor,
+    run_id: str,
+    slot: datetime,
+    as_of_date: date,
+    thresholds: Sequence[int],
+    started_at: datetime,
+) -> None:
+    await db.execute(
+        sql("profile_expiry_runs_start"), run_id, slot, as_of_date, list(thresholds), started_at
+    )
+
+
+async def expiry_runs_total_set(db: Executor, run_id: str, owners_total: int) -> None:
+    await db.execute(sql("profile_expiry_runs_total_set"), run_id, owners_total)
+
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """What per-owner workers did for one run in one batch."""
+
+    run_id: str
+    done: int = 0
+    failed: int = 0
+    notified: int = 0
+    sent: int = 0
+    skipped: int = 0
+
+
+async def expiry_runs_progress(db: Executor, progress: Sequence[RunProgress]) -> None:
+    if not progress:
+        return
+    await db.execute(
+        sql("profile_expiry_runs_progress"),
+        [p.run_id for p in progress],
+        [p.done for p in progress],
+        [p.failed for p in progress],
+        [p.notified for p in progress],
+        [p.sent for p in progress],
+        [p.skipped for p in progress],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    run_id: str
+    slot: datetime
+    as_of_date: date
+    thresholds: tuple[int, ...]
+    started_at: datetime
+    owners_total: int | None
+    owners_done: int
+    owners_failed: int
+    owners_notified: int
+    reminders_sent: int
+    skipped_already_marked: int
+    pruned: int | None
+    backlog: int | None
+    finished_at: datetime | None
+    duration_ms: float | None
+
+
+async def expiry_runs_get(db: Executor, run_id: str) -> RunRow | None:
+    r = await db.fetchrow(sql("profile_expiry_runs_get"), run_id)
+    if r is None:
+        return None
+    return RunRow(**{**dict(r), "thresholds": tuple(r["thresholds"])})
+
+
+async def expiry_runs_finish(
+    db: Executor,
+    run_id: str,
+    pruned: int,
+    backlog: int | None,
+    finished_at: datetime,
+    duration_ms: float,
+) -> None:
+    await db.execute(
+        sql("profile_expiry_runs_finish"), run_id, pruned, backlog, finished_at, duration_ms
+    )
+
+
+async def expiry_runs_prune(db: Executor, before: datetime) -> int:
+    status = await db.execute(sql("profile_expiry_runs_prune"), before)
+    return int(status.split()[-1])
+
+
+async def documents_owners_count(db: Executor, owners: Sequence[UUID]) -> int:
+    return int(await db.fetchval(sql("profile_documents_owners_count"), list(owners)))
+
+
+async def expiry_marks_owners_count(db: Executor, owners: Sequence[UUID]) -> int:
+    return int(await db.fetchval(sql("profile_expiry_marks_owners_count"), list(owners)))

@@ -1,0 +1,163 @@
+-- Profile context statements (person documents projection, expiry reminder ledger, runs).
+
+-- name: profile_documents_upsert
+-- Applies each document state only when its Version is newer than the stored one; returns
+-- the documents that changed. Open columns only (PayloadCipher never reaches this service).
+INSERT INTO profile.person_documents AS d (
+    document_id, owner_user_id, person_id, type, number_mask, expires_at, status, is_deleted,
+    version, occurred_at, updated_at)
+SELECT u.document_id, u.owner_user_id, u.person_id, u.type, u.number_mask, u.expires_at,
+       u.status, u.is_deleted, u.version, u.occurred_at, $11
+FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::date[],
+            $7::text[], $8::boolean[], $9::bigint[], $10::timestamptz[])
+     AS u(document_id, owner_user_id, person_id, type, number_mask, expires_at, status,
+          is_deleted, version, occurred_at)
+ON CONFLICT (document_id) DO UPDATE SET
+    owner_user_id = EXCLUDED.owner_user_id,
+    person_id = EXCLUDED.person_id,
+    type = EXCLUDED.type,
+    number_mask = EXCLUDED.number_mask,
+    expires_at = EXCLUDED.expires_at,
+    status = EXCLUDED.status,
+    is_deleted = EXCLUDED.is_deleted,
+    version = EXCLUDED.version,
+    occurred_at = EXCLUDED.occurred_at,
+    updated_at = EXCLUDED.updated_at
+WHERE d.version < EXCLUDED.version
+RETURNING d.document_id;
+
+-- name: profile_documents_version_advance
+-- States whose content equals what is stored (same fingerprint, per the cache) still move
+-- the stored Version and OccurredAt forward, so the projection never lags the cache.
+UPDATE profile.person_documents d
+SET version = u.version, occurred_at = u.occurred_at, updated_at = $4
+FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS u(document_id, version, occurred_at)
+WHERE d.document_id = u.document_id AND d.version < u.version
+RETURNING d.document_id;
+
+-- name: profile_documents_scan
+-- One batch of the run's read-only scan: active, undeleted documents with ExpiresAt in
+-- [$1, $2], in (ExpiresAt, DocumentId) order after the keyset ($3, $4), at most $5. No
+-- lock: the worker never changes documents and never holds up an investor's own edit.
+SELECT d.expires_at, d.document_id, d.owner_user_id
+FROM profile.person_documents d
+WHERE d.expires_at IS NOT NULL
+  AND d.expires_at BETWEEN $1 AND $2
+  AND (d.expires_at, d.document_id) > ($3::date, $4::uuid)
+  AND d.status = 'Active' AND NOT d.is_deleted
+ORDER BY d.expires_at, d.document_id
+LIMIT $5;
+
+-- name: profile_documents_owned_get
+-- The open columns of the given owners' active documents with ExpiresAt in [$2, $3].
+SELECT d.document_id, d.owner_user_id, d.type, d.number_mask, d.expires_at
+FROM profile.person_documents d
+WHERE d.owner_user_id = ANY($1::uuid[])
+  AND d.expires_at IS NOT NULL
+  AND d.expires_at BETWEEN $2 AND $3
+  AND d.status = 'Active' AND NOT d.is_deleted
+ORDER BY d.owner_user_id, d.expires_at, d.document_id;
+
+-- name: profile_expiry_marks_lock
+-- Existing markers of the given documents, locked for the owner's transaction; markers a
+-- parallel instance holds are passed over (SKIP LOCKED), the insert below still arbitrates.
+SELECT r.document_id, r.threshold_days
+FROM profile.document_expiry_reminders r
+WHERE r.document_id = ANY($1::uuid[])
+ORDER BY r.document_id, r.threshold_days
+FOR UPDATE SKIP LOCKED;
+
+-- name: profile_expiry_marks_count
+-- How many of the (document, threshold) pairs ($1, $2 parallel) have a marker: checks a
+-- cache's claims with one row back, whatever their number.
+SELECT count(*)
+FROM unnest($1::uuid[], $2::int[]) AS c(document_id, threshold_days)
+JOIN profile.document_expiry_reminders r
+  ON r.document_id = c.document_id AND r.threshold_days = c.threshold_days;
+
+-- name: profile_expiry_marks_insert
+-- Insert-wins: a marker the unique index already has is left alone; the rows returned are
+-- the ones this transaction won. Rows go in (document, threshold) order, the same in every
+-- instance, so two instances inserting overlapping sets wait on each other, never deadlock.
+INSERT INTO profile.document_expiry_reminders AS r (
+    id, document_id, owner_user_id, type, threshold_days, expires_at, reminded_at)
+SELECT gen_random_uuid(), m.document_id, m.owner_user_id, m.type, m.threshold_days,
+       m.expires_at, $6
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::date[])
+     AS m(document_id, owner_user_id, type, threshold_days, expires_at)
+ORDER BY m.document_id, m.threshold_days
+ON CONFLICT (document_id, threshold_days) DO NOTHING
+RETURNING r.document_id, r.threshold_days;
+
+-- name: profile_expiry_marks_prune
+-- Markers of documents that expired before $1, at most $2 per call (the caller repeats).
+WITH doomed AS (
+    SELECT id FROM profile.document_expiry_reminders
+    WHERE expires_at < $1
+    ORDER BY expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM profile.document_expiry_reminders r USING doomed d
+    WHERE r.id = d.id
+    RETURNING 1
+)
+SELECT count(*) FROM deleted;
+
+-- name: profile_expiry_backlog_count
+-- Active documents in the window [$1, $2] with a crossed threshold (DaysLeft as of $3 <= t,
+-- t in $4) that has no marker yet: reminders still owed (the seed's backlog gauge).
+SELECT count(*)
+FROM profile.person_documents d
+WHERE d.expires_at IS NOT NULL
+  AND d.expires_at BETWEEN $1 AND $2
+  AND d.status = 'Active' AND NOT d.is_deleted
+  AND EXISTS (
+      SELECT 1 FROM unnest($4::int[]) AS t(days)
+      WHERE d.expires_at - $3::date <= t.days
+        AND NOT EXISTS (
+            SELECT 1 FROM profile.document_expiry_reminders r
+            WHERE r.document_id = d.document_id AND r.threshold_days = t.days));
+
+-- name: profile_expiry_runs_start
+INSERT INTO profile.document_expiry_runs (run_id, slot, as_of_date, thresholds, started_at)
+VALUES ($1, $2, $3, $4, $5);
+
+-- name: profile_expiry_runs_total_set
+-- The number of owners the run handed out (known once its scan is over).
+UPDATE profile.document_expiry_runs SET owners_total = $2 WHERE run_id = $1;
+
+-- name: profile_expiry_runs_progress
+-- Per-owner workers add what they did, for one or several runs at once.
+UPDATE profile.document_expiry_runs r
+SET owners_done = r.owners_done + p.done,
+    owners_failed = r.owners_failed + p.failed,
+    owners_notified = r.owners_notified + p.notified,
+    reminders_sent = r.reminders_sent + p.sent,
+    skipped_already_marked = r.skipped_already_marked + p.skipped
+FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::int[], $6::int[])
+     AS p(run_id, done, failed, notified, sent, skipped)
+WHERE r.run_id = p.run_id;
+
+-- name: profile_expiry_runs_get
+SELECT run_id, slot, as_of_date, thresholds, started_at, owners_total, owners_done,
+       owners_failed, owners_notified, reminders_sent, skipped_already_marked, pruned, backlog,
+       finished_at, duration_ms
+FROM profile.document_expiry_runs WHERE run_id = $1;
+
+-- name: profile_expiry_runs_finish
+UPDATE profile.document_expiry_runs
+SET pruned = $2, backlog = $3, finished_at = $4, duration_ms = $5
+WHERE run_id = $1;
+
+-- name: profile_expiry_runs_prune
+-- Run rows are history for operators; kept as long as the markers.
+DELETE FROM profile.document_expiry_runs WHERE started_at < $1;
+
+-- name: profile_documents_owners_count
+-- Documents in the projection for the given owners (demo and operators' checks).
+SELECT count(*) FROM profile.person_documents WHERE owner_user_id = ANY($1::uuid[]);
+
+-- name: profile_expiry_marks_owners_count
+-- Markers of the given owners (demo and operators' checks).
+SELECT count(*) FROM profile.document_expiry_reminders WHERE owner_user_id = ANY($1::uuid[]);

@@ -1,0 +1,285 @@
+"""DocumentExpiryReminderJob (seed 001), the run: a read-only scan of the documents in the
+window, one work item per owner, the owners' progress awaited, then prune and backlog."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from db import profile as repo
+from db.profile import RunRow
+from streams.clock import Clock
+from streams.domain.profile import (
+    DEFAULT_THRESHOLDS,
+    RETENTION_DAYS,
+    normalize_thresholds,
+    prune_before,
+    scan_window,
+    utc_date,
+)
+from streams.runtime import Runtime
+from streams.settings import Settings
+from streams.slices.profile.metrics import DocumentExpiryMetrics
+from streams.slices.profile.work import Fanout, OwnerWork
+from streams.timers.slots import fanout_key
+
+log = logging.getLogger("streams.slices.profile.run")
+
+NIL = UUID(int=0)
+PRUNE_BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class ExpiryConfig:
+    """DocumentExpiryReminderOptions: defaults from the seed; validated at construction.
+
+    ``max_duration`` is the run's one budget (the schedule's, possibly overridden by
+    ``TIMER_DOCUMENT_EXPIRY_MAX_DURATION_SECONDS``): the scan stops handing out owners and
+    the wait for them ends in time for prune and backlog before the registry would cancel.
+    """
+
+    name: str = "document-expiry"
+    thresholds: tuple[int, ...] = DEFAULT_THRESHOLDS
+    batch_size: int = 500
+    max_duration: timedelta = timedelta(minutes=10)
+    # Part of the budget kept for prune and backlog at the end.
+    reserve: float = 0.1
+    poll_seconds: float = 0.1
+
+    def __post_init__(self) -> None:
+        if normalize_thresholds(self.thresholds) != self.thresholds:
+            raise ValueError("thresholds must be distinct and descending (normalize_thresholds)")
+        if not 0 < self.batch_size <= 10_000:
+            raise ValueError(f"batch_size must be in 1..10000, got {self.batch_size}")
+        if self.max_duration <= timedelta(0):
+            raise ValueError("max_duration must be positive")
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> ExpiryConfig:
+        return cls(
+            thresholds=settings.document_expiry_thresholds,
+            batch_size=settings.timer_document_expiry_batch_size,
+            **overrides,
+        )
+
+
+@dataclass
+class ExpiryRunResult:
+    """What one run did (the seed's RemindersSentCount, OwnersNotifiedCount,
+    SkippedAlreadyMarkedCount, PrunedCount, DurationMs, and how it got there)."""
+
+    run_id: str
+    as_of: datetime
+    as_of_date: date
+    thresholds: tuple[int, ...]
+    reminders_sent: int = 0
+    owners_notified: int = 0
+    skipped_already_marked: int = 0
+    pruned: int = 0
+    duration_ms: float = 0.0
+    documents_scanned: int = 0
+    batches: int = 0
+    owners_total: int = 0
+    owners_done: int = 0
+    owners_failed: int = 0
+    backlog: int | None = None
+    # The scan stopped with documents left because the budget ran out, or the worker stops.
+    budget_exhausted: bool = False
+    stopped: bool = False
+
+    def summary(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["as_of"] = self.as_of.isoformat()
+        out["as_of_date"] = self.as_of_date.isoformat()
+        out["thresholds"] = list(self.thresholds)
+        return out
+
+    def absorb(self, row: RunRow) -> None:
+        self.owners_done = row.owners_done
+        self.owners_failed = row.owners_failed
+        self.owners_notified = row.owners_notified
+        self.reminders_sent = row.reminders_sent
+        self.skipped_already_marked = row.skipped_already_marked
+
+
+class DocumentExpiryRun:
+    """A timer handler: ``run_once(as_of)`` is one cycle of the seed's algorithm.
+
+    Registered cluster-once, so one worker runs each daily slot; it hands every owner with
+    a document in the window to the per-owner worker (``fanout``) and waits for them on the
+    run's row in ``profile.document_expiry_runs``. Documents are read, never written.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        fanout: Fanout,
+        config: ExpiryConfig | None = None,
+        *,
+        metrics: DocumentExpiryMetrics | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.runtime = runtime
+        self.fanout = fanout
+        self.config = config or ExpiryConfig()
+        self.metrics = metrics or runtime.metrics.family(DocumentExpiryMetrics)
+        self.clock: Clock = runtime.clock
+        self.should_stop = should_stop
+        self.last: ExpiryRunResult | None = None
+
+    async def run_once(self, as_of: datetime) -> ExpiryRunResult:
+        cfg = self.config
+        today = utc_date(as_of)
+        result = ExpiryRunResult(uuid.uuid4().hex[:12], as_of, today, cfg.thresholds)
+        started = self.clock.monotonic()
+        budget = cfg.max_duration.total_seconds()
+        deadline = started + budget * (1 - cfg.reserve)
+        log.info(
+            "action=cycle_started run_id=%s as_of=%s as_of_date=%s thresholds=%s batch_size=%d",
+            result.run_id,
+            as_of.isoformat(),
+            today.isoformat(),
+            ",".join(map(str, cfg.thresholds)),
+            cfg.batch_size,
+        )
+        pool = await self.runtime.pool()
+        try:
+            await repo.expiry_runs_start(
+                pool, result.run_id, as_of, today, cfg.thresholds, self.clock.now()
+            )
+            await self._scan(result, deadline)
+            await repo.expiry_runs_total_set(pool, result.run_id, result.owners_total)
+            row = await self._wait(result, deadline)
+            if row is not None:
+                result.absorb(row)
+            result.pruned = await self._prune(today)
+            window = scan_window(today, cfg.thresholds)
+            result.backlog = await repo.expiry_backlog_count(
+                pool, window.lo, window.hi, today, cfg.thresholds
+            )
+        except Exception:
+            self.metrics.errors.inc()
+            raise
+        finally:
+            result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
+            self.metrics.cycle_duration.observe(result.duration_ms / 1000)
+        await repo.expiry_runs_finish(
+            pool, result.run_id, result.pruned, result.backlog, self.clock.now(), result.duration_ms
+        )
+        self.metrics.backlog.set(result.backlog)
+        self.last = result
+        log.info(
+            "action=cycle_completed run_id=%s reminders_sent=%d owners_notified=%d "
+            "skipped_already_marked=%d pruned=%d duration_ms=%.1f owners=%d owners_done=%d "
+            "owners_failed=%d documents=%d backlog=%s budget_exhausted=%s stopped=%s",
+            result.run_id,
+            result.reminders_sent,
+            result.owners_notified,
+            result.skipped_already_marked,
+            result.pruned,
+            result.duration_ms,
+            result.owners_total,
+            result.owners_done,
+            result.owners_failed,
+            result.documents_scanned,
+            result.backlog,
+            result.budget_exhausted,
+            result.stopped,
+        )
+        return result
+
+    async def _scan(self, result: ExpiryRunResult, deadline: float) -> None:
+        """Documents in the window, ExpiresAt ascending, BatchSize at a time while batches are
+        full; each owner is handed out once, the first time one of its documents shows up."""
+        cfg = self.config
+        window = scan_window(result.as_of_date, cfg.thresholds)
+        pool = await self.runtime.pool()
+        emitted: set[UUID] = set()
+        after = (window.lo - timedelta(days=1), NIL)
+        await self.fanout.start()
+        try:
+            while True:
+                rows = await repo.documents_scan(pool, window.lo, window.hi, after, cfg.batch_size)
+                result.batches += 1
+                result.documents_scanned += len(rows)
+                new: list[UUID] = []
+                for row in rows:
+                    if row.owner_user_id not in emitted:
+                        emitted.add(row.owner_user_id)
+                        new.append(row.owner_user_id)
+                log.info(
+                    "action=batch_selected run_id=%s count=%d owners=%d",
+                    result.run_id,
+                    len(rows),
+                    len(new),
+                )
+                if new:
+                    await self.fanout.send([self._work(result, owner) for owner in new])
+                result.owners_total = len(emitted)
+                if len(rows) < cfg.batch_size:
+                    break
+                after = (rows[-1].expires_at, rows[-1].document_id)
+                if self.should_stop():
+                    result.stopped = True
+                    break
+                if self.clock.monotonic() >= deadline:
+                    result.budget_exhausted = True
+                    log.warning(
+                        "action=cycle_budget_exhausted run_id=%s owners=%d documents=%d",
+                        result.run_id,
+                        len(emitted),
+                        result.documents_scanned,
+                    )
+                    break
+        finally:
+            await self.fanout.close()
+
+    def _work(self, result: ExpiryRunResult, owner: UUID) -> OwnerWork:
+        # Built from the validated config and the database's own ids, for every owner of the
+        # run: constructed without re-validation (the per-owner worker validates on decode).
+        return OwnerWork.model_construct(
+            work_id=fanout_key(self.config.name, owner, result.as_of),
+            run_id=result.run_id,
+            owner_user_id=owner,
+            as_of=result.as_of,
+            thresholds_days=list(result.thresholds),
+        )
+
+    async def _wait(self, result: ExpiryRunResult, deadline: float) -> RunRow | None:
+        """The run's row once every owner handed out is done (or the budget is spent)."""
+        pool = await self.runtime.pool()
+        while True:
+            row = await repo.expiry_runs_get(pool, result.run_id)
+            done = row is not None and row.owners_done >= result.owners_total
+            if done or not self.fanout.waits:
+                return row
+            if self.should_stop() or self.clock.monotonic() >= deadline:
+                log.warning(
+                    "action=cycle_owners_pending run_id=%s owners=%d owners_done=%d",
+                    result.run_id,
+                    result.owners_total,
+                    row.owners_done if row is not None else 0,
+                )
+                return row
+            await asyncio.sleep(self.config.poll_seconds)
+
+    async def _prune(self, today: date) -> int:
+        """Markers of documents expired before AsOf.Date - 90 days, in transactions of their
+        own (batches of PRUNE_BATCH), and run rows as old."""
+        pool = await self.runtime.pool()
+        before = prune_before(today)
+        pruned = 0
+        while True:
+            n = await repo.expiry_marks_prune(pool, before, PRUNE_BATCH)
+            pruned += n
+            if n < PRUNE_BATCH:
+                break
+        horizon = datetime.combine(today, datetime.min.time(), UTC)
+        await repo.expiry_runs_prune(pool, horizon - timedelta(days=RETENTION_DAYS))
+        return pruned

@@ -1,0 +1,155 @@
+"""``python -m streams timers run NAME [--as-of ISO-8601] [--rerun]``: run one slot of any
+registered job now, through the registry's own claim and run path, and print what it did.
+
+Exit codes: 0 the run succeeded; 1 it failed, timed out or was cancelled; 2 a usage or
+configuration problem (unknown name, bad or future ``--as-of``); 3 the slot was already
+claimed (it ran, or runs, elsewhere) and ``--rerun`` was not given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from streams.settings import ConfigError, Settings
+from streams.slices.context import SliceContext
+from streams.timers.runs import RunRecord
+from streams.timers.schedule import RegistrationError
+from streams.timers.slots import iso_utc
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DEDUPED = 0, 1, 2, 3
+USAGE = "python -m streams timers run NAME [--as-of ISO-8601] [--rerun]"
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class ManualArgs:
+    name: str
+    as_of: datetime | None
+    rerun: bool
+
+
+def _instant(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO-8601 instant: {text!r}") from None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no offset; give one, e.g. 2026-06-10T12:00:00+00:00 or ...Z"
+        )
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # no sys.exit from a library: the CLI decides
+        raise UsageError(message)
+
+
+def parse(argv: Sequence[str]) -> ManualArgs:
+    parser = _Parser(prog="python -m streams timers", add_help=False)
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run", add_help=False)
+    run.add_argument("name")
+    run.add_argument(
+        "--as-of",
+        type=_instant,
+        default=None,
+        help="run the slot this instant falls in (default: now); replays a missed day",
+    )
+    run.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run a slot that was already claimed once more, without a claim (idempotent jobs)",
+    )
+    args = parser.parse_args(list(argv))
+    if args.command != "run":
+        raise UsageError("expected: run NAME")
+    return ManualArgs(args.name, args.as_of, args.rerun)
+
+
+async def run_manual(
+    ctx: SliceContext, name: str, as_of: datetime | None = None, *, rerun: bool = False
+) -> RunRecord:
+    """One slot of ``name`` through ``ctx``'s registry (the worker's own, built but not
+    started); raises KeyError for an unknown name, ValueError for a future ``as_of``."""
+    return await ctx.registry.run_slot(name, as_of, rerun=rerun)
+
+
+def report(record: RunRecord) -> list[str]:
+    """The run's outcome and result counts, one per line."""
+    where = f"slot {iso_utc(record.slot)}" if record.slot else f"as of {iso_utc(record.as_of)}"
+    took = f", {record.duration_seconds:.3f} s" if record.duration_seconds is not None else ""
+    lines = [
+        f"timer {record.schedule}: {record.result} ({record.kind}, {where}, "
+        f"run {record.run_id}{took})"
+    ]
+    if record.result == "deduped":
+        lines.append(
+            "  the slot was already claimed: it ran, or runs, elsewhere (--rerun repeats it)"
+        )
+    if record.error:
+        lines.append(f"  error: {record.error}")
+    summary = record.summary
+    if isinstance(summary, dict):
+        width = max((len(str(k)) for k in summary), default=0)
+        lines.extend(f"  {k:<{width}}  {v}" for k, v in summary.items())
+    elif summary is not None:
+        lines.append(f"  {summary}")
+    return lines
+
+
+def exit_code(record: RunRecord) -> int:
+    if record.result == "ok":
+        return EXIT_OK
+    if record.result == "deduped":
+        return EXIT_DEDUPED
+    return EXIT_FAILED
+
+
+def run_cli(settings: Settings, argv: Sequence[str]) -> int:
+    try:
+        args = parse(argv)
+    except UsageError as exc:
+        print(f"error: {exc}\nusage: {USAGE}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    from streams.app import create_context
+
+    try:
+        ctx = create_context(settings)
+    except (ConfigError, RegistrationError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.name not in ctx.registry.names:
+        known = ", ".join(ctx.registry.names)
+        print(f"error: no timer named {args.name!r} (known: {known})", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def once() -> RunRecord:
+        try:
+            return await run_manual(ctx, args.name, args.as_of, rerun=args.rerun)
+        finally:
+            await ctx.runtime.close()
+
+    try:
+        record = asyncio.run(once())
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for line in report(record):
+        print(line)
+    return exit_code(record)
