@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from streams.clock import ManualClock
-from streams.timers import InMemoryTimerStore, Mode, Schedule, TimerRegistry
+from streams.timers import Mode, Schedule, TimerRegistry
+from streams.timers.testing import InMemoryTimerStore
 
 NOW = datetime(2026, 6, 10, 9, 15, tzinfo=UTC)
 DAILY_SLOT = datetime(2026, 6, 10, 0, 30, tzinfo=UTC)
