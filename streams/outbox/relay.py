@@ -4,11 +4,11 @@ Protocol (see db/queries/outbox.sql). Rows of one key share a lane. In one READ 
 transaction a pass locks up to ``max_lanes_per_pass`` lanes that have work
 (``pg_try_advisory_xact_lock``, skipping lanes another relay holds), THEN reads each lane's
 oldest unpublished rows, produces them with an idempotent producer, awaits every
-acknowledgement, marks the acknowledged rows published and commits, which releases the
-lanes. Reading after locking matters: the read's snapshot then includes everything the
-previous holder of the lane committed, so no two relays publish a row twice. A relay that
-dies before its commit leaves the rows unpublished; they are published again with the same
-``outbox-id`` header (at-least-once).
+acknowledgement, marks the acknowledged rows published (with Kafka's partition and offset)
+and commits, which releases the lanes. Reading after locking matters: the read then sees
+all the previous holder of the lane committed, so no two relays publish a row twice. A
+relay that dies before its commit leaves the rows unpublished; they go out again with the
+same ``outbox-id`` header (at-least-once).
 
 What can go wrong with Kafka, and what the relay does about it:
 
@@ -256,13 +256,9 @@ class OutboxRelay:
                     ) from None
                 published_at = self._clock.now()
                 if sent.acked:
-                    marked = await repo.published_mark(
-                        conn,
-                        [(r.id, *sent.placed.get(r.id, (None, None))) for r in sent.acked],
-                        published_at,
-                    )
-                    if marked != len(sent.acked):
-                        # Cannot happen while lanes are locked; say so loudly if it does.
+                    placed = [(r.id, *sent.placed.get(r.id, (None, None))) for r in sent.acked]
+                    marked = await repo.published_mark(conn, placed, published_at)
+                    if marked != len(sent.acked):  # cannot happen while lanes are locked
                         log.error(
                             "action=outbox_mark_mismatch relay=%s acked=%d marked=%d",
                             self.name,

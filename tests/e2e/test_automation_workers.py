@@ -79,15 +79,6 @@ async def test_three_workers_put_each_of_10000_due_keys_on_the_topic_once(
 ) -> None:
     n = 10_000
     await topics(kafka_bootstrap, topic_prefix)
-    candidates = await seed(pool, n, datetime.now(UTC) - timedelta(minutes=5))
-    # One more row on support hold, for the support views.
-    [held] = await seed(pool, 1, datetime.now(UTC) + timedelta(days=1))
-    await pool.execute(
-        "UPDATE automation.scheduler SET is_on_support_hold = true, retry_count = 4, "
-        "status_id = 'Failed', failure_reason_code = 'HandlerError', last_error = 'RuntimeError' "
-        "WHERE scheduler_key = $1",
-        held.key,
-    )
     env = worker_env(
         database_url,
         kafka_bootstrap,
@@ -100,6 +91,17 @@ async def test_three_workers_put_each_of_10000_due_keys_on_the_topic_once(
         for w in workers:
             w.start()
         await asyncio.gather(*(w.wait_ready() for w in workers))
+        # The due rows appear once all three run, so that they share them (a worker that
+        # starts first would otherwise drain 10,000 rows before the others are up).
+        candidates = await seed(pool, n, datetime.now(UTC) - timedelta(minutes=5))
+        # One more row on support hold, for the support views.
+        [held] = await seed(pool, 1, datetime.now(UTC) + timedelta(days=1))
+        await pool.execute(
+            "UPDATE automation.scheduler SET is_on_support_hold = true, retry_count = 4, "
+            "status_id = 'Failed', failure_reason_code = 'HandlerError', last_error = 'RuntimeError' "
+            "WHERE scheduler_key = $1",
+            held.key,
+        )
         await wait_until(
             pool,
             "SELECT count(*) FROM automation.scheduler WHERE status_id = 'Completed'",
