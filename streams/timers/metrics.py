@@ -4,27 +4,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+# One set of lateness buckets for the whole service (fine at the low end, the seed's 120 s).
+from streams.metrics import LATENESS_BUCKETS
+
 RESULTS = ("ok", "failed", "timeout", "cancelled")
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-# Fine at the low end: the dispatch timer aims at sub-second lateness.
-LATENESS_BUCKETS = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-    900.0,
-    3600.0,
-)
 
 
 class TimerMetrics:
