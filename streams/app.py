@@ -9,6 +9,7 @@ import logging
 import faust
 from mode import Service
 
+from streams.maintenance.schedules import WORKER_HEARTBEAT
 from streams.outbox.config import RelayConfig
 from streams.outbox.relay import OutboxRelay
 from streams.runtime import Runtime
@@ -44,6 +45,8 @@ class WorkerServices(Service):
         )
         await self.relay.start()
         await self.registry.start()
+        # Announce this worker at once (other status pages list it), not at the next slot.
+        self.registry.wake(WORKER_HEARTBEAT)
         for started in self.ctx.on_started:
             started()
 
