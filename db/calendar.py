@@ -18,18 +18,37 @@ from streams.domain.calendar import ReminderSlot
 Source = tuple[int, int]
 
 
-async def events_upsert(
+@dataclass(frozen=True, slots=True)
+class EventsApplied:
+    """What one batch of event states did."""
+
+    applied: set[UUID]
+    """Events whose new state was stored (the rest were stale or replayed)."""
+    made_pending: list[datetime]
+    """DueAt of every reminder row made Pending (inserted, or a Skipped one re-opened)."""
+    skipped: int
+    """Pending reminders the stored states no longer want, now Skipped."""
+
+
+async def events_apply(
     conn: asyncpg.Connection,
     events: Sequence[CalendarEventChanged],
+    unwanted_reasons: Mapping[UUID, str],
+    wanted: Sequence[UUID],
+    insertable: Sequence[ReminderSlot],
     now: datetime,
     sources: Mapping[UUID, Source] | None = None,
-) -> set[UUID]:
-    """Store newer event states (with the input each came from); returns the ids applied."""
+) -> EventsApplied:
+    """Store newer event states and, for those stored, skip the Pending reminders not in
+    ``wanted`` (with the event's reason) and ensure the ``insertable`` ones, each with the
+    input (partition, offset, Version) of its event; one statement for the batch."""
     if not events:
-        return set()
+        return EventsApplied(set(), [], 0)
     src = [(sources or {}).get(e.event_id) for e in events]
+    versions = {e.event_id: e.version for e in events}
+    slot_src = [(sources or {}).get(s.event_id) for s in insertable]
     rows = await conn.fetch(
-        sql("calendar_events_upsert"),
+        sql("calendar_events_apply"),
         [e.event_id for e in events],
         [e.tenant_id for e in events],
         [e.owner_user_id for e in events],
@@ -45,28 +64,28 @@ async def events_upsert(
         now,
         [x[0] if x else None for x in src],
         [x[1] if x else None for x in src],
-    )
-    return {r["event_id"] for r in rows}
-
-
-async def reminders_skip_unwanted(
-    conn: asyncpg.Connection,
-    reasons: Mapping[UUID, str],
-    wanted: Sequence[UUID],
-    now: datetime,
-) -> int:
-    """Skip the Pending reminders of the events in ``reasons`` that are not in ``wanted``,
-    each with its event's reason."""
-    if not reasons:
-        return 0
-    rows = await conn.fetch(
-        sql("calendar_reminders_skip_unwanted"),
-        list(reasons),
-        list(reasons.values()),
+        list(unwanted_reasons),
+        list(unwanted_reasons.values()),
         list(wanted),
-        now,
+        [s.reminder_id for s in insertable],
+        [s.event_id for s in insertable],
+        [s.offset_minutes for s in insertable],
+        [s.due_at for s in insertable],
+        [x[0] if x else None for x in slot_src],
+        [x[1] if x else None for x in slot_src],
+        [versions[s.event_id] if x else None for s, x in zip(insertable, slot_src, strict=True)],
     )
-    return len(rows)
+    applied: set[UUID] = set()
+    made: list[datetime] = []
+    skipped = 0
+    for r in rows:
+        if r["event_id"] is not None:
+            applied.add(r["event_id"])
+        elif r["due_at"] is not None:
+            made.append(r["due_at"])
+        else:
+            skipped = int(r["skipped"])
+    return EventsApplied(applied, made, skipped)
 
 
 async def events_version_advance(
@@ -83,31 +102,6 @@ async def events_version_advance(
         now,
     )
     return {r["event_id"] for r in rows}
-
-
-async def reminders_ensure(
-    conn: asyncpg.Connection,
-    slots: Sequence[ReminderSlot],
-    now: datetime,
-    sources: Mapping[UUID, tuple[int, int, int]] | None = None,
-) -> list[datetime]:
-    """Insert (or re-open Skipped) reminders, each with the input (partition, offset,
-    Version) of its event that wanted it; returns the DueAt of every row made Pending."""
-    if not slots:
-        return []
-    src = [(sources or {}).get(s.event_id) for s in slots]
-    rows = await conn.fetch(
-        sql("calendar_reminders_ensure"),
-        [s.reminder_id for s in slots],
-        [s.event_id for s in slots],
-        [s.offset_minutes for s in slots],
-        [s.due_at for s in slots],
-        now,
-        [x[0] if x else None for x in src],
-        [x[1] if x else None for x in src],
-        [x[2] if x else None for x in src],
-    )
-    return [r["due_at"] for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,3 +125,18 @@ async def read_to_end(
         return out
     finally:
         await consumer.stop()
+
+
+async def delete_topics_with_prefix(bootstrap: str, prefix: str) -> int:
+    """Delete every topic whose name starts with ``prefix`` (a test's or a bench's own, and
+    the internal topics of an app id under it); returns how many. A broker that keeps
+    every run's topics eventually runs out of open files."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        names = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if names:
+            await admin.delete_topics(names)
+        return len(names)
+    finally:
+        await admin.close()

@@ -195,6 +195,10 @@ EOF
     # setsid: the broker must not share the caller's process group (a test runner's
     # Ctrl-C should not take the stack down half-way). Started directly (not through a
     # shell function) so that $! is the JVM itself and `down` can signal it.
+    # Each partition holds a few open files; a broker that many test runs filled with
+    # topics dies with "Too many open files" at the default limit.
+    ulimit -Hn 1048576 2>/dev/null || true
+    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
     local args; mapfile -t args < <(kafka_jvm_args)
     setsid java "${args[@]}" kafka.Kafka "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/stdout.log" 2>&1 </dev/null &
     echo $! >"$KAFKA_DIR/kafka.pid"

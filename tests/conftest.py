@@ -7,6 +7,7 @@ PostgreSQL or Kafka fails the test with a message saying how to start the local 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -106,6 +107,18 @@ def kafka_bootstrap() -> str:
 
 
 @pytest.fixture
-def topic_prefix() -> str:
-    """A prefix that gives this test topics (and a consumer group) of its own."""
-    return f"t{uuid.uuid4().hex[:10]}."
+def topic_prefix() -> Iterator[str]:
+    """A prefix that gives this test topics (and a consumer group) of its own; they are
+    deleted afterwards."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    yield prefix
+    forget_topics(prefix)
+
+
+def forget_topics(prefix: str) -> None:
+    """Delete the topics a test made under ``prefix`` (best effort: a test that stopped the
+    broker, or never used Kafka, leaves nothing to do)."""
+    from devkit.kafka import delete_topics_with_prefix
+
+    with contextlib.suppress(Exception):
+        asyncio.run(delete_topics_with_prefix(KAFKA_BOOTSTRAP, prefix))

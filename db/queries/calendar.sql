@@ -1,49 +1,81 @@
 -- Calendar context statements (events projection, reminder rows, dispatch).
 
--- name: calendar_events_upsert
--- Applies each event state only when its Version is newer than the stored one;
--- returns the events that changed (stale and replayed states return nothing).
-INSERT INTO calendar.events AS e (
-    event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone, status,
-    reminder_offsets_minutes, appointment_id, version, occurred_at, updated_at,
-    source_partition, source_offset)
-SELECT u.event_id, u.tenant_id, u.owner_user_id, u.client_user_id, u.kind, u.start_at, u.time_zone,
-       u.status, coalesce((SELECT array_agg(x::int) FROM unnest(string_to_array(u.offsets, ',')) x
-                           WHERE x <> ''), '{}'),
-       u.appointment_id, u.version, u.occurred_at, $13, u.source_partition, u.source_offset
-FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::timestamptz[],
-            $7::text[], $8::text[], $9::text[], $10::uuid[], $11::bigint[], $12::timestamptz[],
-            $14::int[], $15::bigint[])
-     AS u(event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone, status,
-          offsets, appointment_id, version, occurred_at, source_partition, source_offset)
-ON CONFLICT (event_id) DO UPDATE SET
-    tenant_id = EXCLUDED.tenant_id,
-    owner_user_id = EXCLUDED.owner_user_id,
-    client_user_id = EXCLUDED.client_user_id,
-    kind = EXCLUDED.kind,
-    start_at = EXCLUDED.start_at,
-    time_zone = EXCLUDED.time_zone,
-    status = EXCLUDED.status,
-    reminder_offsets_minutes = EXCLUDED.reminder_offsets_minutes,
-    appointment_id = EXCLUDED.appointment_id,
-    version = EXCLUDED.version,
-    occurred_at = EXCLUDED.occurred_at,
-    updated_at = EXCLUDED.updated_at,
-    source_partition = EXCLUDED.source_partition,
-    source_offset = EXCLUDED.source_offset
-WHERE e.version < EXCLUDED.version
-RETURNING e.event_id;
-
--- name: calendar_reminders_skip_unwanted
--- Pending rows of the changed events ($1) that their new state no longer wants (not in
--- $3) → Skipped with the reason the domain gives for that event ($2, parallel to $1).
-UPDATE calendar.event_reminders r
-SET status = 'Skipped', skip_reason = c.reason, updated_at = $4
-FROM unnest($1::uuid[], $2::text[]) AS c(event_id, reason)
-WHERE r.status = 'Pending'
-  AND r.event_id = c.event_id
-  AND r.reminder_id <> ALL($3::uuid[])
-RETURNING r.reminder_id;
+-- name: calendar_events_apply
+-- One batch of event states in one statement. Each state is stored only when its Version
+-- is newer than the stored one (stale and replayed states change nothing). For the events
+-- stored, and only those: their Pending reminders that the new state no longer wants (not
+-- in $18) become Skipped with the reason the domain gives for that event ($16/$17), and the
+-- reminders it wants ($19..$25, already filtered by the domain) are inserted, a Skipped one
+-- wanted again (e.g. rescheduled back) becoming Pending again; Sent rows are history and
+-- never change. The two reminder changes touch disjoint rows (wanted vs not wanted).
+-- The input message (partition, offset, Version) is kept for explain.
+-- Returns one row per stored event (event_id), one per reminder made Pending (due_at, to
+-- wake the dispatcher) and one with the number of reminders Skipped.
+WITH up AS (
+    INSERT INTO calendar.events AS e (
+        event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone, status,
+        reminder_offsets_minutes, appointment_id, version, occurred_at, updated_at,
+        source_partition, source_offset)
+    SELECT u.event_id, u.tenant_id, u.owner_user_id, u.client_user_id, u.kind, u.start_at,
+           u.time_zone, u.status,
+           coalesce((SELECT array_agg(x::int) FROM unnest(string_to_array(u.offsets, ',')) x
+                     WHERE x <> ''), '{}'),
+           u.appointment_id, u.version, u.occurred_at, $13, u.source_partition, u.source_offset
+    FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::timestamptz[],
+                $7::text[], $8::text[], $9::text[], $10::uuid[], $11::bigint[],
+                $12::timestamptz[], $14::int[], $15::bigint[])
+         AS u(event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone,
+              status, offsets, appointment_id, version, occurred_at, source_partition,
+              source_offset)
+    ON CONFLICT (event_id) DO UPDATE SET
+        tenant_id = EXCLUDED.tenant_id,
+        owner_user_id = EXCLUDED.owner_user_id,
+        client_user_id = EXCLUDED.client_user_id,
+        kind = EXCLUDED.kind,
+        start_at = EXCLUDED.start_at,
+        time_zone = EXCLUDED.time_zone,
+        status = EXCLUDED.status,
+        reminder_offsets_minutes = EXCLUDED.reminder_offsets_minutes,
+        appointment_id = EXCLUDED.appointment_id,
+        version = EXCLUDED.version,
+        occurred_at = EXCLUDED.occurred_at,
+        updated_at = EXCLUDED.updated_at,
+        source_partition = EXCLUDED.source_partition,
+        source_offset = EXCLUDED.source_offset
+    WHERE e.version < EXCLUDED.version
+    RETURNING e.event_id
+), skipped AS (
+    UPDATE calendar.event_reminders r
+    SET status = 'Skipped', skip_reason = c.reason, updated_at = $13
+    FROM unnest($16::uuid[], $17::text[]) AS c(event_id, reason)
+    WHERE r.status = 'Pending'
+      AND r.event_id = c.event_id
+      AND c.event_id IN (SELECT event_id FROM up)
+      AND r.reminder_id <> ALL($18::uuid[])
+    RETURNING r.reminder_id
+), made AS (
+    INSERT INTO calendar.event_reminders AS r (
+        reminder_id, event_id, offset_minutes, due_at, status, created_at, updated_at,
+        source_partition, source_offset, source_version)
+    SELECT w.reminder_id, w.event_id, w.offset_minutes, w.due_at, 'Pending', $13, $13,
+           w.source_partition, w.source_offset, w.source_version
+    FROM unnest($19::uuid[], $20::uuid[], $21::int[], $22::timestamptz[], $23::int[],
+                $24::bigint[], $25::bigint[])
+         AS w(reminder_id, event_id, offset_minutes, due_at, source_partition, source_offset,
+              source_version)
+    WHERE w.event_id IN (SELECT event_id FROM up)
+    ON CONFLICT (reminder_id) DO UPDATE SET
+        status = 'Pending', skip_reason = NULL, updated_at = EXCLUDED.updated_at,
+        source_partition = EXCLUDED.source_partition, source_offset = EXCLUDED.source_offset,
+        source_version = EXCLUDED.source_version
+    WHERE r.status = 'Skipped'
+    RETURNING r.due_at
+)
+SELECT event_id, NULL::timestamptz AS due_at, NULL::bigint AS skipped FROM up
+UNION ALL
+SELECT NULL, due_at, NULL FROM made
+UNION ALL
+SELECT NULL, NULL, count(*) FROM skipped;
 
 -- name: calendar_events_version_advance
 -- States whose content equals what is stored (same fingerprint, per the cache) still move
@@ -53,27 +85,6 @@ SET version = u.version, occurred_at = u.occurred_at, updated_at = $4
 FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS u(event_id, version, occurred_at)
 WHERE e.event_id = u.event_id AND e.version < u.version
 RETURNING e.event_id;
-
--- name: calendar_reminders_ensure
--- Inserts wanted reminders; a Skipped one that is wanted again (e.g. rescheduled back)
--- becomes Pending again. Sent rows are history and never change. Returns the rows made
--- Pending, so the dispatcher can be woken for the earliest DueAt.
--- The input message (partition, offset, Version) that made the row Pending is kept for explain.
-INSERT INTO calendar.event_reminders AS r (
-    reminder_id, event_id, offset_minutes, due_at, status, created_at, updated_at,
-    source_partition, source_offset, source_version)
-SELECT w.reminder_id, w.event_id, w.offset_minutes, w.due_at, 'Pending', $5, $5,
-       w.source_partition, w.source_offset, w.source_version
-FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::timestamptz[], $6::int[], $7::bigint[],
-            $8::bigint[])
-     AS w(reminder_id, event_id, offset_minutes, due_at, source_partition, source_offset,
-          source_version)
-ON CONFLICT (reminder_id) DO UPDATE SET
-    status = 'Pending', skip_reason = NULL, updated_at = EXCLUDED.updated_at,
-    source_partition = EXCLUDED.source_partition, source_offset = EXCLUDED.source_offset,
-    source_version = EXCLUDED.source_version
-WHERE r.status = 'Skipped'
-RETURNING r.reminder_id, r.due_at;
 
 -- name: calendar_reminders_claim_due
 -- Due Pending reminders, oldest first, with their parent event, locked for this

@@ -113,11 +113,17 @@ class VersionedStateApplier(Generic[M, D]):
         result: ApplyResult[D] = ApplyResult(stale=len(batch) - len(newest))
         changed: list[tuple[int, Decoded[M]]] = []
         unchanged: list[Decoded[M]] = []
+        fingerprints: dict[str, str] = {}
         for key, (i, d) in newest.items():
             cached = self.cache.get(key) if self.cache is not None else None
-            if cached is not None and d.message.version <= cached["v"]:
+            if cached is None:
+                changed.append((i, d))
+                continue
+            if d.message.version <= cached["v"]:
                 result.stale += 1
-            elif cached is not None and cached["fp"] == writer.fingerprint(d.message):
+                continue
+            fp = fingerprints[key] = writer.fingerprint(d.message)
+            if cached["fp"] == fp:
                 unchanged.append(d)
             else:
                 changed.append((i, d))
@@ -134,33 +140,32 @@ class VersionedStateApplier(Generic[M, D]):
             )
         # Committed: from here on the cache may learn what the database now says.
         result.details = written.details
+        remember: list[tuple[Any, str, Any]] = []
         for i, d in changed:
             key = writer.key(d.message)
             if key in written.applied:
                 result.applied += 1
                 result.applied_keys.add(key)
                 result.applied_positions.add(i)
-                self._remember(d, key)
+                remember.append(self._entry(d, key, fingerprints.get(key)))
             else:
                 result.stale += 1
         for d in unchanged:
             key = writer.key(d.message)
             if key in written.advanced:
                 result.cache_skipped += 1
-                self._remember(d, key)
+                remember.append(self._entry(d, key, fingerprints.get(key)))
             else:
                 result.stale += 1
+        if self.cache is not None:
+            await self.cache.put_many(remember)
         if self.after_commit is not None:
             self.after_commit(written.details)
         return result
 
-    def _remember(self, d: Decoded[M], key: str) -> None:
-        if self.cache is not None:
-            value: dict[str, Any] = {
-                "v": d.message.version,
-                "fp": self.writer.fingerprint(d.message),
-            }
-            self.cache.put(d.event, key, value)
+    def _entry(self, d: Decoded[M], key: str, fp: str | None) -> tuple[Any, str, Any]:
+        value = {"v": d.message.version, "fp": fp or self.writer.fingerprint(d.message)}
+        return d.event, key, value
 
 
 def _origin(d: Decoded[Any]) -> Origin:

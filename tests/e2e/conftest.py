@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATABASE_URL, _admin, with_database
+from tests.conftest import DATABASE_URL, _admin, forget_topics, with_database
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +21,10 @@ def module_database_url(template_database: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def module_topic_prefix() -> str:
-    return f"m{uuid.uuid4().hex[:10]}."
+def module_topic_prefix() -> Iterator[str]:
+    prefix = f"m{uuid.uuid4().hex[:10]}."
+    yield prefix
+    forget_topics(prefix)
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from streams.slices.calendar.dispatch import DispatchConfig
+from tests.support.db import scalar
 from tests.support.metrics import sample
 
 pytestmark = pytest.mark.e2e
@@ -29,11 +30,7 @@ BATCH = DispatchConfig().batch_size  # what a worker's dispatcher claims per bat
 
 
 async def count(db: str, sql: str) -> int:
-    conn = await asyncpg.connect(db)
-    try:
-        return int(await conn.fetchval(sql))
-    finally:
-        await conn.close()
+    return int(await scalar(db, sql))
 
 
 async def wait_count(

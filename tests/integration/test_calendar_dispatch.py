@@ -336,14 +336,14 @@ async def test_cancel_arriving_while_dispatcher_holds_the_row_waits_and_cannot_u
     d = dispatcher(database_url, **PATIENT)
     holder = await asyncpg.connect(database_url)
     try:
-        # SHARE on the reminders table admits the claim (it needs ROW SHARE) and stops the
-        # mark (ROW EXCLUSIVE): the real dispatcher is held between claim and mark.
+        # SHARE on the outbox admits the claim and the mark and stops the outbox insert
+        # (ROW EXCLUSIVE): the real dispatcher holds the claimed row, marked but not committed.
         tx = holder.transaction()
         await tx.start()
-        await holder.execute("LOCK TABLE calendar.event_reminders IN SHARE MODE")
+        await holder.execute("LOCK TABLE ops.outbox IN SHARE MODE")
         run = asyncio.create_task(d.run_once(AFTER_DUE))
         dispatcher_pid = await blocked_by(
-            pool, holder.get_server_pid(), "the dispatcher waiting to mark"
+            pool, holder.get_server_pid(), "the dispatcher waiting to write its outbox row"
         )
         assert await row_locked(pool, "SELECT 1 FROM calendar.event_reminders")
         assert await row_locked(pool, "SELECT 1 FROM calendar.events")

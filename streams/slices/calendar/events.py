@@ -15,7 +15,12 @@ from db import calendar as repo
 from db.connector import Connection
 from streams.agents.applier import Origin, VersionedStateApplier, Written
 from streams.contracts.calendar import CalendarEventChanged
-from streams.domain.calendar import fingerprint, insertable, unwanted_reason, wanted_reminders
+from streams.domain.calendar import (
+    fingerprint,
+    insertable,
+    unwanted_reason,
+    wanted_reminders,
+)
 from streams.runtime import Runtime
 from streams.tables.cache import KeyCache
 
@@ -50,25 +55,24 @@ class CalendarEventsWriter:
             for e in changed
             if (o := origins.get(str(e.event_id))) is not None
         }
-        applied = await repo.events_upsert(conn, changed, now, sources)
-        stored = [e for e in changed if e.event_id in applied]
-        wanted = {e.event_id: wanted_reminders(e) for e in stored}
-        skipped = await repo.reminders_skip_unwanted(
+        # Worked out for every changed state; the statement keeps the rows of the ones it
+        # stores (a stale state's reminders are not touched).
+        wanted = {e.event_id: wanted_reminders(e) for e in changed}
+        done = await repo.events_apply(
             conn,
-            {e.event_id: unwanted_reason(e.status) for e in stored},
+            changed,
+            {e.event_id: unwanted_reason(e.status) for e in changed},
             [slot.reminder_id for slots in wanted.values() for slot in slots],
+            [s for e in changed for s in insertable(wanted[e.event_id], e.occurred_at)],
             now,
+            sources,
         )
-        new = [slot for e in stored for slot in insertable(wanted[e.event_id], e.occurred_at)]
-        made_by = {
-            e.event_id: (*sources[e.event_id], e.version) for e in stored if e.event_id in sources
-        }
-        dues = await repo.reminders_ensure(conn, new, now, made_by)
         advanced = await repo.events_version_advance(conn, unchanged, now)
+        dues = done.made_pending
         return Written(
-            applied={str(i) for i in applied},
+            applied={str(i) for i in done.applied},
             advanced={str(i) for i in advanced},
-            details=CalendarWrite(len(dues), skipped, min(dues) if dues else None),
+            details=CalendarWrite(len(dues), done.skipped, min(dues) if dues else None),
         )
 
 
