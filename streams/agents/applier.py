@@ -115,7 +115,7 @@ class VersionedStateApplier(Generic[M, D]):
         unchanged: list[Decoded[M]] = []
         fingerprints: dict[str, str] = {}
         for key, (i, d) in newest.items():
-            cached = self.cache.get(key) if self.cache is not None else None
+            cached = self.cache.lookup(d.event, key) if self.cache is not None else None
             if cached is None:
                 changed.append((i, d))
                 continue

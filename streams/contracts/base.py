@@ -41,7 +41,11 @@ _LATEST = datetime(MAX_YEAR, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 
 def _instant(value: datetime) -> datetime:
-    # Compared as instants (aware comparison cannot overflow), not by the written local year.
+    # Compared as instants (aware comparison cannot overflow), not by the written local year;
+    # a local year strictly inside the range is inside as an instant too (offsets are under
+    # a day), which settles almost every value without the slower aware comparison.
+    if MIN_YEAR < value.year < MAX_YEAR:
+        return value
     if not _EARLIEST <= value <= _LATEST:
         raise ValueError(f"instant must be between the years {MIN_YEAR} and {MAX_YEAR} (UTC)")
     return value

@@ -72,6 +72,12 @@ class KeyCache:
             self._hit.inc()
         return value
 
+    def lookup(self, event: EventT[Any], key: str) -> Any:
+        """``get`` for a key that lives in the partition of ``event``'s message: one read of
+        that partition's database (without the event, RocksDB looks in every partition)."""
+        with in_event(event):
+            return self.get(key)
+
     def peek(self, key: str) -> Any:
         """The value without counting it: for callers that decide afterwards whether the
         cache answered (``record``), e.g. only once its claim has been verified."""
