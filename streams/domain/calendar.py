@@ -53,7 +53,11 @@ def reminder_id(event_id: UUID, offset_minutes: int, due_at: datetime) -> UUID:
     Built from the UTC form, which is what every UTC-written input produced before, so
     identities of rows already stored from such inputs are unchanged.
     """
-    return uuid5(REMINDER_NAMESPACE, f"{event_id}:{offset_minutes}:{utc_text(due_at)}")
+    return _reminder_id(str(event_id), offset_minutes, due_at)
+
+
+def _reminder_id(event_text: str, offset_minutes: int, due_at: datetime) -> UUID:
+    return uuid5(REMINDER_NAMESPACE, f"{event_text}:{offset_minutes}:{utc_text(due_at)}")
 
 
 def wanted_reminders(event: CalendarEventChanged) -> list[ReminderSlot]:
@@ -64,10 +68,11 @@ def wanted_reminders(event: CalendarEventChanged) -> list[ReminderSlot]:
     if not event.status.is_open:
         return []
     slots = []
+    event_text = str(event.event_id)  # once per event: this runs for every ingested state
     for offset in sorted(set(event.reminder_offsets_minutes)):
         due = event.start_at - timedelta(minutes=offset)
         slots.append(
-            ReminderSlot(reminder_id(event.event_id, offset, due), event.event_id, offset, due)
+            ReminderSlot(_reminder_id(event_text, offset, due), event.event_id, offset, due)
         )
     return slots
 

@@ -103,6 +103,10 @@ def test_identity_depends_on_the_instant_not_on_how_its_offset_was_written() -> 
     assert reminder_id(a.event_id, 0, due) == uuid5(
         REMINDER_NAMESPACE, f"{a.event_id}:0:2026-12-01T10:00:00+00:00"
     )
+    # and materialization uses exactly that identity
+    assert [s.reminder_id for s in wanted_reminders(a)] == [
+        reminder_id(a.event_id, s.offset_minutes, s.due_at) for s in wanted_reminders(a)
+    ]
 
 
 @given(st.integers(min_value=-23 * 60, max_value=23 * 60))
