@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"topics created: {', '.join(created) if created else 'none (all exist)'}")
         return 0
     if command == "worker":
+        if settings.event_loop == "uvloop":
+            import uvloop
+
+            uvloop.install()  # before the app exists: Faust's loops come from the policy
         from streams.app import create_app
         from streams.timers.schedule import RegistrationError
 
