@@ -68,9 +68,12 @@ def wanted_reminders(event: CalendarEventChanged) -> list[ReminderSlot]:
     if not event.status.is_open:
         return []
     slots = []
-    event_text = str(event.event_id)  # once per event: this runs for every ingested state
+    # Once per event (this runs for every ingested state): the id's text, and StartAt in UTC
+    # so that each DueAt is already in UTC when its identity is formatted.
+    event_text = str(event.event_id)
+    start = event.start_at.astimezone(UTC)
     for offset in sorted(set(event.reminder_offsets_minutes)):
-        due = event.start_at - timedelta(minutes=offset)
+        due = start - timedelta(minutes=offset)
         slots.append(
             ReminderSlot(_reminder_id(event_text, offset, due), event.event_id, offset, due)
         )
