@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.compare import compare, format_changes, regressions
-from bench.report import Measure, document, measure, measures_of, table
+from bench.report import Measure, document, measures_of, table
 
 ROOT = Path(__file__).resolve().parent.parent
 LATEST = ROOT / "bench" / "results" / "latest.json"
@@ -132,8 +132,9 @@ async def run_benches(names: Sequence[str], quick: bool) -> tuple[list[Measure],
             print(f"\n!! bench {name} crashed (see above); going on with the others", flush=True)
             crashed.append(name)
             measures.append(
-                measure(f"{name}: crashed", "", float("nan"), bench=name, detail="see the log")
-            )
+                Measure(f"{name}: crashed", "", float("nan"), None, None, "no crash", False,
+                        True, bench=name, detail="see the log")
+            )  # fmt: skip
     return measures, crashed
 
 

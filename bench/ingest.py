@@ -17,6 +17,7 @@ rows have appeared to the poll that finds them all (start-up and rebalance exclu
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 import time
 import uuid
@@ -124,6 +125,7 @@ async def run_workers(prefix: str, events: int, count: int) -> WorkerRun:
             await conn.close()
             for p in procs:
                 p.stop()
+        shutil.rmtree(tmp, ignore_errors=True)  # kept when a worker failed: its log is there
         return WorkerRun(rate, rss, await checksum(url))
 
 

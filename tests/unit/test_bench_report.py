@@ -8,13 +8,14 @@ import json
 import math
 import subprocess
 import sys
+import types
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from uuid import UUID
 
 import pytest
 
-from bench.cli import EXIT_OK, EXIT_USAGE, EXIT_WORSE, main
+from bench.cli import BENCHES, EXIT_OK, EXIT_USAGE, EXIT_WORSE, main
 from bench.compare import Change, compare, format_changes, gain, regressions
 from bench.pipeline import event_columns, newest, reminder_columns
 from bench.progress import Progress, render
@@ -199,6 +200,52 @@ def test_python_m_bench_exit_code_is_the_comparisons(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     assert bad.returncode == 1, bad.stderr
     assert "200.0% worse" in bad.stdout
+
+
+@pytest.fixture
+def fake_benches(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
+    """Two benches that need no services: ``fine`` (its rate settable) and ``boom`` (crashes)."""
+    figures = {"rate": 1000.0}
+
+    async def fine_run(**_: object) -> list[Measure]:
+        return [rate("fine: rate", figures["rate"])]
+
+    async def boom_run(**_: object) -> list[Measure]:
+        raise RuntimeError("boom")
+
+    for name, fn in (("fine", fine_run), ("boom", boom_run)):
+        module = types.ModuleType(f"fake_bench_{name}")
+        module.run = fn  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        monkeypatch.setitem(BENCHES, name, (module.__name__, "fake"))
+    return figures
+
+
+def test_a_run_writes_the_json_and_compares_with_the_earlier_file(
+    tmp_path: Path, fake_benches: dict[str, float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    assert main(["fine", "--json", str(first)]) == EXIT_OK
+    doc = json.loads(first.read_text())
+    assert doc["machine"]["benches"] == ["fine"] and doc["machine"]["cpu_count"]
+    assert [m["name"] for m in doc["measures"]] == ["fine: rate"]
+    assert "fine: rate" in capsys.readouterr().out
+    fake_benches["rate"] = 700.0  # 30% fewer rows/s
+    assert main(["fine", "--json", str(second), "--compare", str(first)]) == EXIT_WORSE
+    assert "30.0% worse" in capsys.readouterr().out
+    # The earlier file may be the one this run writes: it is read before it is replaced.
+    fake_benches["rate"] = 1000.0
+    assert main(["fine", "--json", str(second), "--compare", str(second)]) == EXIT_OK
+
+
+def test_a_crashed_bench_fails_the_run_but_the_others_are_in_the_table(
+    tmp_path: Path, fake_benches: dict[str, float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run.json"
+    assert main(["boom", "fine", "--json", str(out)]) == EXIT_WORSE
+    rows = {m["name"]: m for m in json.loads(out.read_text())["measures"]}
+    assert rows["boom: crashed"]["passed"] is False and "fine: rate" in rows
+    assert "FAIL" in capsys.readouterr().out
 
 
 def test_help_lists_the_benches() -> None:
