@@ -102,7 +102,9 @@ def git(*args: str) -> str:
         return ""
 
 
-def machine(started: datetime, seconds: float, names: Sequence[str], quick: bool) -> dict[str, Any]:
+def machine(
+    started: datetime, seconds: float, names: Sequence[str], quick: bool, load: Sequence[float]
+) -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     return {
@@ -111,6 +113,7 @@ def machine(started: datetime, seconds: float, names: Sequence[str], quick: bool
         "benches": list(names),
         "quick": quick,
         "cpu_count": os.cpu_count(),
+        "load_average_start": [round(x, 2) for x in load],
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -166,9 +169,9 @@ def main(argv: Sequence[str]) -> int:
     names = args.names or list(BENCHES)
     # aiokafka's retry warnings (e.g. a leader not yet elected on a new topic) are noise here.
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    started, t0 = datetime.now(UTC), time.monotonic()
+    started, t0, load_start = datetime.now(UTC), time.monotonic(), os.getloadavg()
     measures, crashed = asyncio.run(run_benches(names, args.quick))
-    info = machine(started, time.monotonic() - t0, names, args.quick)
+    info = machine(started, time.monotonic() - t0, names, args.quick, load_start)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(document(measures, info), indent=2) + "\n")
     print(f"\n== summary ({info['date']}, {info['seconds']:.0f} s, commit {info['git_commit']}) ==")

@@ -44,7 +44,7 @@ JOIN calendar.event_reminders r ON r.reminder_id = (o.payload::jsonb->>'Reminder
 
 def lead_default() -> float:
     """Seconds from writing the due rows to the first DueAt: covers the worker's start."""
-    return float(os.environ.get("BENCH_LATENESS_LEAD", "45"))
+    return float(os.environ.get("BENCH_LATENESS_LEAD", "30"))
 
 
 async def prewrite(url: str, first_due: datetime, rate: int, total: int) -> None:

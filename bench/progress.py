@@ -16,6 +16,7 @@ from typing import TextIO, TypeVar
 T = TypeVar("T")
 
 WIDTH = 28
+QUIET_UNDER = 1.0  # seconds: in a log, a phase shorter than this prints nothing
 
 
 def render(
@@ -72,7 +73,9 @@ class Progress:
         if self._closed:
             return
         self._closed = True
-        self._show(self.clock(), final=True)
+        now = self.clock()
+        if self.tty or now - self.started >= QUIET_UNDER:  # a log skips phases over in a blink
+            self._show(now, final=True)
 
     def _show(self, now: float, final: bool = False) -> None:
         text = render(self.label, self.done, self.total, now - self.started, self.unit)

@@ -298,6 +298,10 @@ def test_in_a_log_it_prints_a_plain_line_now_and_then_and_the_last_one() -> None
     assert "\r" not in out.getvalue()
     assert len(lines) == 2 + 1  # once 10 s and 20 s have passed, and the final line
     assert lines[0].endswith("34/100  10.2 s")
+    quick = io.StringIO()
+    with Progress("blink", 10, stream=quick, tty=False, clock=clock) as p:
+        p.update(10)
+    assert quick.getvalue() == ""  # a phase over in under a second leaves the log alone
     assert lines[-1].endswith("100/100  30.0 s")
 
 
