@@ -69,8 +69,8 @@ test-e2e: install stack-up
 test-chaos: install stack-up ## only the chaos run (its own Kafka + PostgreSQL; about 7 minutes)
 	$(VENV)/bin/pytest tests/e2e -m chaos -s
 
-bench: migrate ## benchmarks; print figures side by side with their references
-	$(PY) -m bench
+bench: migrate ## benchmarks: one summary table, bench/results/latest.json (BENCH_ARGS="ingest --compare old.json")
+	$(PY) -m bench $(BENCH_ARGS)
 
 schema: install stack-up ## regenerate db/schema.snapshot from a fresh migrate
 	$(PY) -m db.migrate --write-snapshot

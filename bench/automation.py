@@ -22,6 +22,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from bench.progress import spin
+from bench.report import Measure, Target, measure
 from db import automation as repo
 from db.automation import ClaimedRow
 from db.migrate import migrate
@@ -128,7 +130,7 @@ async def database(template: str | None = None) -> AsyncIterator[str]:
 async def seed(url: str, start: datetime, rows: int) -> None:
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute(SEED, start, rows)
+        await spin(f"  seeding {rows:,} scheduler rows", conn.execute(SEED, start, rows))
         await conn.execute("VACUUM (FREEZE, ANALYZE) automation.scheduler")
     finally:
         await conn.close()
@@ -246,7 +248,34 @@ async def claim_time(
     return out
 
 
-async def run() -> dict[str, float]:
-    figures = {f"throughput_{k}": v for k, v in (await throughput()).items()}
-    figures.update({f"claim_{k}": v for k, v in (await claim_time()).items()})
-    return figures
+QUICK = {"rows": 5_000, "large": 100_000}
+
+
+async def run(rows: int = 100_000, small: int = 10_000, large: int = 1_000_000) -> list[Measure]:
+    batch = 200
+    t = await throughput(rows, batch)
+    c = await claim_time(small, large)
+    ours = max(t["real runner (no-op handler)"], t["real runner (2nd)"])
+    ref = max(t["bare SQL statements"], t["bare SQL statements (2nd)"])
+    return [
+        measure(
+            "automation: runner vs bare SQL",
+            "rows/s",
+            ours,
+            ref,
+            targets=[Target(">=", 0.5, on="ratio")],
+            bench="automation",
+            detail=f"{rows:,} due rows, batch {batch}, no-op handler, best of 2 each; "
+            "reference: claim + complete/outbox as bare statements",
+        ),
+        measure(
+            "automation: claim time, large vs small table",
+            "ms",
+            c["large"],
+            c["small"],
+            targets=[Target("<=", 2, on="ratio")],
+            higher_is_better=False,
+            bench="automation",
+            detail=f"median of 300 claims of 200; {large:,} vs {small:,} rows not yet due",
+        ),
+    ]

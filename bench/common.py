@@ -1,16 +1,24 @@
-"""Shared bench helpers: throwaway databases, seeding reminder rows in bulk, percentiles."""
+"""Shared bench helpers: throwaway databases and topics, seeding reminder rows in bulk,
+percentiles, a process's resident memory."""
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.progress import Progress
 from db.migrate import migrate
 from devkit.seed import seed_reminders
 
@@ -46,6 +54,31 @@ async def database(template: str | None = None, prefix: str = "bench") -> AsyncI
         await admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+async def drop_topics(prefix: str) -> None:
+    """Delete every topic whose name starts with ``prefix`` (a bench's own topics, the
+    workers' changelogs): runs of the bench leave nothing behind in the shared broker."""
+    admin_client = AIOKafkaAdminClient(bootstrap_servers=KAFKA_BOOTSTRAP)
+    await admin_client.start()
+    try:
+        names = [t for t in await admin_client.list_topics() if t.startswith(prefix)]
+        if names:
+            await admin_client.delete_topics(names)
+    except Exception as exc:  # cleanup only: never hide the bench's own result
+        print(f"  (could not delete topics {prefix}*: {type(exc).__name__})")
+    finally:
+        await admin_client.close()
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of a live process in MB, from /proc/<pid>/status."""
+    fields: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024  # kB -> MB
+    return fields["VmRSS"], fields["VmHWM"]
+
+
 def pct(values: Sequence[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -60,3 +93,41 @@ def summary(values: Sequence[float]) -> str:
         f"p99={pct(values, 99):.3f} max={max(values) if values else float('nan'):.3f} "
         f"mean={statistics.fmean(values) if values else float('nan'):.3f}"
     )
+
+
+def calendar_event(
+    start_at: datetime, offsets: Sequence[int], occurred_at: datetime
+) -> dict[str, Any]:
+    """A pin.calendar.events.v1 body: a new Planned event (Version 1) with fresh ids."""
+    event_id = str(uuid.uuid4())
+    return {
+        "ContractVersion": 1,
+        "EventId": event_id,
+        "TenantId": str(uuid.uuid4()),
+        "OwnerUserId": str(uuid.uuid4()),
+        "Kind": "Meeting",
+        "StartAt": start_at.isoformat(),
+        "TimeZone": "UTC",
+        "Status": "Planned",
+        "ReminderOffsetsMinutes": list(offsets),
+        "Version": 1,
+        "OccurredAt": occurred_at.isoformat(),
+    }
+
+
+async def produce(topic: str, bodies: Sequence[dict[str, Any]], label: str) -> None:
+    """Send every body keyed by its EventId, as fast as the producer goes, and flush."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=KAFKA_BOOTSTRAP, linger_ms=20, max_batch_size=256 * 1024
+    )
+    await producer.start()
+    try:
+        with Progress(label, total=len(bodies), unit="events") as progress:
+            for i, body in enumerate(bodies, 1):
+                await producer.send(topic, json.dumps(body).encode(), key=body["EventId"].encode())
+                if i % 1000 == 0:
+                    progress.update(i)
+            await producer.flush()
+            progress.update(len(bodies))
+    finally:
+        await producer.stop()

@@ -1,101 +1,208 @@
-"""Ingest: calendar change events -> projection + reminder rows, one worker process.
+"""Ingest: calendar change events -> projection + reminder rows (SPEC §5: >= 5,000 events/s
+per worker process and >= 0.5x a bare aiokafka + asyncpg pipeline writing the same rows).
 
-Reference in the same run: a bare aiokafka consumer reading the same messages and doing
-nothing with them (the ceiling that Kafka and the client set on this machine).
+One topic (the service's own partition count, 4), ``events`` messages produced once, each
+reader starting from the beginning with a fresh database:
+
+1. reference: a bare aiokafka consumer doing nothing (informational ceiling);
+2. reference: the bare pipeline (bench/pipeline.py) on its own database;
+3. one worker process (``python -m streams worker``); its resident memory afterwards;
+4. two worker processes in one consumer group (informational ratio to one).
+
+Every run ends with the same rows: a checksum of both tables is compared with the bare
+pipeline's. A worker's rate counts from the first poll at which every worker is ready and
+rows have appeared to the poll that finds them all (start-up and rebalance excluded).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import shutil
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from bench.common import KAFKA_BOOTSTRAP, database
+from bench.common import (
+    KAFKA_BOOTSTRAP,
+    calendar_event,
+    database,
+    drop_topics,
+    produce,
+    rss_mb,
+)
+from bench.pipeline import bare_pipeline, consume_only
+from bench.progress import Progress
+from bench.report import Measure, Target, measure
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 
+QUICK = {"events": 3_000}
+RSS_LIMIT_MB = 300
 
-async def run(events: int = 50_000) -> dict[str, float]:
-    print(f"\n== ingest: {events:,} calendar events (2 offsets each) -> rows, one worker ==")
-    prefix = f"bench{uuid.uuid4().hex[:8]}."
-    settings = Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix)
-    await ensure_topics(settings, contract_topic_names(settings))
-    topic = settings.topic("pin.calendar.events.v1")
-    start = datetime.now(UTC) + timedelta(days=2)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=KAFKA_BOOTSTRAP, linger_ms=20, max_batch_size=256 * 1024
-    )
-    await producer.start()
+# What the rows are, without when they were written: equal sums = the same rows.
+CHECKSUM = """
+SELECT (SELECT count(*) FROM calendar.events) AS events,
+       (SELECT count(*) FROM calendar.event_reminders) AS reminders,
+       (SELECT md5(string_agg(concat_ws('|', event_id, tenant_id, owner_user_id, client_user_id,
+            kind, start_at, time_zone, status, reminder_offsets_minutes, appointment_id, version,
+            occurred_at, source_partition, source_offset), ',' ORDER BY event_id))
+        FROM calendar.events) AS events_md5,
+       (SELECT md5(string_agg(concat_ws('|', reminder_id, event_id, offset_minutes, due_at,
+            status, sent_at, skip_reason, source_partition, source_offset, source_version),
+            ',' ORDER BY reminder_id))
+        FROM calendar.event_reminders) AS reminders_md5
+"""
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    rate: float
+    rss: list[tuple[float, float]]
+    """(VmRSS, VmHWM) in MB of each worker right after the last row arrived."""
+    checksum: tuple[int, int, str, str]
+
+
+async def checksum(url: str) -> tuple[int, int, str, str]:
+    conn = await asyncpg.connect(url)
     try:
-        now = datetime.now(UTC).isoformat()
-        for i in range(events):
-            msg = {
-                "ContractVersion": 1,
-                "EventId": str(uuid.uuid4()),
-                "TenantId": str(uuid.uuid4()),
-                "OwnerUserId": str(uuid.uuid4()),
-                "Kind": "Meeting",
-                "StartAt": (start + timedelta(seconds=i)).isoformat(),
-                "TimeZone": "UTC",
-                "Status": "Planned",
-                "ReminderOffsetsMinutes": [60, 15],
-                "Version": 1,
-                "OccurredAt": now,
-            }
-            await producer.send(topic, json.dumps(msg).encode(), key=msg["EventId"].encode())
-        await producer.flush()
+        r = await conn.fetchrow(CHECKSUM)
+        assert r is not None
+        return int(r["events"]), int(r["reminders"]), str(r["events_md5"]), str(r["reminders_md5"])
     finally:
-        await producer.stop()
+        await conn.close()
 
-    consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=KAFKA_BOOTSTRAP,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
-    await consumer.start()
-    try:
-        seen, t0 = 0, time.perf_counter()
-        while seen < events:
-            for records in (await consumer.getmany(timeout_ms=500, max_records=5000)).values():
-                seen += len(records)
-        raw_rate = events / (time.perf_counter() - t0)
-    finally:
-        await consumer.stop()
-    print(f"  reference: bare aiokafka consume, no processing   {raw_rate:>9,.0f} msgs/s")
 
+async def run_workers(prefix: str, events: int, count: int) -> WorkerRun:
+    """``count`` worker processes (one consumer group) ingest the topic into a fresh database."""
     async with database() as url:
         tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-        worker = WorkerProcess(worker_env(url, KAFKA_BOOTSTRAP, prefix), tmp, "ingest-worker")
+        env = worker_env(url, KAFKA_BOOTSTRAP, prefix, APP_ID=f"{prefix}reminders-{count}w")
+        procs = [WorkerProcess(env, tmp, f"ingest-worker-{i}") for i in range(count)]
         conn = await asyncpg.connect(url)
+        ready: asyncio.Future[list[dict[str, object]]] | None = None
         try:
-            worker.start()
-            first = last = None
-            deadline = time.monotonic() + 600
-            while time.monotonic() < deadline:
-                n = await conn.fetchval("SELECT count(*) FROM calendar.events")
-                if n and first is None:
-                    first = (time.perf_counter(), n)
-                if n == events:
-                    last = time.perf_counter()
-                    break
-                await asyncio.sleep(0.05)
-            assert first is not None and last is not None, "worker did not ingest everything"
-            reminders = await conn.fetchval("SELECT count(*) FROM calendar.event_reminders")
+            for p in procs:
+                p.start()
+            ready = asyncio.ensure_future(
+                asyncio.gather(*(p.wait_ready(timeout=180) for p in procs))
+            )
+            first = start = None
+            deadline = time.monotonic() + 900
+            label = f"  {count} worker(s) ingesting"
+            with Progress(label, total=events, unit="events") as progress:
+                while True:
+                    n = await conn.fetchval("SELECT count(*) FROM calendar.events")
+                    now = time.perf_counter()
+                    progress.update(n)
+                    if ready.done():
+                        ready.result()  # a worker that died before ready raises here
+                    if n and first is None:
+                        first = (now, n)
+                    if n and start is None and ready.done():
+                        start = (now, n)
+                    if n >= events:
+                        break
+                    for p in procs:
+                        assert p.proc is not None
+                        if p.proc.poll() is not None:
+                            raise RuntimeError(f"{p.name} exited:\n{p.tail()}")
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{count} worker(s) stored {n} of {events} events")
+                    await asyncio.sleep(0.05)
+            rss = [rss_mb(p.proc.pid) for p in procs if p.proc is not None]
+            t0, n0 = start if start is not None and start[1] < events else (first or (now, n))
+            rate = (events - n0) / (now - t0) if now > t0 else float("nan")
         finally:
+            if ready is not None:
+                ready.cancel()
+                await asyncio.gather(ready, return_exceptions=True)
             await conn.close()
-            worker.stop()
-    rate = (events - first[1]) / (last - first[0])
-    print(
-        f"  worker: events -> calendar.events + reminders     {rate:>9,.0f} events/s "
-        f"({reminders:,} reminder rows)   (target >= 5,000/s)"
-    )
-    return {"rate": rate, "reference": raw_rate}
+            for p in procs:
+                p.stop()
+        shutil.rmtree(tmp, ignore_errors=True)  # kept when a worker failed: its log is there
+        return WorkerRun(rate, rss, await checksum(url))
+
+
+async def run(events: int = 50_000) -> list[Measure]:
+    print(f"\n== ingest: {events:,} calendar events (2 offsets each) -> rows ==")
+    prefix = f"bench{uuid.uuid4().hex[:8]}."
+    settings = Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix)
+    try:
+        await ensure_topics(settings, contract_topic_names(settings))
+        topic = settings.topic("pin.calendar.events.v1")
+        start, now = datetime.now(UTC) + timedelta(days=2), datetime.now(UTC)
+        bodies = [
+            calendar_event(start + timedelta(seconds=i), [60, 15], now) for i in range(events)
+        ]
+        await produce(topic, bodies, f"  producing ({settings.topic_partitions} partitions)")
+        del bodies
+
+        consumed = await consume_only(topic, events)
+        print(f"  bare aiokafka consume, no processing      {consumed:>9,.0f} msgs/s")
+        async with database() as url:
+            bare = await bare_pipeline(url, topic, f"{prefix}bare-pipeline", events)
+            expected = await checksum(url)
+        print(
+            f"  bare pipeline (consume+json+asyncpg)     {bare:>9,.0f} events/s  "
+            f"({expected[0]:,} events, {expected[1]:,} reminder rows)"
+        )
+        one = await run_workers(prefix, events, 1)
+        rss, hwm = one.rss[0]
+        print(
+            f"  one worker                               {one.rate:>9,.0f} events/s  "
+            f"ratio to the bare pipeline {one.rate / bare:.2f}   (target >= 5,000/s and >= 0.5)"
+        )
+        print(f"  worker memory after ingest: VmRSS {rss:.0f} MB, peak VmHWM {hwm:.0f} MB")
+        two = await run_workers(prefix, events, 2)
+        memory = ", ".join(f"{r:.0f} MB" for r, _ in two.rss)
+        print(
+            f"  two workers (one group)                  {two.rate:>9,.0f} events/s  "
+            f"ratio to one {two.rate / one.rate:.2f}   (VmRSS {memory})"
+        )
+        for label, got in (("one worker", one.checksum), ("two workers", two.checksum)):
+            if got != expected:
+                print(f"  WARNING: {label} wrote other rows than the bare pipeline: {got[:2]}")
+    finally:
+        await drop_topics(prefix)
+    detail = f"{events:,} events x 2 offsets"
+    return [
+        measure(
+            "ingest: one worker vs bare pipeline",
+            "events/s",
+            one.rate,
+            bare,
+            targets=[Target(">=", 5000), Target(">=", 0.5, on="ratio")],
+            bench="ingest",
+            detail=detail + "; reference: aiokafka + json + asyncpg, same rows, batches of 500",
+        ),
+        measure(
+            "ingest: bare aiokafka consume only",
+            "msgs/s",
+            consumed,
+            bench="ingest",
+            detail=detail + "; no processing (the ceiling Kafka and the client set)",
+        ),
+        measure(
+            "ingest: worker RSS after ingest",
+            "MB",
+            rss,
+            targets=[Target("<=", RSS_LIMIT_MB)],
+            higher_is_better=False,
+            bench="ingest",
+            detail=f"VmRSS of the one worker after {events:,} events; peak VmHWM {hwm:.0f} MB",
+        ),
+        measure(
+            "ingest: two workers vs one",
+            "events/s",
+            two.rate,
+            one.rate,
+            bench="ingest",
+            detail=detail + f"; {settings.topic_partitions} partitions, one consumer group",
+        ),
+    ]

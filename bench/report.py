@@ -1,0 +1,200 @@
+"""The bench's one result model and its pure formatting: every bench returns ``Measure`` rows,
+``python -m bench`` prints them as one table and writes them as JSON.
+
+Ratios are always project / reference (both in the measure's unit), so a ratio shares its
+measure's direction: for a rate higher is better, for seconds or milliseconds lower is better.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+Op = Literal[">=", "<=", "<", ">"]
+REPORT = "report"  # the target text of an informational measure (no pass/fail)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One bound on a measure: on its project figure (absolute) or on its ratio."""
+
+    op: Op
+    bound: float
+    on: Literal["project", "ratio"] = "project"
+
+    def holds(self, project: float, ratio: float | None) -> bool | None:
+        value = ratio if self.on == "ratio" else project
+        if value is None or math.isnan(value):
+            return None
+        if self.op == ">=":
+            return value >= self.bound
+        if self.op == "<=":
+            return value <= self.bound
+        if self.op == "<":
+            return value < self.bound
+        return value > self.bound
+
+    def text(self, unit: str) -> str:
+        op = {">=": "≥", "<=": "≤", "<": "<", ">": ">"}[self.op]
+        if self.on == "ratio":
+            return f"{op} {bound(self.bound)}x"
+        return f"{op} {bound(self.bound)} {unit}".rstrip()
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One row of the summary table (and of ``bench/results/latest.json``)."""
+
+    name: str
+    """Stable across runs and sizes: ``--compare`` matches measures by name."""
+    unit: str
+    project: float
+    reference: float | None
+    ratio: float | None
+    target: str
+    passed: bool | None
+    """None: informational (no target), or the target could not be judged."""
+    higher_is_better: bool
+    bench: str = ""
+    detail: str = ""
+    """Sizes and what the reference is, e.g. '50,000 events; reference: bare pipeline'."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: _finite(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Measure:
+        def num(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(value)
+
+        project = num("project")
+        return cls(
+            name=str(data["name"]),
+            unit=str(data.get("unit", "")),
+            project=math.nan if project is None else project,
+            reference=num("reference"),
+            ratio=num("ratio"),
+            target=str(data.get("target", REPORT)),
+            passed=data.get("passed"),
+            higher_is_better=bool(data.get("higher_is_better", True)),
+            bench=str(data.get("bench", "")),
+            detail=str(data.get("detail", "")),
+        )
+
+
+def measure(
+    name: str,
+    unit: str,
+    project: float,
+    reference: float | None = None,
+    *,
+    targets: Sequence[Target] = (),
+    higher_is_better: bool = True,
+    bench: str = "",
+    detail: str = "",
+) -> Measure:
+    """A measure with its ratio (project / reference) and verdict worked out from ``targets``
+    (all must hold; no targets: informational)."""
+    ratio = None
+    if reference is not None and reference != 0 and not math.isnan(reference):
+        ratio = project / reference
+    verdicts = [t.holds(project, ratio) for t in targets]
+    unjudged = not targets or any(v is None for v in verdicts)
+    passed = None if unjudged else all(verdicts)
+    text = " and ".join(t.text(unit) for t in targets) if targets else REPORT
+    return Measure(
+        name, unit, project, reference, ratio, text, passed, higher_is_better, bench, detail
+    )
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def number(value: float | None) -> str:
+    """A figure with as many digits as it deserves: 12,345 / 123 / 12.3 / 1.23 / 0.123."""
+    if value is None or math.isnan(value):
+        return "—"
+    if math.isinf(value):
+        return "∞" if value > 0 else "-∞"
+    size = abs(value)
+    if size >= 100:
+        return f"{value:,.0f}"
+    if size >= 10:
+        return f"{value:.1f}"
+    if size == 0:
+        return "0"
+    if size >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def bound(value: float) -> str:
+    """A target's bound as written: 5,000 / 0.5 / 2."""
+    return f"{int(value):,}" if value == int(value) else f"{value:g}"
+
+
+def with_unit(value: float | None, unit: str) -> str:
+    text = number(value)
+    return text if text == "—" or not unit else f"{text} {unit}"
+
+
+def verdict(m: Measure) -> str:
+    if m.passed is None:
+        return "—" if m.target == REPORT else "n/a"
+    return "pass" if m.passed else "FAIL"
+
+
+HEADER = ("measure", "project", "reference", "ratio", "target", "result")
+
+
+def rows(measures: Iterable[Measure]) -> list[tuple[str, ...]]:
+    return [
+        (
+            m.name,
+            with_unit(m.project, m.unit),
+            with_unit(m.reference, m.unit),
+            "—" if m.ratio is None else f"{m.ratio:.2f}x",
+            m.target,
+            verdict(m),
+        )
+        for m in measures
+    ]
+
+
+def table(measures: Sequence[Measure]) -> str:
+    """The summary table: numbers right-aligned, text left-aligned, one line per measure."""
+    body = rows(measures)
+    widths = [max(len(r[i]) for r in [HEADER, *body]) for i in range(len(HEADER))]
+    right = {1, 2, 3}
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    lines = [line(HEADER), rule, *(line(r) for r in body)]
+    failed = sum(1 for m in measures if m.passed is False)
+    passed = sum(1 for m in measures if m.passed is True)
+    lines.append(rule)
+    lines.append(
+        f"{passed} passed, {failed} failed, {len(measures) - passed - failed} informational; "
+        "ratio = project / reference, both measured in this run"
+    )
+    return "\n".join(lines)
+
+
+def document(measures: Sequence[Measure], machine: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``bench/results/latest.json`` holds."""
+    return {"machine": dict(machine), "measures": [m.to_json() for m in measures]}
+
+
+def measures_of(doc: Mapping[str, Any]) -> list[Measure]:
+    return [Measure.from_json(m) for m in doc.get("measures", [])]
