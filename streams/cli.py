@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 
 from streams.settings import ConfigError, load_settings
@@ -70,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         code = startup_gate(app.loop, settings)
         if code:
             return code
+        # Everything built so far (modules, the app, its agents and tables) lives as long as
+        # the worker: out of the collector's sight, a full collection no longer walks it and
+        # stalls the loop that also dispatches reminders.
+        gc.freeze()
         sys.argv = [
             "reminders",
             "worker",

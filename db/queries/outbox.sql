@@ -13,20 +13,22 @@ RETURNING id;
 
 -- name: outbox_lanes_lock
 -- Lanes with unpublished rows that this transaction could lock ($1 = lock space,
--- $2 = lanes to leave alone, $3 = most lanes to take). MATERIALIZED keeps the lock call
--- out of the CTE, so only lanes that have work get locked, in random order so that
--- several relays spread over the lanes. Locks last until the transaction ends.
+-- $2 = lanes to leave alone, $3 = most lanes to take), the lane whose oldest row has
+-- waited longest first: a pass takes only some lanes, and a lane passed over must not be
+-- passed over again by chance (that is a reminder's lateness). Another relay skips the
+-- lanes this one holds and takes the next oldest. MATERIALIZED keeps the lock call out of
+-- the CTE, so only lanes that have work get locked. Locks last until the transaction ends.
 -- The rows themselves must be read by a LATER statement (outbox_pending_get): this
 -- statement's snapshot may predate the commit of the relay that held a lane before us.
 WITH pending AS MATERIALIZED (
     SELECT l.lane
     FROM generate_series(0, 63) AS l(lane)
-    WHERE l.lane <> ALL($2::int[])
-      AND EXISTS (
-          SELECT 1 FROM ops.outbox o
-          WHERE o.lane = l.lane::smallint AND o.published_at IS NULL
-      )
-    ORDER BY random()
+    CROSS JOIN LATERAL (
+        SELECT min(o.id) AS oldest FROM ops.outbox o
+        WHERE o.lane = l.lane::smallint AND o.published_at IS NULL
+    ) head
+    WHERE l.lane <> ALL($2::int[]) AND head.oldest IS NOT NULL
+    ORDER BY head.oldest
 )
 SELECT lane FROM pending
 WHERE pg_try_advisory_xact_lock($1::int, lane)

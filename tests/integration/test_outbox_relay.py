@@ -595,3 +595,28 @@ async def test_retention_deletes_published_rows_in_chunks(
     async with pool.acquire() as conn:
         left = [r["id"] for r in await conn.fetch("SELECT id FROM ops.outbox ORDER BY id")]
     assert left == unpublished, "unpublished rows are never deleted"
+
+
+async def test_a_pass_takes_the_lanes_whose_oldest_rows_waited_longest(
+    pool: asyncpg.Pool, topic_prefix: str
+) -> None:
+    """A pass locks only some lanes; the ones it leaves are the ones that waited least, so a
+    lane is never passed over again and again by chance (a reminder's lateness)."""
+    topic = f"{topic_prefix}outbox.lanes"
+    ids = await write(pool, [OutboxRecord(topic, f"key-{i}", "{}") for i in range(40)])
+    lane_of = {
+        r["id"]: r["lane"]
+        for r in await pool.fetch("SELECT id, lane FROM ops.outbox WHERE id = ANY($1)", ids)
+    }
+    by_age: list[int] = []
+    for i in ids:  # lanes in the order of their oldest row
+        if lane_of[i] not in by_age:
+            by_age.append(lane_of[i])
+    assert len(by_age) > 8
+    async with repo.lane_transaction(pool) as conn:
+        first = await repo.lanes_lock(conn, exclude=[], limit=4)
+        # another relay at the same time gets the next oldest, not the ones held
+        async with repo.lane_transaction(pool) as other:
+            second = await repo.lanes_lock(other, exclude=[], limit=4)
+    assert first == sorted(by_age[:4])
+    assert second == sorted(by_age[4:8])
