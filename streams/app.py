@@ -51,6 +51,8 @@ class WorkerServices(Service):
             started()
 
     async def on_stop(self) -> None:
+        for cache in self.ctx.caches:  # changelog records still queued behind commits
+            await cache.flush()
         # Runs finish (or roll back) first, so their outbox rows are visible to the relay's
         # last pass; what it does not publish now, the next worker will.
         await self.registry.stop(timeout=20, cancel_grace=5)
@@ -77,6 +79,11 @@ def create_context(settings: Settings, runtime: Runtime | None = None) -> SliceC
         topic_replication_factor=1,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        # Table changelog records come in bursts (a cache write per key after each commit):
+        # a short linger sends them in batches instead of one request each (Faust's default
+        # is 0). Outbox events have their own producer (streams/outbox/producer.py).
+        producer_linger=0.01,
+        producer_max_batch_size=256 * 1024,
         autodiscover=False,
         # Offsets are committed only for acked (= committed to PostgreSQL) messages.
         broker_commit_every=1000,

@@ -7,6 +7,7 @@ repository); everything else is here, so each new input is a writer and a few li
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -101,6 +102,7 @@ class VersionedStateApplier(Generic[M, D]):
         self.writer = writer
         self.cache = cache
         self.after_commit = after_commit
+        self._writing: Counter[str] = Counter()
 
     async def __call__(self, batch: Sequence[Decoded[M]]) -> ApplyResult[D]:
         writer = self.writer
@@ -110,7 +112,21 @@ class VersionedStateApplier(Generic[M, D]):
             seen = newest.get(key)
             if seen is None or d.message.version > seen[1].message.version:
                 newest[key] = (i, d)
-        result: ApplyResult[D] = ApplyResult(stale=len(batch) - len(newest))
+        # Keys in sorted order: two batches in flight lock their rows in the same order.
+        newest = dict(sorted(newest.items()))
+        busy = set(self._writing)  # keys another batch in flight is writing right now
+        self._writing.update(list(newest))
+        try:
+            return await self._apply(newest, busy, len(batch))
+        finally:
+            self._writing.subtract(list(newest))
+            self._writing += Counter()  # drop the zero counts
+
+    async def _apply(
+        self, newest: dict[str, tuple[int, Decoded[M]]], busy: set[str], size: int
+    ) -> ApplyResult[D]:
+        writer = self.writer
+        result: ApplyResult[D] = ApplyResult(stale=size - len(newest))
         changed: list[tuple[int, Decoded[M]]] = []
         unchanged: list[Decoded[M]] = []
         fingerprints: dict[str, str] = {}
@@ -123,7 +139,9 @@ class VersionedStateApplier(Generic[M, D]):
                 result.stale += 1
                 continue
             fp = fingerprints[key] = writer.fingerprint(d.message)
-            if cached["fp"] == fp:
+            # "Unchanged" compares with what the cache last saw; a batch in flight on the
+            # same key may be storing different content right now: PostgreSQL decides.
+            if cached["fp"] == fp and key not in busy:
                 unchanged.append(d)
             else:
                 changed.append((i, d))

@@ -27,6 +27,11 @@ log = logging.getLogger("streams.agents")
 
 BATCH_MAX = 500
 BATCH_WITHIN_SECONDS = 0.02
+# Batches applied at once: while one waits for PostgreSQL the next is decoded and prepared.
+# Two in flight are safe because every write is Version-guarded (an older state that
+# commits after a newer one changes nothing), acks commit only contiguous offsets, and the
+# applier never trusts its cache about a key another batch in flight is writing.
+PIPELINE_DEPTH = 2
 # A partition the stream is behind on (the broker's high watermark past what it delivered)
 # for this long without any delivery is read from the broker directly.
 TAIL_CHECK_SECONDS = 1.0
@@ -79,18 +84,37 @@ class ContractConsumer(Generic[M]):
             stream.app, self.gaps, metrics=self.metrics, label=self.label, sleep=self._sleep
         )
         topics = set(getattr(stream.channel, "topics", ()))
-        # One batch at a time per agent: the stream's batches and the tail watcher's.
+        # Admission (the gap guard's view of offsets) one batch at a time: the stream's
+        # batches and the tail watcher's.
         turn = asyncio.Lock()
         watcher = asyncio.create_task(self._watch_tails(stream.app, healer, topics, turn))
+        inflight: set[asyncio.Task[None]] = set()
+        incoming = aiter(batches)
         try:
-            async for events in batches:
+            while True:
+                # A slot first, then the batch: the stream buffers meanwhile, so a batch taken
+                # while another waits for PostgreSQL is a full one, not the last 20 ms.
+                while len(inflight) >= PIPELINE_DEPTH:
+                    done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+                    inflight -= done
+                    for task in done:
+                        task.result()  # a bug in handling crashes the agent, as before
+                try:
+                    events = await anext(incoming)
+                except StopAsyncIteration:
+                    break
                 async with turn:
                     healer.new_batch()
                     batch: list[EventT[Any]] = []
                     for event in events:
                         batch.extend(await healer.admit(event))
-                    await self._handle_and_ack(batch)
+                inflight.add(asyncio.create_task(self._handle_and_ack(batch)))
+            for finished in asyncio.as_completed(list(inflight)):
+                await finished
         finally:
+            for task in inflight:
+                task.cancel()  # rolled back and not acked: delivered again
+            await asyncio.gather(*inflight, return_exceptions=True)
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
             await healer.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -61,6 +61,7 @@ class KeyCache:
         self._miss = metrics.cache.labels(self.name, "miss")
         self.hits = 0
         self.misses = 0
+        self._changelog = OrderedSends(f"{self.name}-changelog")
 
     def get(self, key: str) -> Any:
         value = self.table.get(key)
@@ -111,10 +112,18 @@ class KeyCache:
         if not entries:
             return
         if isinstance(self.table, Collection) and isinstance(self.table.data, RocksStore):
-            await _write_batched(self.table, entries)
+            records = _store_locally(self.table, entries)
+            # The changelog is sent behind the caller's back, in order: a producer batch
+            # waits for the previous one of its partition to leave, and the caller (the
+            # next database batch) need not wait for that.
+            await self._changelog.submit(lambda: _send_changelog(self.table, records))
         else:  # another store (in memory) or a mapping standing in for the table in tests
             for event, key, value in entries:
                 self.put(event, key, value)
+
+    async def flush(self, timeout: float = 10.0) -> None:
+        """Let the changelog sends still queued go out (a worker that stops)."""
+        await self._changelog.drain(timeout)
 
     def stats(self) -> dict[str, Any]:
         total = self.hits + self.misses
@@ -127,22 +136,33 @@ class KeyCache:
         }
 
 
-async def _write_batched(
-    table: Collection, entries: Sequence[tuple[EventT[Any], str, Any]]
-) -> None:
+Records = dict[int, list[tuple[bytes, bytes]]]
+
+
+def _store_locally(table: Collection, entries: Sequence[tuple[EventT[Any], str, Any]]) -> Records:
+    """Write the local store now; return the encoded records per changelog partition."""
     store: Any = table.data
     by_partition: dict[int, list[tuple[EventT[Any], bytes, bytes]]] = defaultdict(list)
     for event, key, value in entries:
         by_partition[event.message.partition].append(
             (event, store._encode_key(key), store._encode_value(value))
         )
+    records: Records = {}
+    for partition, items in by_partition.items():
+        with in_event(items[0][0]):  # the store picks its partition database by the event
+            for _, k, v in items:
+                store._set(k, v)
+        records[partition] = [(k, v) for _, k, v in items]
+    return records
+
+
+async def _send_changelog(table: Collection, records: Records) -> None:
+    """One producer batch per partition (more when a batch fills), the persisted offset set
+    when Kafka acknowledges each."""
+    store: Any = table.data
     topic = table.changelog_topic.get_topic_name()
     producer = cast(Any, table.app.producer)._ensure_producer()  # aiokafka's, started by Faust
-    for partition, records in by_partition.items():
-        with in_event(records[0][0]):  # the store picks its partition database by the event
-            for _, k, v in records:
-                store._set(k, v)
-        pending = [(k, v) for _, k, v in records]
+    for partition, pending in records.items():
         while pending:
             batch = producer.create_batch()
             taken = 0
@@ -159,6 +179,41 @@ async def _write_batched(
             delivered = await producer.send_batch(batch, topic, partition=partition)
             delivered.add_done_callback(_persisted(store, topic, partition, taken))
             pending = pending[taken:]
+
+
+class OrderedSends:
+    """Runs submitted sends one after another in the background; ``submit`` waits only when
+    ``limit`` are already queued (Kafka slower than the caller)."""
+
+    def __init__(self, name: str, limit: int = 8) -> None:
+        self.name = name
+        self.limit = limit
+        self._queue: deque[asyncio.Task[None]] = deque()
+
+    async def submit(self, send: Callable[[], Awaitable[None]]) -> None:
+        while self._queue and self._queue[0].done():
+            self._queue.popleft()
+        if len(self._queue) >= self.limit:
+            await asyncio.gather(self._queue.popleft(), return_exceptions=True)
+        previous = self._queue[-1] if self._queue else None
+        self._queue.append(asyncio.create_task(self._after(previous, send)))
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) for every submitted send to end."""
+        if self._queue:
+            await asyncio.wait(list(self._queue), timeout=timeout)
+
+    async def _after(
+        self, previous: asyncio.Task[None] | None, send: Callable[[], Awaitable[None]]
+    ) -> None:
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        try:
+            await send()
+        except Exception as exc:
+            # The cache may lag the database, never lead it: a lost changelog batch only
+            # means those keys are asked of PostgreSQL again after a move or a restart.
+            log.warning("action=changelog_send_failed table=%s error=%s", self.name, exc)
 
 
 def _persisted(store: Any, topic: str, partition: int, count: int) -> Any:

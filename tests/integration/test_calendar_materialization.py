@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -235,3 +236,51 @@ async def test_an_unchanged_state_older_than_the_database_does_not_move_the_cach
     assert result.stale == 1 and result.cache_skipped == 0
     assert table[e["EventId"]]["v"] == 1
     assert await pool.fetchval("SELECT version FROM calendar.events") == 5
+
+
+class GatedWriter:
+    """The real writer; each call waits at its own gate before writing (calls in order)."""
+
+    def __init__(self, inner: Any, gates: int) -> None:
+        self.inner = inner
+        self.gates = [asyncio.Event() for _ in range(gates)]
+        self.arrived = [asyncio.Event() for _ in range(gates)]
+        self.calls = 0
+
+    def key(self, message: Any) -> str:
+        return str(self.inner.key(message))
+
+    def fingerprint(self, message: Any) -> str:
+        return str(self.inner.fingerprint(message))
+
+    async def write(self, conn: Any, changed: Any, unchanged: Any, now: Any, origins: Any) -> Any:
+        n, self.calls = self.calls, self.calls + 1
+        self.arrived[n].set()
+        await self.gates[n].wait()
+        return await self.inner.write(conn, changed, unchanged, now, origins)
+
+
+async def test_a_batch_does_not_trust_the_cache_about_a_key_another_batch_in_flight_writes(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    """Two batches in flight (the consumer's pipeline): the second must not call a state
+    "unchanged" from a cache entry that the first is about to make untrue."""
+    table = DictTable()
+    applier = CalendarEventsApplier(make_runtime(database_url), KeyCache(table, Metrics().agents))  # type: ignore[arg-type]
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60], Kind="Meeting")
+    await apply(applier, e)  # cached: v1, content "Meeting"
+    gated = GatedWriter(applier.writer, 2)
+    applier.writer = gated
+    first = asyncio.create_task(apply(applier, {**e, "Version": 2, "Kind": "Call"}))
+    await gated.arrived[0].wait()
+    # Same content as the cached v1, newer Version: "unchanged" by the cache alone.
+    second = asyncio.create_task(apply(applier, {**e, "Version": 3}))
+    await gated.arrived[1].wait()
+    gated.gates[0].set()
+    assert (await first).applied == 1  # v2 "Call" committed
+    gated.gates[1].set()
+    result = await second
+    assert result.applied == 1 and result.cache_skipped == 0
+    row = await pool.fetchrow("SELECT version, kind FROM calendar.events")
+    assert (row["version"], row["kind"]) == (3, "Meeting")
+    assert table[e["EventId"]]["v"] == 3
