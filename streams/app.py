@@ -77,6 +77,11 @@ def create_context(settings: Settings, runtime: Runtime | None = None) -> SliceC
         topic_replication_factor=1,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        # Table changelog records come in bursts (a cache write per key after each commit):
+        # a short linger sends them in batches instead of one request each (Faust's default
+        # is 0). Outbox events have their own producer (streams/outbox/producer.py).
+        producer_linger=0.01,
+        producer_max_batch_size=256 * 1024,
         autodiscover=False,
         # Offsets are committed only for acked (= committed to PostgreSQL) messages.
         broker_commit_every=1000,

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 async def wait_any(*events: asyncio.Event, within: float | None) -> None:
@@ -21,3 +25,24 @@ def describe(exc: BaseException) -> str:
     never the row values we deliberately keep out of logs)."""
     text = str(exc).replace("\n", " ")[:300]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def in_flight(jobs: Sequence[Coroutine[Any, Any, T]], limit: int) -> list[T]:
+    """The jobs' results in order, at most ``limit`` running at once; the first failure
+    cancels the rest (a transaction cancelled mid-way rolls back) and is raised as is."""
+    gate = asyncio.Semaphore(limit)
+
+    async def gated(job: Coroutine[Any, Any, T]) -> T:
+        async with gate:
+            return await job
+
+    tasks = [asyncio.ensure_future(gated(job)) for job in jobs]
+    try:
+        return [await task for task in tasks]
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for job in jobs:
+            job.close()  # the ones never started (closing a finished one does nothing)
+        raise
