@@ -1,17 +1,12 @@
 """The per-owner half of a document expiry run: an owner's markers (insert-wins) and its one
 DocumentExpiryReminderEvent in one transaction, with the owner's known marks cached.
 
-Owners are committed in groups of up to OWNERS_PER_TRANSACTION (one claim statement and one
-outbox insert per group); an owner is always whole or not at all, and a group that fails for
-anything but an unwell database is split in halves until the owner that fails is alone: it
-is logged and skipped, every other owner commits.
-
-The cache (a changelog table keyed by OwnerUserId: document → marked thresholds) only saves
-work, the ledger decides. An owner whose every crossed threshold the cache claims is settled
-without a transaction, but only after one read of the ledger per group has found every one
-of those marks; if one is missing the cache lied (or is out of date after a prune or a
-manual delete) and the owner goes to the ledger like any cache miss. So an empty, stale,
-lost or lying cache costs a statement, never a reminder. It is written after the commit.
+Owners are committed up to OWNERS_PER_TRANSACTION per transaction; a group that fails for
+anything but an unwell database is halved until the failing owner is alone (logged,
+skipped), so every other owner commits whole. The cache (a changelog table keyed by
+OwnerUserId: document → marked thresholds) only saves work: an owner it says is settled is
+settled only once one read of the ledger finds every one of those marks; otherwise the
+ledger decides. It is written after the commit. Design: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -43,7 +38,7 @@ from streams.runtime import Runtime
 from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.reminders import queued_documents, reminder_items, reminder_record
 from streams.slices.profile.work import DoneItems, OwnersWork, OwnerWork, item_key
-from streams.tables.cache import KeyCache
+from streams.tables.cache import KeyCache, in_event
 
 log = logging.getLogger("streams.slices.profile.owners")
 
@@ -87,6 +82,10 @@ class OwnerBatchResult:
     disagreements: int = 0
     applied_positions: set[int] = field(default_factory=set)
     by_threshold: Counter[int] = field(default_factory=Counter)
+
+
+# The counters of a batch that add up into the worker's totals (/status).
+TOTALS = [f.name for f in fields(OwnerBatchResult) if f.type == "int"]
 
 
 class OwnerWorker:
@@ -200,7 +199,7 @@ class OwnerWorker:
         claiming: dict[UUID, tuple[OwnerPlan, dict[str, frozenset[int]]]] = {}
         for plan in plans:
             if self.cache is not None:
-                plan.cached = self.cache.peek(str(plan.work.owner_user_id))
+                plan.cached = self._peek(plan)
                 claimed = decode_marks(plan.cached)
                 if claimed:
                     claiming[plan.work.owner_user_id] = (plan, claimed)
@@ -218,7 +217,18 @@ class OwnerWorker:
         for plan in misses:
             if plan.position not in failed:
                 self._after_commit(plan, thresholds, result)
+        self.metrics.owners.labels("ledger").inc(len(misses) - len(failed))
         return failed
+
+    def _peek(self, plan: OwnerPlan) -> Any:
+        """The owner's cache value, read in its work item's partition (where it is written)
+        when it came from Kafka, instead of in every partition."""
+        assert self.cache is not None
+        key = str(plan.work.owner_user_id)
+        if item_key(plan.event, "") is None:
+            return self.cache.peek(key)
+        with in_event(plan.event):
+            return self.cache.peek(key)
 
     async def _verify(
         self,
@@ -318,7 +328,6 @@ class OwnerWorker:
         work = plan.work
         result.ledger += 1
         result.skipped += plan.skipped
-        self.metrics.owners.labels("ledger").inc()
         if plan.items:
             for item in plan.items:
                 result.by_threshold[item.threshold_days] += 1
@@ -369,9 +378,11 @@ class OwnerWorker:
             if plan.position in failed:
                 p["failed"] += 1
                 continue
-            p["notified"] += int(bool(plan.items))
-            p["sent"] += len(plan.items)
-            p["skipped"] += plan.skipped
+            if plan.items:
+                p["notified"] += 1
+                p["sent"] += len(plan.items)
+            if plan.skipped:
+                p["skipped"] += plan.skipped
             plan.docs, plan.items = [], []  # counted: let a large batch's documents go
 
     async def _progress(self, per_run: dict[str, Counter[str]]) -> None:
@@ -382,12 +393,5 @@ class OwnerWorker:
             )
 
     def _add_totals(self, result: OwnerBatchResult) -> None:
-        t = self.totals
-        t.owners += result.owners
-        t.settled_by_cache += result.settled_by_cache
-        t.ledger += result.ledger
-        t.failed += result.failed
-        t.notified += result.notified
-        t.sent += result.sent
-        t.skipped += result.skipped
-        t.disagreements += result.disagreements
+        for name in TOTALS:
+            setattr(self.totals, name, getattr(self.totals, name) + getattr(result, name))
