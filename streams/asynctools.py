@@ -37,12 +37,19 @@ async def in_flight(jobs: Sequence[Coroutine[Any, Any, T]], limit: int) -> list[
             return await job
 
     tasks = [asyncio.ensure_future(gated(job)) for job in jobs]
+    if not tasks:
+        return []
     try:
-        return [await task for task in tasks]
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for job in jobs:
-            job.close()  # the ones never started (closing a finished one does nothing)
-        raise
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        # Only a failure (or our own cancellation) leaves tasks unfinished.
+        if not all(task.done() for task in tasks):
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for job in jobs:
+                job.close()  # the ones never started (closing a finished one does nothing)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+    return [task.result() for task in tasks]
