@@ -57,20 +57,22 @@ async def documents_version_advance(
 
 
 @dataclass(frozen=True, slots=True)
-class ScannedDocument:
-    """One row of the run's scan: its keyset and its owner."""
+class ScanBatch:
+    """One batch of the run's scan: its size, the keyset of its last document (None when
+    empty) and its documents' owners in the order of their first document."""
 
-    expires_at: date
-    document_id: UUID
-    owner_user_id: UUID
+    documents: int
+    last: tuple[date, UUID] | None
+    owners: tuple[UUID, ...]
 
 
 async def documents_scan(
     db: Executor, lo: date, hi: date, after: tuple[date, UUID], limit: int
-) -> list[ScannedDocument]:
-    rows = await db.fetch(sql("profile_documents_scan"), lo, hi, after[0], after[1], limit)
-    # Positional: the statement selects the fields in the dataclass's order (a million rows).
-    return [ScannedDocument(*r) for r in rows]
+) -> ScanBatch:
+    r = await db.fetchrow(sql("profile_documents_scan"), lo, hi, after[0], after[1], limit)
+    count, last_expires, last_document, owners = r
+    last = (last_expires, last_document) if count else None
+    return ScanBatch(int(count), last, tuple(owners))
 
 
 @dataclass(frozen=True, slots=True)

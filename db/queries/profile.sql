@@ -39,14 +39,27 @@ RETURNING d.document_id;
 -- One batch of the run's read-only scan: active, undeleted documents with ExpiresAt in
 -- [$1, $2], in (ExpiresAt, DocumentId) order after the keyset ($3, $4), at most $5. No
 -- lock: the worker never changes documents and never holds up an investor's own edit.
-SELECT d.expires_at, d.document_id, d.owner_user_id
-FROM profile.person_documents d
-WHERE d.expires_at IS NOT NULL
-  AND d.expires_at BETWEEN $1 AND $2
-  AND (d.expires_at, d.document_id) > ($3::date, $4::uuid)
-  AND d.status = 'Active' AND NOT d.is_deleted
-ORDER BY d.expires_at, d.document_id
-LIMIT $5;
+-- One row back: how many documents, the last one's keyset, and their owners in the order
+-- of their first document (a million documents need not cross the wire one by one).
+WITH batch AS (
+    SELECT d.expires_at, d.document_id, d.owner_user_id,
+           row_number() OVER (ORDER BY d.expires_at, d.document_id) AS n
+    FROM profile.person_documents d
+    WHERE d.expires_at IS NOT NULL
+      AND d.expires_at BETWEEN $1 AND $2
+      AND (d.expires_at, d.document_id) > ($3::date, $4::uuid)
+      AND d.status = 'Active' AND NOT d.is_deleted
+    ORDER BY d.expires_at, d.document_id
+    LIMIT $5
+), owners AS (
+    SELECT owner_user_id, min(n) AS first FROM batch GROUP BY owner_user_id
+), last AS (
+    SELECT expires_at, document_id FROM batch ORDER BY n DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM batch)::int,
+       (SELECT expires_at FROM last),
+       (SELECT document_id FROM last),
+       coalesce((SELECT array_agg(owner_user_id ORDER BY first) FROM owners), '{}'::uuid[]);
 
 -- name: profile_expiry_marks_check
 -- Read-only, for owners ($1) a cache says are fully marked: each of their active documents

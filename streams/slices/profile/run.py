@@ -205,26 +205,23 @@ class DocumentExpiryRun:
         await self.fanout.start()
         try:
             while True:
-                rows = await repo.documents_scan(pool, window.lo, window.hi, after, cfg.batch_size)
+                batch = await repo.documents_scan(pool, window.lo, window.hi, after, cfg.batch_size)
                 result.batches += 1
-                result.documents_scanned += len(rows)
-                new: list[UUID] = []
-                for row in rows:
-                    if row.owner_user_id not in emitted:
-                        emitted.add(row.owner_user_id)
-                        new.append(row.owner_user_id)
+                result.documents_scanned += batch.documents
+                new = [owner for owner in batch.owners if owner not in emitted]
+                emitted.update(new)
                 log.info(
                     "action=batch_selected run_id=%s count=%d owners=%d",
                     result.run_id,
-                    len(rows),
+                    batch.documents,
                     len(new),
                 )
                 if new:
                     await self.fanout.send(order, new)
                 result.owners_total = len(emitted)
-                if len(rows) < cfg.batch_size:
+                if batch.last is None or batch.documents < cfg.batch_size:
                     break
-                after = (rows[-1].expires_at, rows[-1].document_id)
+                after = batch.last
                 if self.should_stop():
                     result.stopped = True
                     break
