@@ -57,86 +57,89 @@ async def documents_version_advance(
 
 
 @dataclass(frozen=True, slots=True)
-class ScannedDocument:
-    """One row of the run's scan: its keyset and its owner."""
+class ScanBatch:
+    """One batch of the run's scan: its size, the keyset of its last document (None when
+    empty) and its documents' owners in the order of their first document."""
 
-    expires_at: date
-    document_id: UUID
-    owner_user_id: UUID
+    documents: int
+    last: tuple[date, UUID] | None
+    owners: tuple[UUID, ...]
 
 
 async def documents_scan(
     db: Executor, lo: date, hi: date, after: tuple[date, UUID], limit: int
-) -> list[ScannedDocument]:
-    rows = await db.fetch(sql("profile_documents_scan"), lo, hi, after[0], after[1], limit)
-    # Positional: the statement selects the fields in the dataclass's order (a million rows).
-    return [ScannedDocument(*r) for r in rows]
+) -> ScanBatch:
+    r = await db.fetchrow(sql("profile_documents_scan"), lo, hi, after[0], after[1], limit)
+    count, last_expires, last_document, owners = r
+    last = (last_expires, last_document) if count else None
+    return ScanBatch(int(count), last, tuple(owners))
 
 
 @dataclass(frozen=True, slots=True)
-class OwnedDocument:
-    """The open columns a reminder needs (never the encrypted payload)."""
+class CheckedDocument:
+    """A document of an owner whose marks are checked: DaysLeft and how many of its crossed
+    thresholds have no marker."""
+
+    document_id: UUID
+    owner_user_id: UUID
+    days_left: int
+    unmarked: int
+
+
+async def expiry_marks_check(
+    db: Executor,
+    owners: Sequence[UUID],
+    lo: date,
+    hi: date,
+    today: date,
+    thresholds: Sequence[int],
+) -> list[CheckedDocument]:
+    if not owners:
+        return []
+    rows = await db.fetch(
+        sql("profile_expiry_marks_check"), list(owners), lo, hi, today, list(thresholds)
+    )
+    return [CheckedDocument(*r) for r in rows]  # columns in the dataclass's order
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedDocument:
+    """One document of an owner's claim: its open columns, DaysLeft, the threshold the claim
+    won for it (t*, None when it inserted no marker) and how many crossed thresholds were
+    already marked."""
 
     document_id: UUID
     owner_user_id: UUID
     type: str
     number_mask: str | None
     expires_at: date
+    days_left: int
+    t_star: int | None
+    skipped: int
 
 
-async def documents_owned_get(
-    db: Executor, owners: Sequence[UUID], lo: date, hi: date
-) -> list[OwnedDocument]:
-    rows = await db.fetch(sql("profile_documents_owned_get"), list(owners), lo, hi)
-    return [OwnedDocument(*r) for r in rows]  # columns in the dataclass's order
-
-
-async def expiry_marks_lock(
-    conn: asyncpg.Connection, documents: Sequence[UUID]
-) -> list[tuple[UUID, int]]:
-    """(document, threshold) markers of ``documents``, locked; locked elsewhere: left out."""
-    if not documents:
+async def expiry_marks_claim(
+    conn: asyncpg.Connection,
+    owners: Sequence[UUID],
+    lo: date,
+    hi: date,
+    today: date,
+    thresholds: Sequence[int],
+    reminded_at: datetime,
+) -> list[ClaimedDocument]:
+    """Insert-wins for the owners' documents in [lo, hi], on the caller's transaction."""
+    if not owners:
         return []
-    rows = await conn.fetch(sql("profile_expiry_marks_lock"), list(documents))
-    return [(r["document_id"], int(r["threshold_days"])) for r in rows]
-
-
-async def expiry_marks_count(db: Executor, pairs: Sequence[tuple[UUID | str, int]]) -> int:
-    """How many of ``pairs`` have a marker."""
-    if not pairs:
-        return 0
-    return int(
-        await db.fetchval(
-            sql("profile_expiry_marks_count"), [p[0] for p in pairs], [p[1] for p in pairs]
-        )
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class NewMark:
-    document_id: UUID
-    owner_user_id: UUID
-    type: str
-    threshold_days: int
-    expires_at: date
-
-
-async def expiry_marks_insert(
-    conn: asyncpg.Connection, marks: Sequence[NewMark], reminded_at: datetime
-) -> set[tuple[UUID, int]]:
-    """Insert-wins: returns the (document, threshold) markers this transaction inserted."""
-    if not marks:
-        return set()
     rows = await conn.fetch(
-        sql("profile_expiry_marks_insert"),
-        [m.document_id for m in marks],
-        [m.owner_user_id for m in marks],
-        [m.type for m in marks],
-        [m.threshold_days for m in marks],
-        [m.expires_at for m in marks],
+        sql("profile_expiry_marks_claim"),
+        list(owners),
+        lo,
+        hi,
+        today,
+        list(thresholds),
         reminded_at,
     )
-    return {(r["document_id"], int(r["threshold_days"])) for r in rows}
+    return [ClaimedDocument(*r) for r in rows]  # columns in the dataclass's order
 
 
 async def expiry_marks_prune(db: Executor, before: date, limit: int) -> int:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 async def wait_any(*events: asyncio.Event, within: float | None) -> None:
@@ -21,3 +25,31 @@ def describe(exc: BaseException) -> str:
     never the row values we deliberately keep out of logs)."""
     text = str(exc).replace("\n", " ")[:300]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def in_flight(jobs: Sequence[Coroutine[Any, Any, T]], limit: int) -> list[T]:
+    """The jobs' results in order, at most ``limit`` running at once; the first failure
+    cancels the rest (a transaction cancelled mid-way rolls back) and is raised as is."""
+    gate = asyncio.Semaphore(limit)
+
+    async def gated(job: Coroutine[Any, Any, T]) -> T:
+        async with gate:
+            return await job
+
+    tasks = [asyncio.ensure_future(gated(job)) for job in jobs]
+    if not tasks:
+        return []
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        # Only a failure (or our own cancellation) leaves tasks unfinished.
+        if not all(task.done() for task in tasks):
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for job in jobs:
+                job.close()  # the ones never started (closing a finished one does nothing)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+    return [task.result() for task in tasks]

@@ -39,55 +39,101 @@ RETURNING d.document_id;
 -- One batch of the run's read-only scan: active, undeleted documents with ExpiresAt in
 -- [$1, $2], in (ExpiresAt, DocumentId) order after the keyset ($3, $4), at most $5. No
 -- lock: the worker never changes documents and never holds up an investor's own edit.
-SELECT d.expires_at, d.document_id, d.owner_user_id
-FROM profile.person_documents d
-WHERE d.expires_at IS NOT NULL
-  AND d.expires_at BETWEEN $1 AND $2
-  AND (d.expires_at, d.document_id) > ($3::date, $4::uuid)
-  AND d.status = 'Active' AND NOT d.is_deleted
-ORDER BY d.expires_at, d.document_id
-LIMIT $5;
+-- One row back: how many documents, the last one's keyset, and their owners in the order
+-- of their first document (a million documents need not cross the wire one by one).
+WITH batch AS (
+    SELECT d.expires_at, d.document_id, d.owner_user_id,
+           row_number() OVER (ORDER BY d.expires_at, d.document_id) AS n
+    FROM profile.person_documents d
+    WHERE d.expires_at IS NOT NULL
+      AND d.expires_at BETWEEN $1 AND $2
+      AND (d.expires_at, d.document_id) > ($3::date, $4::uuid)
+      AND d.status = 'Active' AND NOT d.is_deleted
+    ORDER BY d.expires_at, d.document_id
+    LIMIT $5
+), owners AS (
+    SELECT owner_user_id, min(n) AS first FROM batch GROUP BY owner_user_id
+), last AS (
+    SELECT expires_at, document_id FROM batch ORDER BY n DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM batch)::int,
+       (SELECT expires_at FROM last),
+       (SELECT document_id FROM last),
+       coalesce((SELECT array_agg(owner_user_id ORDER BY first) FROM owners), '{}'::uuid[]);
 
--- name: profile_documents_owned_get
--- The open columns of the given owners' active documents with ExpiresAt in [$2, $3].
-SELECT d.document_id, d.owner_user_id, d.type, d.number_mask, d.expires_at
+-- name: profile_expiry_marks_check
+-- Read-only, for owners ($1) a cache says are fully marked: each of their active documents
+-- with ExpiresAt in [$2, $3], its DaysLeft as of $4 and how many of its crossed thresholds
+-- (DaysLeft <= t, t in $5) have no marker in the ledger. Zero for every document: the owner
+-- has nothing to send, and the cache's claim is confirmed by the ledger itself.
+SELECT d.document_id, d.owner_user_id, d.expires_at - $4::date AS days_left,
+       (SELECT count(*)::int
+        FROM unnest($5::int[]) AS t(days)
+        WHERE d.expires_at - $4::date <= t.days
+          AND NOT EXISTS (
+              SELECT 1 FROM profile.document_expiry_reminders r
+              WHERE r.document_id = d.document_id AND r.threshold_days = t.days)) AS unmarked
 FROM profile.person_documents d
 WHERE d.owner_user_id = ANY($1::uuid[])
   AND d.expires_at IS NOT NULL
   AND d.expires_at BETWEEN $2 AND $3
-  AND d.status = 'Active' AND NOT d.is_deleted
-ORDER BY d.owner_user_id, d.expires_at, d.document_id;
+  AND d.status = 'Active' AND NOT d.is_deleted;
 
--- name: profile_expiry_marks_lock
--- Existing markers of the given documents, locked for the owner's transaction; markers a
--- parallel instance holds are passed over (SKIP LOCKED), the insert below still arbitrates.
-SELECT r.document_id, r.threshold_days
-FROM profile.document_expiry_reminders r
-WHERE r.document_id = ANY($1::uuid[])
-ORDER BY r.document_id, r.threshold_days
-FOR UPDATE SKIP LOCKED;
-
--- name: profile_expiry_marks_count
--- How many of the (document, threshold) pairs ($1, $2 parallel) have a marker: checks a
--- cache's claims with one row back, whatever their number.
-SELECT count(*)
-FROM unnest($1::uuid[], $2::int[]) AS c(document_id, threshold_days)
-JOIN profile.document_expiry_reminders r
-  ON r.document_id = c.document_id AND r.threshold_days = c.threshold_days;
-
--- name: profile_expiry_marks_insert
--- Insert-wins: a marker the unique index already has is left alone; the rows returned are
--- the ones this transaction won. Rows go in (document, threshold) order, the same in every
--- instance, so two instances inserting overlapping sets wait on each other, never deadlock.
-INSERT INTO profile.document_expiry_reminders AS r (
-    id, document_id, owner_user_id, type, threshold_days, expires_at, reminded_at)
-SELECT gen_random_uuid(), m.document_id, m.owner_user_id, m.type, m.threshold_days,
-       m.expires_at, $6
-FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::date[])
-     AS m(document_id, owner_user_id, type, threshold_days, expires_at)
-ORDER BY m.document_id, m.threshold_days
-ON CONFLICT (document_id, threshold_days) DO NOTHING
-RETURNING r.document_id, r.threshold_days;
+-- name: profile_expiry_marks_claim
+-- One transaction's owners ($1) in one statement: their active documents with ExpiresAt in
+-- [$2, $3] (read without a lock), the existing markers of those documents read FOR UPDATE
+-- SKIP LOCKED (a parallel instance's are passed over), every crossed threshold (DaysLeft as
+-- of $4 <= t, t in $5) without a marker inserted insert-wins with RemindedAt $6. Returns
+-- each document once: its open columns, DaysLeft, the smallest threshold this statement
+-- inserted (t*, NULL when none) and how many crossed thresholds were already marked.
+-- Markers go in (document, threshold) order, the same in every instance, so two instances
+-- inserting overlapping sets wait on each other, never deadlock.
+-- No join between the CTEs: a cached generic plan guesses one document (the owners are a
+-- parameter) and would nest loops over thousands; a hashed IN and one GROUP BY do not care.
+WITH docs AS MATERIALIZED (
+    SELECT d.document_id, d.owner_user_id, d.type, d.number_mask, d.expires_at,
+           d.expires_at - $4::date AS days_left
+    FROM profile.person_documents d
+    WHERE d.owner_user_id = ANY($1::uuid[])
+      AND d.expires_at IS NOT NULL
+      AND d.expires_at BETWEEN $2 AND $3
+      AND d.status = 'Active' AND NOT d.is_deleted
+), locked AS MATERIALIZED (
+    SELECT r.document_id, r.threshold_days
+    FROM profile.document_expiry_reminders r
+    WHERE r.document_id = ANY(ARRAY(SELECT document_id FROM docs))
+    FOR UPDATE OF r SKIP LOCKED
+), crossed AS MATERIALIZED (
+    SELECT d.document_id, d.owner_user_id, d.type, d.number_mask, d.expires_at, d.days_left,
+           t.days AS threshold_days,
+           (d.document_id, t.days) IN (SELECT document_id, threshold_days FROM locked) AS marked
+    FROM docs d
+    CROSS JOIN unnest($5::int[]) AS t(days)
+    WHERE d.days_left <= t.days
+), ins AS (
+    INSERT INTO profile.document_expiry_reminders AS r (
+        id, document_id, owner_user_id, type, threshold_days, expires_at, reminded_at)
+    SELECT gen_random_uuid(), c.document_id, c.owner_user_id, c.type, c.threshold_days,
+           c.expires_at, $6
+    FROM crossed c
+    WHERE NOT c.marked
+    ORDER BY c.document_id, c.threshold_days
+    ON CONFLICT (document_id, threshold_days) DO NOTHING
+    RETURNING r.document_id, r.owner_user_id, r.threshold_days
+), outcome AS (
+    -- Every document of the window has a crossed row (DaysLeft <= max threshold).
+    SELECT c.document_id, c.owner_user_id, c.type, c.number_mask, c.expires_at, c.days_left,
+           NULL::int AS won, c.marked
+    FROM crossed c
+    UNION ALL
+    SELECT i.document_id, i.owner_user_id, NULL, NULL, NULL, NULL, i.threshold_days, false
+    FROM ins i
+)
+SELECT o.document_id, o.owner_user_id, max(o.type), max(o.number_mask), max(o.expires_at),
+       max(o.days_left), min(o.won) AS t_star, count(*) FILTER (WHERE o.marked)::int
+FROM outcome o
+GROUP BY o.document_id, o.owner_user_id
+ORDER BY o.owner_user_id, max(o.expires_at), o.document_id;
 
 -- name: profile_expiry_marks_prune
 -- Markers of documents that expired before $1, at most $2 per call (the caller repeats).
@@ -106,18 +152,21 @@ SELECT count(*) FROM deleted;
 
 -- name: profile_expiry_backlog_count
 -- Active documents in the window [$1, $2] with a crossed threshold (DaysLeft as of $3 <= t,
--- t in $4) that has no marker yet: reminders still owed (the seed's backlog gauge).
-SELECT count(*)
-FROM profile.person_documents d
-WHERE d.expires_at IS NOT NULL
-  AND d.expires_at BETWEEN $1 AND $2
-  AND d.status = 'Active' AND NOT d.is_deleted
-  AND EXISTS (
-      SELECT 1 FROM unnest($4::int[]) AS t(days)
-      WHERE d.expires_at - $3::date <= t.days
-        AND NOT EXISTS (
-            SELECT 1 FROM profile.document_expiry_reminders r
-            WHERE r.document_id = d.document_id AND r.threshold_days = t.days));
+-- t in $4) that has no marker yet: reminders still owed (the seed's backlog gauge). An anti
+-- join of the crossed (document, threshold) pairs with the ledger: hashed (and parallel)
+-- over a million documents, instead of one index probe per pair.
+SELECT count(*) FROM (
+    SELECT DISTINCT d.document_id
+    FROM profile.person_documents d
+    CROSS JOIN unnest($4::int[]) AS t(days)
+    WHERE d.expires_at IS NOT NULL
+      AND d.expires_at BETWEEN $1 AND $2
+      AND d.status = 'Active' AND NOT d.is_deleted
+      AND d.expires_at - $3::date <= t.days
+      AND NOT EXISTS (
+          SELECT 1 FROM profile.document_expiry_reminders r
+          WHERE r.document_id = d.document_id AND r.threshold_days = t.days)
+) AS owed;
 
 -- name: profile_expiry_runs_start
 INSERT INTO profile.document_expiry_runs (run_id, slot, as_of_date, thresholds, started_at)

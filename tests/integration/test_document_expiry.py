@@ -238,7 +238,11 @@ async def test_read_only_no_pii(
     for line in ("cycle_started", "batch_selected", "reminder_queued", "cycle_completed"):
         assert f"action={line}" in caplog.text
     queued = [r.getMessage() for r in caplog.records if "action=reminder_queued" in r.getMessage()]
-    assert len(queued) == 2 and all("type=DriverLicense" in q for q in queued)
+    # One line per owner (its event), each document as DocumentId:Type:ThresholdDays:DaysLeft.
+    [line] = queued
+    assert f"owner_user_id={owner}" in line and "count=2" in line
+    assert f"{docs[0]['DocumentId']}:DriverLicense:7:5" in line
+    assert f"{docs[1]['DocumentId']}:DriverLicense:0:0" in line
     # The event: the contract's fields only; the cipher and PersonId are nowhere in it.
     [row] = await pool.fetch("SELECT payload FROM ops.outbox")
     assert CIPHER not in row["payload"] and docs[0]["PersonId"] not in row["payload"]

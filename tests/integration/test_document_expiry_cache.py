@@ -15,7 +15,7 @@ import pytest
 
 from streams.agents.consumer import Decoded
 from streams.domain.profile import encode_marks
-from streams.slices.profile.work import OwnerWork
+from streams.slices.profile.work import RunOrder
 from tests.conftest import DATABASE_URL, _admin, with_database
 from tests.support.profile import (
     SLOT,
@@ -24,6 +24,7 @@ from tests.support.profile import (
     MemoryTable,
     items,
     marks,
+    owners_work,
     person_document,
     reminder_events,
 )
@@ -223,13 +224,7 @@ async def test_one_owner_twice_in_a_batch_from_two_runs_of_a_slot_is_reminded_on
                 [30, 7, 1, 0],
             )
             works.append(
-                OwnerWork(
-                    work_id=f"document-expiry:{owner}:2026-06-10T00:30:00Z",
-                    run_id=run_id,
-                    owner_user_id=owner,
-                    as_of=SLOT,
-                    thresholds_days=[30, 7, 1, 0],
-                )
+                owners_work(RunOrder("document-expiry", run_id, SLOT, (30, 7, 1, 0)), [owner])
             )
         result = await h.owners([Decoded(MagicMock(), w) for w in works])
         assert (result.sent, result.notified) == (1, 1)

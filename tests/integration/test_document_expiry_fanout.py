@@ -1,6 +1,7 @@
-"""The run's per-owner fan-out through real Kafka: one work item per owner on the internal
-topic, keyed by OwnerUserId with the identity name:ownerId:slot; the run waits for the
-per-owner workers on its progress row, and ends on its budget when nobody does them."""
+"""The run's per-owner fan-out through real Kafka: work items on the internal topic each
+carry owners that all hash to the item's partition (keyed by its first owner), every owner
+once with the identity name:ownerId:slot; the run waits for the per-owner workers on its
+progress row, and ends on its budget when nobody does them."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from devkit.kafka import read_to_end
 from streams.agents.consumer import Decoded
 from streams.clock import ManualClock
 from streams.contracts import decode
-from streams.slices.profile.work import OWNER_WORK, WORK_ID_HEADER, KafkaFanout
+from streams.slices.profile.work import OWNER_WORK, KafkaFanout, partition_of
 from streams.timers.slots import fanout_key
 from tests.support.profile import SLOT, Harness, items, person_document, reminder_events
 
@@ -45,59 +46,73 @@ def owners_with_documents(n: int) -> list[dict[str, Any]]:
 
 
 async def take(
-    bootstrap: str, topic: str, count: int, timeout: float = 30.0
+    bootstrap: str, topic: str, owners: int, timeout: float = 30.0
 ) -> list[ConsumerRecord[bytes, bytes]]:
-    """Records of ``topic`` from its start until ``count`` arrived (fails on the deadline)."""
+    """Records of ``topic`` from its start until they carry ``owners`` owners (fails on the
+    deadline)."""
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
     )
     await consumer.start()
     out: list[ConsumerRecord[bytes, bytes]] = []
+    seen = 0
     try:
         deadline = time.monotonic() + timeout
-        while len(out) < count:
-            assert time.monotonic() < deadline, f"{len(out)} of {count} work items in {timeout}s"
+        while seen < owners:
+            assert time.monotonic() < deadline, f"{seen} of {owners} owners in {timeout}s"
             for records in (await consumer.getmany(timeout_ms=200)).values():
                 out.extend(records)
+                seen += sum(len(decode(OWNER_WORK, r.value).owner_user_ids) for r in records)
     finally:
         await consumer.stop()
     return out
 
 
-async def test_each_owner_is_one_work_item_keyed_by_owner_and_the_run_waits_for_them(
+async def test_owners_go_out_by_partition_each_once_and_the_run_waits_for_them(
     h: Harness, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
-    docs = owners_with_documents(12)
+    docs = owners_with_documents(40)
     await h.apply(*docs)
     owners = {d["OwnerUserId"] for d in docs}
-    fanout = KafkaFanout(h.runtime.settings)
+    # At most 4 owners per item: several items per partition, the last ones sent at close.
+    fanout = KafkaFanout(h.runtime.settings, owners_per_item=4)
     # Batches of 5 documents: owners show up in several and are still handed out once.
     run = asyncio.create_task(h.run(fanout, batch_size=5).run_once(SLOT))
     topic = topic_prefix + OWNER_WORK.name
     records = await take(kafka_bootstrap, topic, len(owners))
     assert not run.done()  # it waits for the owners to be done
-    works = []
+    partitions = h.runtime.settings.topic_partitions
+    works, handed_out = [], []
     for r in records:
         work = decode(OWNER_WORK, r.value)
-        assert r.key is not None and r.key.decode() == str(work.owner_user_id)
-        assert dict(r.headers)[WORK_ID_HEADER].decode() == work.work_id
-        assert work.work_id == fanout_key("document-expiry", work.owner_user_id, SLOT)
-        assert (work.as_of, work.thresholds_days) == (SLOT, [30, 7, 1, 0])
+        assert 1 <= len(work.owner_user_ids) <= 4
+        # Every owner of the item hashes to the item's partition, and so does its key.
+        assert r.key is not None and r.key.decode() == str(work.owner_user_ids[0])
+        assert {partition_of(o, partitions) for o in work.owner_user_ids} == {r.partition}
+        assert (work.name, work.as_of, work.thresholds_days) == (
+            "document-expiry",
+            SLOT,
+            [30, 7, 1, 0],
+        )
+        order = work.order()
+        for owner in work.owner_user_ids:
+            assert order.work(owner).work_id == fanout_key("document-expiry", owner, SLOT)
+        handed_out += [str(o) for o in work.owner_user_ids]
         works.append(Decoded(MagicMock(), work))
+    assert sorted(handed_out) == sorted(owners)  # each owner exactly once
     # The per-owner worker, as its agent applies a batch.
-    await h.owners(works)
+    outcome = await h.owners(works)
+    assert outcome.applied_positions == set(range(len(works)))
     result = await asyncio.wait_for(run, 30)
-    assert {str(w.message.owner_user_id) for w in works} == owners
-    assert (result.owners_total, result.owners_done, result.owners_notified) == (12, 12, 12)
+    assert (result.owners_total, result.owners_done, result.owners_notified) == (40, 40, 40)
     assert (
         result.reminders_sent
         == len(docs)
         == len(items(await reminder_events(await h.runtime.pool())))
     )
-    # Exactly one item per owner on the topic, each owner's on one partition.
     on_topic = await read_to_end(kafka_bootstrap, topic)
-    assert sorted(r.key for r in on_topic) == sorted(str(o).encode() for o in owners)
-    assert len({r.partition for r in on_topic}) > 1  # spread by key over the 4 partitions
+    assert len(on_topic) == len(records) < len(owners)
+    assert len({r.partition for r in on_topic}) > 1  # spread by owner over the 4 partitions
 
 
 async def test_a_run_whose_owners_nobody_does_ends_on_its_budget(

@@ -22,7 +22,7 @@ from streams.slices.profile.documents import PersonDocumentsApplier
 from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.owners import OwnerWorker
 from streams.slices.profile.run import DocumentExpiryRun, ExpiryConfig
-from streams.slices.profile.work import Fanout, InlineFanout, OwnerWork
+from streams.slices.profile.work import Fanout, InlineFanout, OwnersWork, RunOrder
 from streams.tables.cache import KeyCache
 
 # A daily slot at the default cron time; its UTC date is what DaysLeft counts from.
@@ -77,6 +77,17 @@ def memory_cache(runtime: Runtime) -> KeyCache:
     return KeyCache(MemoryTable(), runtime.metrics.agents)
 
 
+def owners_work(order: RunOrder, owners: Sequence[uuid.UUID]) -> OwnersWork:
+    """The work item the Kafka fan-out would send for ``owners`` of one run."""
+    return OwnersWork(
+        name=order.name,
+        run_id=order.run_id,
+        as_of=order.as_of,
+        thresholds_days=list(order.thresholds),
+        owner_user_ids=list(owners),
+    )
+
+
 class AgentFanout:
     """Hands each batch to the per-owner worker as its agent would (``apply`` with one event
     per work item; the event only routes cache writes to a changelog partition)."""
@@ -89,8 +100,9 @@ class AgentFanout:
     async def start(self) -> None:
         return None
 
-    async def send(self, works: Sequence[OwnerWork]) -> None:
-        await self.owners([Decoded(MagicMock(), w) for w in works])
+    async def send(self, order: RunOrder, owners: Sequence[uuid.UUID]) -> None:
+        # One owner per item here, so each owner's outcome is its own item's.
+        await self.owners([Decoded(MagicMock(), owners_work(order, [o])) for o in owners])
 
     async def close(self) -> None:
         return None

@@ -1,13 +1,12 @@
 """The per-owner half of a document expiry run: an owner's markers (insert-wins) and its one
 DocumentExpiryReminderEvent in one transaction, with the owner's known marks cached.
 
-The cache (a changelog table keyed by OwnerUserId: document → marked thresholds) only saves
-work, the ledger decides. An owner whose every crossed threshold the cache claims is settled
-without a transaction, but only after one statement per batch has counted those claims in
-the ledger; if the count falls short the cache lied (or is out of date after a prune or a
-manual delete) and those owners go to the ledger like any cache miss. So an empty, stale or
-lost cache costs round trips, and a cache that claims a mark the ledger lacks costs one more
-statement: neither changes which reminders are sent.
+Owners are committed up to OWNERS_PER_TRANSACTION per transaction; a group that fails for
+anything but an unwell database is halved until the failing owner is alone (logged,
+skipped), so every other owner commits whole. The cache (a changelog table keyed by
+OwnerUserId: document → marked thresholds) only saves work: an owner it says is settled is
+settled only once one read of the ledger finds every one of those marks; otherwise the
+ledger decides. It is written after the commit. Design: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -15,54 +14,55 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import date, datetime
+from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from db import profile as repo
 from db.connector import Connection, is_transient, transaction
-from db.profile import NewMark, OwnedDocument, RunProgress
+from db.profile import ClaimedDocument, RunProgress
 from streams.agents.consumer import Decoded
-from streams.contracts import DOCUMENT_EXPIRY_REMINDERS
-from streams.contracts.profile import DocumentExpiryReminderEvent, ExpiringDocumentItem
+from streams.asynctools import in_flight
+from streams.contracts.profile import ExpiringDocumentItem
 from streams.domain.profile import (
-    claims_to_verify,
     crossed,
-    days_left,
-    decide,
     decode_marks,
     encode_marks,
     scan_window,
     settled_by,
     utc_date,
 )
-from streams.outbox.records import OutboxRecord, insert_many, record_for
+from streams.outbox.records import OutboxRecord, insert_many
 from streams.runtime import Runtime
 from streams.slices.profile.metrics import DocumentExpiryMetrics
-from streams.slices.profile.work import OwnerWork
-from streams.tables.cache import KeyCache
+from streams.slices.profile.reminders import queued_documents, reminder_items, reminder_record
+from streams.slices.profile.work import DoneItems, OwnersWork, OwnerWork, item_key
+from streams.tables.cache import KeyCache, in_event
 
 log = logging.getLogger("streams.slices.profile.owners")
 
-AGGREGATE_TYPE = "Profile"
+# Owners per transaction (group commit): a million documents cannot afford one each.
+OWNERS_PER_TRANSACTION = 500
+# Transactions of one batch in flight at once: while PostgreSQL runs one claim, the worker
+# builds the events of another (their owners are disjoint, so they never wait on each other).
+TRANSACTIONS_IN_FLIGHT = 2
 
 
 @dataclass
 class OwnerPlan:
-    """One owner of a batch: its work item, its documents in the window, what they crossed."""
+    """One owner of a batch: its work item and, once claimed, its documents in the window."""
 
     position: int
+    """The owner's index in the batch (failures are told apart by it)."""
+    message: int
+    """The index of the work item it came in (the consumer's outcome is per item)."""
     event: Any
     work: OwnerWork
-    docs: list[OwnedDocument]
-    crossed: dict[str, frozenset[int]]
-    """Document id (text, as in the cache) → crossed thresholds, in the order of ``docs``."""
     cached: Any = None
     """The cache's value for the owner as read (written back only when it changes)."""
-    claimed: dict[str, frozenset[int]] = field(default_factory=dict)
-    known: dict[str, set[int]] = field(default_factory=dict)
-    """Marks the ledger has for the owner's documents once its transaction committed."""
+    docs: list[ClaimedDocument] = field(default_factory=list)
+    """The owner's documents in the window as its transaction saw them."""
     items: list[ExpiringDocumentItem] = field(default_factory=list)
     """What the owner's event lists (one per document whose t* this transaction won)."""
     skipped: int = 0
@@ -84,6 +84,10 @@ class OwnerBatchResult:
     by_threshold: Counter[int] = field(default_factory=Counter)
 
 
+# The counters of a batch that add up into the worker's totals (/status).
+TOTALS = [f.name for f in fields(OwnerBatchResult) if f.type == "int"]
+
+
 class OwnerWorker:
     """``apply`` for the work-item agent, and ``process_inline`` for an inline run."""
 
@@ -98,72 +102,89 @@ class OwnerWorker:
         self.cache = cache
         self.topic_prefix = runtime.settings.topic_prefix
         self.totals = OwnerBatchResult()
+        self.done_items = DoneItems()
 
-    async def __call__(self, batch: Sequence[Decoded[OwnerWork]]) -> OwnerBatchResult:
-        return await self.process([(d.event, d.message) for d in batch])
+    async def __call__(self, batch: Sequence[Decoded[OwnersWork]]) -> OwnerBatchResult:
+        """The agent's ``apply``: the owners of every work item not done here before.
+
+        A record this worker already did and counted can be delivered to it again (a tail
+        read by the consumer's gap healer that the stream delivers after all, a rewind to
+        the committed offset): the ledger would make it a no-op, but the run's progress
+        would count its owners twice and the run would stop waiting too early, so it is
+        skipped."""
+        items: list[tuple[int, Any, OwnerWork]] = []
+        done: list[tuple[int, int, str]] = []
+        for i, decoded in enumerate(batch):
+            key = item_key(decoded.event, decoded.message.run_id)
+            if key is not None:
+                if key in self.done_items:
+                    continue
+                done.append(key)
+            order = decoded.message.order()
+            items.extend((i, decoded.event, order.work(o)) for o in decoded.message.owner_user_ids)
+        if len(done) < len(batch):
+            log.info("action=work_replay_skipped items=%d", len(batch) - len(done))
+        result = await self.process(items)
+        self.done_items.extend(done)
+        return result
 
     async def process_inline(self, works: Sequence[OwnerWork]) -> OwnerBatchResult:
         """As ``process``; a database that is unwell fails these owners (logged, counted:
         the next run picks them up) instead of raising, as the seed's loop continues."""
         try:
-            return await self.process([(None, w) for w in works])
+            return await self.process([(0, None, w) for w in works])
         except Exception as exc:
             if not is_transient(exc):
                 raise
             result = OwnerBatchResult(owners=len(works))
             for work in works:
                 self._owner_failed(work, exc)
-            plans = [OwnerPlan(i, None, w, [], {}) for i, w in enumerate(works)]
-            await self._progress(plans, {p.position for p in plans}, result)
+            plans = [OwnerPlan(i, 0, None, w) for i, w in enumerate(works)]
+            per_run: dict[str, Counter[str]] = defaultdict(Counter)
+            self._count(plans, {p.position for p in plans}, per_run, result)
+            await self._progress(per_run)
             self._add_totals(result)
             return result
 
-    async def process(self, items: Sequence[tuple[Any, OwnerWork]]) -> OwnerBatchResult:
-        """Every owner of the batch; raises only when PostgreSQL is unwell (the caller retries:
-        owners already committed are then settled by the ledger)."""
+    async def process(self, items: Sequence[tuple[int, Any, OwnerWork]]) -> OwnerBatchResult:
+        """Every owner of the batch (``(item index, event, work)`` each), a transaction of up
+        to OWNERS_PER_TRANSACTION owners at a time, then the runs' progress; raises only when
+        PostgreSQL is unwell (the caller retries: owners already committed are then settled
+        by the ledger)."""
         result = OwnerBatchResult()
+        per_run: dict[str, Counter[str]] = defaultdict(Counter)
         # A redelivered item within one batch is the same owner's same work: keep the last.
-        latest: dict[tuple[str, UUID], tuple[int, Any, OwnerWork]] = {}
-        for i, (event, work) in enumerate(items):
-            latest[(work.run_id, work.owner_user_id)] = (i, event, work)
-        groups: dict[tuple[datetime, tuple[int, ...]], list[tuple[int, Any, OwnerWork]]]
-        groups = defaultdict(list)
-        for i, event, work in latest.values():
-            groups[(work.as_of, tuple(work.thresholds_days))].append((i, event, work))
-        plans: list[OwnerPlan] = []
-        failed: set[int] = set()
+        latest: dict[tuple[str, UUID], OwnerPlan] = {}
+        for position, (message, event, work) in enumerate(items):
+            latest[(work.run_id, work.owner_user_id)] = OwnerPlan(position, message, event, work)
+        groups: dict[tuple[datetime, tuple[int, ...]], list[OwnerPlan]] = defaultdict(list)
+        for plan in latest.values():
+            groups[(plan.work.as_of, plan.work.thresholds_days)].append(plan)
         for (as_of, thresholds), group in groups.items():
-            group_plans = await self._plan(group, utc_date(as_of), thresholds)
-            plans.extend(group_plans)
-            failed |= await self._settle(group_plans, as_of, thresholds, result)
-        await self._progress(plans, failed, result)
+            result.owners += len(group)
+            # Two runs of one slot (a rerun) can put one owner twice in a group: the same
+            # work, done once (the second plan has nothing to do and is only counted as done).
+            first: dict[UUID, OwnerPlan] = {}
+            for plan in group:
+                first.setdefault(plan.work.owner_user_id, plan)
+            unique = list(first.values())
+            twins = [p for p in group if first[p.work.owner_user_id] is not p]
+            self._count(twins, set(), per_run, result)
+            chunks = [
+                unique[start : start + OWNERS_PER_TRANSACTION]
+                for start in range(0, len(unique), OWNERS_PER_TRANSACTION)
+            ]
+            settled = await in_flight(
+                [self._settle(chunk, as_of, thresholds, result) for chunk in chunks],
+                TRANSACTIONS_IN_FLIGHT,
+            )
+            for chunk, failed in zip(chunks, settled, strict=True):
+                self._count(chunk, failed, per_run, result)
+        await self._progress(per_run)
         for threshold, n in result.by_threshold.items():
             self.metrics.reminders.labels(str(threshold)).inc(n)
         self._add_totals(result)
         return result
-
-    async def _plan(
-        self, group: list[tuple[int, Any, OwnerWork]], today: date, thresholds: tuple[int, ...]
-    ) -> list[OwnerPlan]:
-        window = scan_window(today, thresholds)
-        pool = await self.runtime.pool()
-        docs = await repo.documents_owned_get(
-            pool, [w.owner_user_id for _, _, w in group], window.lo, window.hi
-        )
-        by_owner: dict[UUID, list[OwnedDocument]] = defaultdict(list)
-        for doc in docs:
-            by_owner[doc.owner_user_id].append(doc)
-        plans = []
-        for i, event, work in group:
-            # Two runs of one slot (a rerun) can put one owner twice in a group: the same work,
-            # done once (the second plan has nothing to do and is only counted as done).
-            owned = by_owner.pop(work.owner_user_id, [])
-            hit = {
-                str(d.document_id): crossed(days_left(d.expires_at, today), thresholds)
-                for d in owned
-            }
-            plans.append(OwnerPlan(i, event, work, owned, hit))
-        return plans
 
     async def _settle(
         self,
@@ -174,64 +195,90 @@ class OwnerWorker:
     ) -> set[int]:
         """Settle by the verified cache what it can, the rest through the ledger; returns the
         positions of owners that failed."""
-        result.owners += len(plans)
-        candidates: list[OwnerPlan] = []
         misses: list[OwnerPlan] = []
+        claiming: dict[UUID, tuple[OwnerPlan, dict[str, frozenset[int]]]] = {}
         for plan in plans:
-            if not plan.docs:
-                continue  # nothing in the window any more (archived, renewed since the scan)
             if self.cache is not None:
-                plan.cached = self.cache.peek(str(plan.work.owner_user_id))
-                plan.claimed = decode_marks(plan.cached)
-            if plan.claimed and settled_by(plan.crossed, plan.claimed):
-                candidates.append(plan)
-            else:
-                misses.append(plan)
-        if candidates:
-            claims = [pair for p in candidates for pair in claims_to_verify(p.crossed)]
-            found = await repo.expiry_marks_count(await self.runtime.pool(), claims)
-            if found == len(claims):
-                for plan in candidates:
-                    plan.skipped = sum(len(hit) for hit in plan.crossed.values())
-                result.settled_by_cache += len(candidates)
-            else:
-                # The cache claims marks the ledger does not have: it must not decide.
-                result.disagreements += 1
-                self.metrics.cache_disagreements.inc()
-                log.warning(
-                    "action=cache_disagreed owners=%d claimed=%d found=%d",
-                    len(candidates),
-                    len(claims),
-                    found,
-                )
-                misses.extend(candidates)
-                candidates = []
+                plan.cached = self._peek(plan)
+                claimed = decode_marks(plan.cached)
+                if claimed:
+                    claiming[plan.work.owner_user_id] = (plan, claimed)
+                    continue
+            misses.append(plan)
+        settled = await self._verify(claiming, as_of, thresholds, result) if claiming else []
+        misses.extend(p for p, _ in claiming.values() if p.position not in settled)
         if self.cache is not None:
-            self.cache.record(True, len(candidates))
+            self.cache.record(True, len(settled))
             self.cache.record(False, len(misses))
-        self.metrics.owners.labels("cache").inc(len(candidates))
+        self.metrics.owners.labels("cache").inc(len(settled))
         failed: set[int] = set()
         if misses:
-            failed = await self._commit(misses, as_of, thresholds, result)
+            failed = await self._commit(misses, as_of, thresholds)
         for plan in misses:
             if plan.position not in failed:
-                self._after_commit(plan, result)
+                self._after_commit(plan, thresholds, result)
+        self.metrics.owners.labels("ledger").inc(len(misses) - len(failed))
         return failed
 
-    async def _commit(
+    def _peek(self, plan: OwnerPlan) -> Any:
+        """The owner's cache value, read in its work item's partition (where it is written)
+        when it came from Kafka, instead of in every partition."""
+        assert self.cache is not None
+        key = str(plan.work.owner_user_id)
+        if item_key(plan.event, "") is None:
+            return self.cache.peek(key)
+        with in_event(plan.event):
+            return self.cache.peek(key)
+
+    async def _verify(
         self,
-        plans: list[OwnerPlan],
+        claiming: dict[UUID, tuple[OwnerPlan, dict[str, frozenset[int]]]],
         as_of: datetime,
         thresholds: tuple[int, ...],
         result: OwnerBatchResult,
     ) -> set[int]:
-        """One transaction for the batch's owners; if it fails for anything but an unwell
-        database, each owner again in a transaction of its own, so one bad owner is logged
-        and skipped while the others commit (an owner is always whole or not at all)."""
+        """Positions of the owners the cache settles: it claims every crossed threshold of
+        every document in the window, and one read of the ledger finds every one of them."""
+        today = utc_date(as_of)
+        window = scan_window(today, thresholds)
+        docs = await repo.expiry_marks_check(
+            await self.runtime.pool(), list(claiming), window.lo, window.hi, today, thresholds
+        )
+        hits: dict[UUID, dict[str, frozenset[int]]] = defaultdict(dict)
+        unmarked: Counter[UUID] = Counter()
+        for d in docs:
+            hits[d.owner_user_id][str(d.document_id)] = crossed(d.days_left, thresholds)
+            unmarked[d.owner_user_id] += d.unmarked
+        settled: set[int] = set()
+        lied = 0
+        for owner, (plan, claimed) in claiming.items():
+            hit = hits.get(owner)
+            # Not covered (a threshold crossed since, a new document, or nothing in the window
+            # any more): the ledger decides, and the cache is rewritten.
+            if not hit or not settled_by(hit, claimed):
+                continue
+            if unmarked[owner]:
+                lied += 1  # the cache claims marks the ledger does not have: it must not decide
+                continue
+            plan.skipped = sum(len(ts) for ts in hit.values())
+            settled.add(plan.position)
+        if lied:
+            result.disagreements += 1
+            self.metrics.cache_disagreements.inc()
+            log.warning("action=cache_disagreed owners=%d settled=%d", lied, len(settled))
+        result.settled_by_cache += len(settled)
+        return settled
+
+    async def _commit(
+        self, plans: list[OwnerPlan], as_of: datetime, thresholds: tuple[int, ...]
+    ) -> set[int]:
+        """One transaction for ``plans``; if it fails for anything but an unwell database,
+        each half again in a transaction of its own, down to single owners, so one bad owner
+        is logged and skipped while the others commit. Returns the failed positions."""
         pool = await self.runtime.pool()
         try:
             async with transaction(pool) as conn:
-                await self._owners_tx(conn, plans, as_of, thresholds)
+                await self._claim(conn, plans, as_of, thresholds)
             return set()
         except Exception as exc:
             if is_transient(exc):
@@ -239,117 +286,69 @@ class OwnerWorker:
             if len(plans) == 1:
                 self._owner_failed(plans[0].work, exc)
                 return {plans[0].position}
-        failed: set[int] = set()
-        for plan in plans:
-            try:
-                async with transaction(pool) as conn:
-                    await self._owners_tx(conn, [plan], as_of, thresholds)
-            except Exception as exc:
-                if is_transient(exc):
-                    raise
-                self._owner_failed(plan.work, exc)
-                failed.add(plan.position)
-        return failed
+        half = len(plans) // 2
+        failed = await self._commit(plans[:half], as_of, thresholds)
+        return failed | await self._commit(plans[half:], as_of, thresholds)
 
-    async def _owners_tx(
+    async def _claim(
         self,
         conn: Connection,
         plans: list[OwnerPlan],
         as_of: datetime,
         thresholds: tuple[int, ...],
     ) -> None:
-        """Markers + outbox rows of ``plans`` on ``conn``'s transaction (the seed's steps 3-6)."""
+        """Markers + outbox rows of ``plans`` on ``conn``'s transaction (the seed's steps 3-6).
+
+        t* is decided by the insert: the smallest threshold this transaction newly marked.
+        Alone that is min(crossed - marked) exactly; next to a parallel instance it never
+        loses a reminder to a marker the SKIP LOCKED read passed over."""
         today = utc_date(as_of)
-        locked = await repo.expiry_marks_lock(conn, [d.document_id for p in plans for d in p.docs])
-        marked: dict[UUID, set[int]] = defaultdict(set)
-        for doc_id, t in locked:
-            marked[doc_id].add(t)
-        new: list[NewMark] = []
+        window = scan_window(today, thresholds)
+        by_owner: dict[UUID, OwnerPlan] = {}
         for plan in plans:
-            plan.skipped, plan.items, plan.known = 0, [], {}
-            for d, key in zip(plan.docs, plan.crossed, strict=True):
-                decision = decide(
-                    d.document_id, d.expires_at, today, thresholds, marked[d.document_id]
-                )
-                plan.skipped += len(decision.crossed) - len(decision.to_mark)
-                # Whether won here or lost to a parallel instance, these are marked after commit.
-                plan.known[key] = marked[d.document_id] | set(decision.to_mark)
-                new.extend(
-                    NewMark(d.document_id, d.owner_user_id, d.type, t, d.expires_at)
-                    for t in decision.to_mark
-                )
-        won = await repo.expiry_marks_insert(conn, new, as_of)
-        won_by_doc: dict[UUID, set[int]] = defaultdict(set)
-        for doc_id, t in won:
-            won_by_doc[doc_id].add(t)
+            plan.docs, plan.items, plan.skipped = [], [], 0
+            by_owner[plan.work.owner_user_id] = plan
+        rows = await repo.expiry_marks_claim(
+            conn, list(by_owner), window.lo, window.hi, today, thresholds, as_of
+        )
+        for row in rows:
+            by_owner[row.owner_user_id].docs.append(row)
         records: list[OutboxRecord] = []
         for plan in plans:
-            plan.items = [
-                self._item(d, min(won_by_doc[d.document_id]), today)
-                for d in plan.docs
-                if d.document_id in won_by_doc
-            ]
+            plan.skipped = sum(d.skipped for d in plan.docs)
+            plan.items = reminder_items(plan.docs)
             if plan.items:
-                event = DocumentExpiryReminderEvent(
-                    owner_user_id=plan.work.owner_user_id, reminded_at=as_of, documents=plan.items
-                )
-                records.append(self._record(plan.work, event))
+                records.append(reminder_record(plan.work, as_of, plan.items, self.topic_prefix))
         await insert_many(conn, records)
 
-    @staticmethod
-    def _item(d: OwnedDocument, threshold: int, today: date) -> ExpiringDocumentItem:
-        # t* is decided by the insert: the smallest threshold this transaction newly marked.
-        # Alone that is min(crossed - marked) exactly; next to a parallel instance it never
-        # loses a reminder to a marker the SKIP LOCKED read passed over.
-        return ExpiringDocumentItem(
-            document_id=d.document_id,
-            type=d.type,
-            number_mask=d.number_mask,
-            expires_at=d.expires_at,
-            threshold_days=threshold,
-            days_left=days_left(d.expires_at, today),
-        )
-
-    def _record(self, work: OwnerWork, event: DocumentExpiryReminderEvent) -> OutboxRecord:
-        owner = str(work.owner_user_id)
-        return record_for(
-            DOCUMENT_EXPIRY_REMINDERS,
-            event,
-            topic_prefix=self.topic_prefix,
-            headers={
-                "correlation-id": work.run_id,
-                "work-id": work.work_id,
-                "aggregate-type": AGGREGATE_TYPE,
-                "aggregate-id": owner,
-            },
-        )
-
-    def _after_commit(self, plan: OwnerPlan, result: OwnerBatchResult) -> None:
+    def _after_commit(
+        self, plan: OwnerPlan, thresholds: tuple[int, ...], result: OwnerBatchResult
+    ) -> None:
         """Committed: count, log, and let the cache learn what the ledger now says."""
         work = plan.work
         result.ledger += 1
         result.skipped += plan.skipped
-        self.metrics.owners.labels("ledger").inc()
-        for item in plan.items:
-            result.by_threshold[item.threshold_days] += 1
-            # Identifiers only: never NumberMask or any other document value.
-            log.info(
-                "action=reminder_queued run_id=%s owner_user_id=%s document_id=%s type=%s "
-                "threshold_days=%d days_left=%d",
-                work.run_id,
-                work.owner_user_id,
-                item.document_id,
-                item.type,
-                item.threshold_days,
-                item.days_left,
-            )
         if plan.items:
-            result.applied_positions.add(plan.position)
+            for item in plan.items:
+                result.by_threshold[item.threshold_days] += 1
+            result.applied_positions.add(plan.message)
             result.notified += 1
             result.sent += len(plan.items)
+            if log.isEnabledFor(logging.INFO):  # one line per owner: its event's documents
+                log.info(
+                    "action=reminder_queued run_id=%s owner_user_id=%s count=%d documents=%s",
+                    work.run_id,
+                    work.owner_user_id,
+                    len(plan.items),
+                    queued_documents(plan.items),
+                )
         if self.cache is not None and plan.event is not None:
-            value = encode_marks(plan.known)
-            if value != plan.cached:
+            # After the commit every crossed threshold of these documents has a marker (won
+            # here, or by a parallel instance): that is what a later run may claim.
+            value = encode_marks(
+                {d.document_id: crossed(d.days_left, thresholds) for d in plan.docs}
+            )
+            if value != plan.cached and (value or plan.cached is not None):
                 self.cache.put(plan.event, str(work.owner_user_id), value)
 
     def _owner_failed(self, work: OwnerWork, exc: BaseException) -> None:
@@ -364,20 +363,29 @@ class OwnerWorker:
             getattr(exc, "sqlstate", None) or "-",
         )
 
-    async def _progress(
-        self, plans: list[OwnerPlan], failed: set[int], result: OwnerBatchResult
+    @staticmethod
+    def _count(
+        plans: list[OwnerPlan],
+        failed: set[int],
+        per_run: dict[str, Counter[str]],
+        result: OwnerBatchResult,
     ) -> None:
+        """Add what ``plans`` did to their runs' progress counts."""
         result.failed += len(failed)
-        per_run: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for plan in plans:
             p = per_run[plan.work.run_id]
             p["done"] += 1
             if plan.position in failed:
                 p["failed"] += 1
                 continue
-            p["notified"] += int(bool(plan.items))
-            p["sent"] += len(plan.items)
-            p["skipped"] += plan.skipped
+            if plan.items:
+                p["notified"] += 1
+                p["sent"] += len(plan.items)
+            if plan.skipped:
+                p["skipped"] += plan.skipped
+            plan.docs, plan.items = [], []  # counted: let a large batch's documents go
+
+    async def _progress(self, per_run: dict[str, Counter[str]]) -> None:
         if per_run:
             await repo.expiry_runs_progress(
                 await self.runtime.pool(),
@@ -385,12 +393,5 @@ class OwnerWorker:
             )
 
     def _add_totals(self, result: OwnerBatchResult) -> None:
-        t = self.totals
-        t.owners += result.owners
-        t.settled_by_cache += result.settled_by_cache
-        t.ledger += result.ledger
-        t.failed += result.failed
-        t.notified += result.notified
-        t.sent += result.sent
-        t.skipped += result.skipped
-        t.disagreements += result.disagreements
+        for name in TOTALS:
+            setattr(self.totals, name, getattr(self.totals, name) + getattr(result, name))

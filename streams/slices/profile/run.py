@@ -26,8 +26,7 @@ from streams.domain.profile import (
 from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices.profile.metrics import DocumentExpiryMetrics
-from streams.slices.profile.work import Fanout, OwnerWork
-from streams.timers.slots import fanout_key
+from streams.slices.profile.work import Fanout, RunOrder
 
 log = logging.getLogger("streams.slices.profile.run")
 
@@ -201,30 +200,28 @@ class DocumentExpiryRun:
         window = scan_window(result.as_of_date, cfg.thresholds)
         pool = await self.runtime.pool()
         emitted: set[UUID] = set()
+        order = RunOrder(cfg.name, result.run_id, result.as_of, result.thresholds)
         after = (window.lo - timedelta(days=1), NIL)
         await self.fanout.start()
         try:
             while True:
-                rows = await repo.documents_scan(pool, window.lo, window.hi, after, cfg.batch_size)
+                batch = await repo.documents_scan(pool, window.lo, window.hi, after, cfg.batch_size)
                 result.batches += 1
-                result.documents_scanned += len(rows)
-                new: list[UUID] = []
-                for row in rows:
-                    if row.owner_user_id not in emitted:
-                        emitted.add(row.owner_user_id)
-                        new.append(row.owner_user_id)
+                result.documents_scanned += batch.documents
+                new = [owner for owner in batch.owners if owner not in emitted]
+                emitted.update(new)
                 log.info(
                     "action=batch_selected run_id=%s count=%d owners=%d",
                     result.run_id,
-                    len(rows),
+                    batch.documents,
                     len(new),
                 )
                 if new:
-                    await self.fanout.send([self._work(result, owner) for owner in new])
+                    await self.fanout.send(order, new)
                 result.owners_total = len(emitted)
-                if len(rows) < cfg.batch_size:
+                if batch.last is None or batch.documents < cfg.batch_size:
                     break
-                after = (rows[-1].expires_at, rows[-1].document_id)
+                after = batch.last
                 if self.should_stop():
                     result.stopped = True
                     break
@@ -239,17 +236,6 @@ class DocumentExpiryRun:
                     break
         finally:
             await self.fanout.close()
-
-    def _work(self, result: ExpiryRunResult, owner: UUID) -> OwnerWork:
-        # Built from the validated config and the database's own ids, for every owner of the
-        # run: constructed without re-validation (the per-owner worker validates on decode).
-        return OwnerWork.model_construct(
-            work_id=fanout_key(self.config.name, owner, result.as_of),
-            run_id=result.run_id,
-            owner_user_id=owner,
-            as_of=result.as_of,
-            thresholds_days=list(result.thresholds),
-        )
 
     async def _wait(self, result: ExpiryRunResult, deadline: float) -> RunRow | None:
         """The run's row once every owner handed out is done (or the budget is spent)."""

@@ -1,11 +1,21 @@
-"""Per-owner work items of a document expiry run and the two ways they reach the per-owner
-worker: an internal Kafka topic keyed by OwnerUserId (the worker owning that partition, and
-its marks cache, does the owner), or inline in the run itself."""
+"""Per-owner work of a document expiry run and the two ways it reaches the per-owner worker:
+an internal Kafka topic partitioned by OwnerUserId (the worker owning the partition, and its
+marks cache, does the owners), or inline in the run itself.
+
+On the topic one work item carries up to OWNERS_PER_ITEM owners that all hash to the item's
+partition (``partition_of``, a function of the OwnerUserId alone, so an owner's work always
+lands on the same partition as its marks cache value), at a fraction of the records one item
+per owner took; the item is sent to that partition explicitly, keyed by its first owner.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import zlib
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -16,31 +26,114 @@ from streams.contracts import DLQ_SUFFIX, TopicContract
 from streams.contracts.base import Contract, Instant
 from streams.domain.profile import normalize_thresholds
 from streams.settings import Settings
+from streams.timers.slots import iso_utc
 
-WORK_ID_HEADER = "work-id"
+# Owners per work item as sent: the consumer applies up to 500 items at once, and a batch
+# must stay well under the seconds after which its gap healer reads a quiet partition's
+# tail itself (streams/agents/consumer.py), so a few owners each (500 items: 4,000 owners).
+OWNERS_PER_ITEM = 8
+# The most an item may carry (what a consumer accepts).
+MAX_OWNERS_PER_ITEM = 500
 # Delivery of emitted items is awaited once this many are in flight (bounded memory).
-MAX_IN_FLIGHT = 5_000
+MAX_IN_FLIGHT = 100
 
 
-class OwnerWork(Contract):
-    """One owner's share of one run (internal topic; JSON like every contract)."""
+@dataclass(frozen=True, slots=True)
+class OwnerWork:
+    """One owner's share of one run, as the per-owner worker handles it."""
 
-    work_id: str = Field(min_length=1, max_length=300)
+    work_id: str
     """``name:ownerId:slot``: the owner's identity within the run's slot."""
-    run_id: str = Field(min_length=1, max_length=64)
+    run_id: str
     owner_user_id: UUID
+    as_of: datetime
+    thresholds_days: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOrder:
+    """What a run hands out with its owners: the same for every owner of the run."""
+
+    name: str
+    run_id: str
+    as_of: datetime
+    thresholds: tuple[int, ...]
+    slot: str = field(default="", compare=False)
+    """``iso_utc(as_of)``, computed once: the end of every owner's work id."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slot", iso_utc(self.as_of))
+
+    def work(self, owner: UUID) -> OwnerWork:
+        # fanout_key(name, owner, as_of), the slot formatted once per run (a UUID is never
+        # empty and has no ':', which is all fanout_key checks).
+        return OwnerWork(
+            f"{self.name}:{owner}:{self.slot}", self.run_id, owner, self.as_of, self.thresholds
+        )
+
+
+class OwnersWork(Contract):
+    """Owners of one partition in one run (internal topic; JSON like every contract)."""
+
+    name: str = Field(min_length=1, max_length=200)
+    """The schedule's name: with the owner and AsOf, each owner's work id (name:ownerId:slot)."""
+    run_id: str = Field(min_length=1, max_length=64)
     as_of: Instant
     thresholds_days: list[int] = Field(min_length=1, max_length=32)
+    owner_user_ids: list[UUID] = Field(min_length=1, max_length=MAX_OWNERS_PER_ITEM)
 
     @field_validator("thresholds_days")
     @classmethod
     def _thresholds(cls, v: list[int]) -> list[int]:
         return list(normalize_thresholds(v))
 
+    def order(self) -> RunOrder:
+        return RunOrder(self.name, self.run_id, self.as_of, tuple(self.thresholds_days))
+
 
 OWNER_WORK = TopicContract(
-    "profile.document-expiry.owner-work.v1", OwnerWork, lambda m: str(m.owner_user_id), "internal"
+    "profile.document-expiry.owner-work.v2",
+    OwnersWork,
+    lambda m: str(m.owner_user_ids[0]),
+    "internal",
 )
+
+
+def partition_of(owner: UUID, partitions: int) -> int:
+    """The owner's partition: CRC-32 of its 16 bytes, modulo the partitions. The same in
+    every process and run, which is all the marks cache needs (an owner's value lives in
+    its work items' partition); cheap, unlike Kafka's pure-Python murmur2."""
+    return zlib.crc32(owner.bytes) % partitions
+
+
+def item_key(event: Any, run_id: str) -> tuple[int, int, str] | None:
+    """(partition, offset, run id) of a work item read from Kafka; None for one handed over
+    any other way. The run id tells a record of a topic re-created since apart."""
+    message = getattr(event, "message", None)
+    partition, offset = getattr(message, "partition", None), getattr(message, "offset", None)
+    if type(partition) is int and type(offset) is int:
+        return partition, offset, run_id
+    return None
+
+
+class DoneItems:
+    """The keys (``item_key``) of the last ``limit`` work items this worker did."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self._keys: set[tuple[int, int, str]] = set()
+        self._order: deque[tuple[int, int, str]] = deque()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def extend(self, keys: Sequence[tuple[int, int, str]]) -> None:
+        for key in keys:
+            if key not in self._keys:
+                self._keys.add(key)
+                self._order.append(key)
+        while len(self._order) > self.limit:
+            self._keys.discard(self._order.popleft())
 
 
 class Fanout(Protocol):
@@ -49,7 +142,7 @@ class Fanout(Protocol):
 
     async def start(self) -> None: ...
 
-    async def send(self, works: Sequence[OwnerWork]) -> None: ...
+    async def send(self, order: RunOrder, owners: Sequence[UUID]) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -69,22 +162,29 @@ class InlineFanout:
     async def start(self) -> None:
         return None
 
-    async def send(self, works: Sequence[OwnerWork]) -> None:
-        await self.worker.process_inline(works)
+    async def send(self, order: RunOrder, owners: Sequence[UUID]) -> None:
+        await self.worker.process_inline([order.work(o) for o in owners])
 
     async def close(self) -> None:
         return None
 
 
 class KafkaFanout:
-    """Produces work items to the internal topic (created if missing), keyed by OwnerUserId."""
+    """Produces work items to the internal topic (created if missing): owners are gathered per
+    partition and sent OWNERS_PER_ITEM at a time, the rest when the run closes the fan-out."""
 
     waits = True
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, owners_per_item: int = OWNERS_PER_ITEM) -> None:
+        if not 0 < owners_per_item <= MAX_OWNERS_PER_ITEM:
+            raise ValueError(f"owners_per_item must be in 1..{MAX_OWNERS_PER_ITEM}")
         self.settings = settings
+        self.owners_per_item = owners_per_item
         self.topic = settings.topic(OWNER_WORK.name)
         self._producer: AIOKafkaProducer | None = None
+        self._partitions = 0
+        self._pending: dict[int, list[UUID]] = {}
+        self._order: RunOrder | None = None
         self._in_flight: list[asyncio.Future[Any]] = []
 
     async def start(self) -> None:
@@ -99,32 +199,62 @@ class KafkaFanout:
             max_batch_size=256 * 1024,
         )
         await self._producer.start()
+        self._partitions = len(await self._producer.partitions_for(self.topic))
 
-    async def send(self, works: Sequence[OwnerWork]) -> None:
-        producer = self._producer
-        if producer is None:
+    async def send(self, order: RunOrder, owners: Sequence[UUID]) -> None:
+        if self._producer is None:
             raise RuntimeError("KafkaFanout.send before start")
-        for work in works:
-            self._in_flight.append(
-                await producer.send(
-                    self.topic,
-                    work.to_json(),
-                    key=str(work.owner_user_id).encode(),
-                    headers=[(WORK_ID_HEADER, work.work_id.encode())],
-                )
-            )
+        if self._order is not None and order != self._order:
+            await self._flush()  # one run per fan-out; a new one starts with empty buffers
+        self._order = order
+        n = self._partitions
+        for owner in owners:
+            partition = partition_of(owner, n)
+            pending = self._pending.setdefault(partition, [])
+            pending.append(owner)
+            if len(pending) >= self.owners_per_item:
+                await self._emit(order, partition, pending)
+                pending.clear()
         if len(self._in_flight) >= MAX_IN_FLIGHT:
             await self._delivered()
+
+    async def _emit(self, order: RunOrder, partition: int, owners: list[UUID]) -> None:
+        assert self._producer is not None
+        item = OwnersWork(
+            name=order.name,
+            run_id=order.run_id,
+            as_of=order.as_of,
+            thresholds_days=list(order.thresholds),
+            owner_user_ids=list(owners),
+        )
+        # On the partition every owner of it hashes to (the key, its first owner, only
+        # labels it: the partition is given).
+        self._in_flight.append(
+            await self._producer.send(
+                self.topic, item.to_json(), key=str(owners[0]).encode(), partition=partition
+            )
+        )
+
+    async def _flush(self) -> None:
+        order, pending = self._order, self._pending
+        self._pending = {}
+        if order is None:
+            return
+        for partition, owners in pending.items():
+            if owners:
+                await self._emit(order, partition, owners)
 
     async def _delivered(self) -> None:
         pending, self._in_flight = self._in_flight, []
         await asyncio.gather(*pending)
 
     async def close(self) -> None:
-        producer, self._producer = self._producer, None
+        producer = self._producer
         if producer is None:
             return
         try:
+            await self._flush()
             await self._delivered()
         finally:
+            self._producer, self._order = None, None
             await producer.stop()

@@ -1,0 +1,98 @@
+"""Work items of a document expiry run: owners gathered by a partition that depends on the
+owner alone, each owner's identity as fanout_key gives it, replays recognised."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from datetime import UTC, datetime, timedelta, timezone
+from types import SimpleNamespace
+from unittest.mock import MagicMock
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from streams.slices.profile.work import (
+    MAX_OWNERS_PER_ITEM,
+    OWNER_WORK,
+    DoneItems,
+    OwnersWork,
+    RunOrder,
+    item_key,
+    partition_of,
+)
+from streams.timers.slots import fanout_key
+
+SLOT = datetime(2026, 6, 10, 0, 30, tzinfo=UTC)
+
+instants = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+).map(lambda d: d.astimezone(timezone(timedelta(hours=3))))
+
+
+@given(st.uuids(), instants)
+def test_an_owners_work_id_is_the_fanout_key_of_its_slot(owner: uuid.UUID, as_of: datetime) -> None:
+    order = RunOrder("document-expiry", "run-1", as_of, (30, 7, 1, 0))
+    work = order.work(owner)
+    assert work.work_id == fanout_key("document-expiry", owner, as_of)
+    assert (work.run_id, work.owner_user_id, work.as_of) == ("run-1", owner, as_of)
+    assert work.thresholds_days == (30, 7, 1, 0)
+
+
+@given(st.uuids(), st.integers(1, 64))
+def test_an_owner_always_goes_to_the_same_partition(owner: uuid.UUID, partitions: int) -> None:
+    assert 0 <= partition_of(owner, partitions) < partitions
+    assert partition_of(uuid.UUID(str(owner)), partitions) == partition_of(owner, partitions)
+
+
+def test_owners_spread_over_the_partitions_whatever_their_uuid_version() -> None:
+    # Random (v4) ids and time-based (v1) ids whose low bits barely differ.
+    for owners in ([uuid.uuid4() for _ in range(4000)], [uuid.uuid1() for _ in range(4000)]):
+        counts = Counter(partition_of(o, 4) for o in owners)
+        assert len(counts) == 4 and min(counts.values()) > 800
+
+
+def test_an_item_round_trips_and_keys_on_its_first_owner() -> None:
+    owners = [uuid.uuid4() for _ in range(3)]
+    item = OwnersWork(
+        name="document-expiry",
+        run_id="r1",
+        as_of=SLOT,
+        thresholds_days=[0, 30, 7, 1],
+        owner_user_ids=owners,
+    )
+    again = OwnersWork.model_validate_json(item.to_json())
+    assert again == item and again.thresholds_days == [30, 7, 1, 0]
+    assert OWNER_WORK.key(item) == str(owners[0])
+    assert again.order() == RunOrder("document-expiry", "r1", SLOT, (30, 7, 1, 0))
+
+
+@pytest.mark.parametrize("count", [0, MAX_OWNERS_PER_ITEM + 1])
+def test_an_item_without_owners_or_with_too_many_is_refused(count: int) -> None:
+    with pytest.raises(ValidationError):
+        OwnersWork(
+            name="document-expiry",
+            run_id="r1",
+            as_of=SLOT,
+            thresholds_days=[30],
+            owner_user_ids=[uuid.uuid4() for _ in range(count)],
+        )
+
+
+def test_a_record_from_kafka_has_a_key_and_anything_else_has_none() -> None:
+    event = SimpleNamespace(message=SimpleNamespace(partition=2, offset=41))
+    assert item_key(event, "r1") == (2, 41, "r1")
+    assert item_key(None, "r1") is None
+    assert item_key(MagicMock(), "r1") is None  # a test double's attributes are not ints
+
+
+def test_done_items_remember_the_last_ones_only() -> None:
+    done = DoneItems(limit=3)
+    done.extend([(0, 1, "r"), (0, 2, "r"), (0, 2, "r")])
+    assert (0, 1, "r") in done and (0, 2, "r") in done and (0, 3, "r") not in done
+    done.extend([(1, 1, "r"), (1, 2, "r")])
+    assert (0, 1, "r") not in done  # the oldest went
+    assert all(k in done for k in [(0, 2, "r"), (1, 1, "r"), (1, 2, "r")])
+    assert (0, 2, "other-run") not in done  # a re-created topic's offsets are another run's
