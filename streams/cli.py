@@ -71,10 +71,6 @@ def main(argv: list[str] | None = None) -> int:
         code = startup_gate(app.loop, settings)
         if code:
             return code
-        # Everything built so far (modules, the app, its agents and tables) lives as long as
-        # the worker: out of the collector's sight, a full collection no longer walks it and
-        # stalls the loop that also dispatches reminders.
-        gc.freeze()
         sys.argv = [
             "reminders",
             "worker",
@@ -88,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         # A long-lived worker allocates millions of short-lived objects: what exists now
         # (modules, the app) is left out of every later collection, and the cyclic
         # collector runs after 50,000 allocations instead of 700 (a full collection walks
-        # the whole heap; with the defaults that was ~15% of a busy worker's CPU).
+        # the whole heap; with the defaults that was ~15% of a busy worker's CPU, and a
+        # pause of the loop that also dispatches reminders).
         gc.freeze()
         gc.set_threshold(50_000, 20, 100)
         app.main()

@@ -214,9 +214,12 @@ class OwnerWorker:
         failed: set[int] = set()
         if misses:
             failed = await self._commit(misses, as_of, thresholds)
+        remember: list[tuple[Any, str, Any]] = []
         for plan in misses:
             if plan.position not in failed:
-                self._after_commit(plan, thresholds, result)
+                self._after_commit(plan, thresholds, result, remember)
+        if self.cache is not None:
+            await self.cache.put_many(remember)  # one changelog batch, not a record per owner
         self.metrics.owners.labels("ledger").inc(len(misses) - len(failed))
         return failed
 
@@ -322,9 +325,14 @@ class OwnerWorker:
         await insert_many(conn, records)
 
     def _after_commit(
-        self, plan: OwnerPlan, thresholds: tuple[int, ...], result: OwnerBatchResult
+        self,
+        plan: OwnerPlan,
+        thresholds: tuple[int, ...],
+        result: OwnerBatchResult,
+        remember: list[tuple[Any, str, Any]],
     ) -> None:
-        """Committed: count, log, and let the cache learn what the ledger now says."""
+        """Committed: count, log, and note what the cache may learn (what the ledger now
+        says) in ``remember``."""
         work = plan.work
         result.ledger += 1
         result.skipped += plan.skipped
@@ -349,7 +357,7 @@ class OwnerWorker:
                 {d.document_id: crossed(d.days_left, thresholds) for d in plan.docs}
             )
             if value != plan.cached and (value or plan.cached is not None):
-                self.cache.put(plan.event, str(work.owner_user_id), value)
+                remember.append((plan.event, str(work.owner_user_id), value))
 
     def _owner_failed(self, work: OwnerWork, exc: BaseException) -> None:
         self.metrics.errors.inc()
