@@ -27,11 +27,6 @@ log = logging.getLogger("streams.agents")
 
 BATCH_MAX = 500
 BATCH_WITHIN_SECONDS = 0.02
-# Batches applied at once: while one waits for PostgreSQL the next is decoded and prepared.
-# Two in flight are safe because every write is Version-guarded (an older state that
-# commits after a newer one changes nothing), acks commit only contiguous offsets, and the
-# applier never trusts its cache about a key another batch in flight is writing.
-PIPELINE_DEPTH = 2
 # A partition the stream is behind on (the broker's high watermark past what it delivered)
 # for this long without any delivery is read from the broker directly.
 TAIL_CHECK_SECONDS = 1.0
@@ -63,7 +58,14 @@ class ContractConsumer(Generic[M]):
         topic_label: str | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_outcome: Callable[[EventT[Any], str, str | None], None] | None = None,
+        pipeline_depth: int = 1,
     ) -> None:
+        """``pipeline_depth``: batches applied at once. With 2, the next batch is decoded and
+        applied while one waits for PostgreSQL; only for an ``apply`` that any commit order
+        leaves correct (Version-guarded state: an older state committing after a newer one
+        changes nothing; the recipe's applier also never trusts its cache about a key another
+        batch in flight writes). Acks stay safe either way: Faust commits only contiguous
+        acked offsets."""
         self.contract = contract
         self.apply = apply
         self.dlq = dlq
@@ -72,6 +74,9 @@ class ContractConsumer(Generic[M]):
         self._sleep = sleep
         self.gaps: GapGuard[Any] = GapGuard()
         self.on_outcome = on_outcome
+        if pipeline_depth < 1:
+            raise ValueError("pipeline_depth must be >= 1")
+        self.pipeline_depth = pipeline_depth
         self.progress = PartitionProgress()
         self.reasons = ReasonCounts()
 
@@ -94,7 +99,7 @@ class ContractConsumer(Generic[M]):
             while True:
                 # A slot first, then the batch: the stream buffers meanwhile, so a batch taken
                 # while another waits for PostgreSQL is a full one, not the last 20 ms.
-                while len(inflight) >= PIPELINE_DEPTH:
+                while len(inflight) >= self.pipeline_depth:
                     done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
                     inflight -= done
                     for task in done:

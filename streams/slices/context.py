@@ -57,12 +57,21 @@ class SliceContext:
         agent_name: str,
         contract: TopicContract[M],
         apply: Callable[[Sequence[Decoded[M]]], Awaitable[object]],
+        *,
+        pipeline_depth: int = 1,
     ) -> ContractConsumer[M]:
         """An agent on ``contract``'s topic with the shared loop: batch, decode, dead-letter
-        bad messages, ``apply`` the rest, ack after the commit. One in-flight batch per
-        partition (concurrency 1), so a partition is never processed out of order."""
+        bad messages, ``apply`` the rest, ack after the commit. One agent instance
+        (concurrency 1); by default one batch at a time, so messages apply in order.
+        ``pipeline_depth`` 2 lets the next batch be applied while one waits for PostgreSQL:
+        only for an ``apply`` that any order leaves correct (Version-guarded state, as the
+        recipe's applier), since a later batch may then commit first."""
         consumer = ContractConsumer(
-            contract, apply, self.topics.dlq_of(contract), self.runtime.metrics.agents
+            contract,
+            apply,
+            self.topics.dlq_of(contract),
+            self.runtime.metrics.agents,
+            pipeline_depth=pipeline_depth,
         )
 
         async def run(stream: StreamT[Any]) -> None:

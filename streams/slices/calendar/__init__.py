@@ -64,7 +64,15 @@ def install(ctx: SliceContext) -> None:
     cache = ctx.cache_table(
         "calendar-event-cache", help="EventId -> last applied Version and reminder fingerprint"
     )
-    ctx.input("calendar-events", CALENDAR_EVENTS, CalendarEventsApplier(runtime, cache, waker))
+    # Two batches in flight: event states are Version-guarded and their reminders follow
+    # only the states stored, so a batch committing before an earlier one changes nothing
+    # (docs/architecture.md, "Two batches in flight").
+    ctx.input(
+        "calendar-events",
+        CALENDAR_EVENTS,
+        CalendarEventsApplier(runtime, cache, waker),
+        pipeline_depth=2,
+    )
     # A (re)started worker catches up on due reminders now, not at the next 60 s slot.
     ctx.on_started.append(lambda: registry.wake(CALENDAR_DISPATCH))
 
