@@ -211,13 +211,9 @@ class OwnerWorker:
             self.cache.record(True, len(settled))
             self.cache.record(False, len(misses))
         self.metrics.owners.labels("cache").inc(len(settled))
-        failed: set[int] = set()
-        if misses:
-            failed = await self._commit(misses, as_of, thresholds)
-        remember: list[tuple[Any, str, Any]] = []
-        for plan in misses:
-            if plan.position not in failed:
-                self._after_commit(plan, thresholds, result, remember)
+        failed: set[int] = await self._commit(misses, as_of, thresholds) if misses else set()
+        committed = [p for p in misses if p.position not in failed]
+        remember = [e for p in committed if (e := self._after_commit(p, thresholds, result))]
         if self.cache is not None:
             await self.cache.put_many(remember)  # one changelog batch, not a record per owner
         self.metrics.owners.labels("ledger").inc(len(misses) - len(failed))
@@ -325,14 +321,9 @@ class OwnerWorker:
         await insert_many(conn, records)
 
     def _after_commit(
-        self,
-        plan: OwnerPlan,
-        thresholds: tuple[int, ...],
-        result: OwnerBatchResult,
-        remember: list[tuple[Any, str, Any]],
-    ) -> None:
-        """Committed: count, log, and note what the cache may learn (what the ledger now
-        says) in ``remember``."""
+        self, plan: OwnerPlan, thresholds: tuple[int, ...], result: OwnerBatchResult
+    ) -> tuple[Any, str, Any] | None:
+        """Committed: count, log; returns what the cache may learn (None: nothing new)."""
         work = plan.work
         result.ledger += 1
         result.skipped += plan.skipped
@@ -357,7 +348,8 @@ class OwnerWorker:
                 {d.document_id: crossed(d.days_left, thresholds) for d in plan.docs}
             )
             if value != plan.cached and (value or plan.cached is not None):
-                remember.append((plan.event, str(work.owner_user_id), value))
+                return plan.event, str(work.owner_user_id), value
+        return None
 
     def _owner_failed(self, work: OwnerWork, exc: BaseException) -> None:
         self.metrics.errors.inc()
