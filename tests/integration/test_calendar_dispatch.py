@@ -252,7 +252,9 @@ async def test_run_drains_full_batches_until_backlog_is_empty(
     for _ in range(45):
         await apply(applier, calendar_event(StartAt=START, ReminderOffsetsMinutes=[60, 61]))
     result = await dispatcher(database_url, batch_size=20).run_once(AFTER_DUE)
-    assert result.sent_count == 90 and result.batches == 5 and result.backlog == 0
+    assert result.sent_count == 90 and result.backlog == 0
+    # four full batches, then a short one in each lane that ran (two once one was full)
+    assert result.batches == 4 + DispatchConfig().lanes
     assert len(await outbox(pool)) == 90
 
 
@@ -534,3 +536,42 @@ async def test_infrastructure_error_rolls_the_whole_batch_back_and_the_next_cycl
     await pool.execute("DROP TRIGGER tr_fail ON ops.outbox")
     result = await d.run_once(AFTER_DUE + timedelta(minutes=1))
     assert result.sent_count == 5 and len(await outbox(pool)) == 5
+
+
+@pytest.mark.parametrize(
+    ("lanes", "full_batches", "most_at_once"), [(2, 4, 2), (1, 4, 1), (2, 0, 1)]
+)
+async def test_a_backlog_is_drained_by_two_batches_at_once_a_small_run_by_one(
+    database_url: str, lanes: int, full_batches: int, most_at_once: int
+) -> None:
+    """Batches after a full one run beside it (their own transactions, SKIP LOCKED keeps
+    their rows apart); a run whose first batch is short stays a single batch."""
+    d = CalendarReminderDispatcher(
+        make_runtime(database_url),
+        DispatchConfig(batch_size=10, lanes=lanes, max_duration=timedelta(minutes=1)),
+    )
+    running = peak = calls = 0
+    left = full_batches
+
+    async def batch(pool: Any, as_of: datetime, result: Any) -> int:
+        nonlocal running, peak, calls, left
+        calls += 1
+        running += 1
+        peak = max(peak, running)
+        try:
+            await asyncio.sleep(0)  # the other lane gets its turn here
+            await asyncio.sleep(0)
+            full = left > 0
+            left -= 1
+            return 10 if full else 3
+        finally:
+            running -= 1
+
+    d._batch = batch  # type: ignore[method-assign]
+    try:
+        await d.run_once(T0)
+    finally:
+        await d.runtime.close()
+    assert peak == most_at_once
+    # every lane that ran ends on a short batch of its own
+    assert calls == full_batches + (lanes if full_batches else 1)

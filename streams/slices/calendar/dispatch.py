@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable
@@ -35,10 +36,14 @@ class DispatchConfig:
 
     batch_size: int = 200
     max_duration: timedelta = timedelta(seconds=30)
+    # Batches in flight at once while there is a backlog (each its own transaction).
+    lanes: int = 2
     # Part of the budget kept free at the end (besides the longest batch seen so far).
     reserve: float = 0.1
 
     def __post_init__(self) -> None:
+        if not 1 <= self.lanes <= 8:
+            raise ValueError(f"lanes must be in 1..8, got {self.lanes}")
         if not 0 < self.batch_size <= 10_000:
             raise ValueError(f"batch_size must be in 1..10000, got {self.batch_size}")
         if self.max_duration <= timedelta(0):
@@ -88,7 +93,9 @@ def build_event(row: ClaimedReminder) -> ReminderDueEvent:
 class CalendarReminderDispatcher:
     """A timer handler: ``run_once(as_of)`` drains due reminders in batches of ``batch_size``.
 
-    Each batch is one transaction: claim (SKIP LOCKED) → transitions → outbox rows. A row
+    Each batch is one transaction: claim (SKIP LOCKED) → transitions → outbox rows. Once a
+    batch comes back full (a backlog), a second runs beside it (``lanes``), claiming the
+    next rows, so one batch's Python overlaps the other's database work. A row
     that cannot be turned into an event is left Pending and out of this run's later
     batches; an infrastructure error rolls the batch back and propagates (the registry
     logs and counts it; the rows are still Pending for the next run).
@@ -119,7 +126,10 @@ class CalendarReminderDispatcher:
         longest = 0.0
         log.debug("action=cycle_started run_id=%s as_of=%s", result.run_id, as_of.isoformat())
         pool = await self.runtime.pool()
-        try:
+        lanes: list[asyncio.Task[None]] = []
+
+        async def drain() -> None:
+            nonlocal longest
             while True:
                 began = self.clock.monotonic()
                 claimed = await self._batch(pool, as_of, result)
@@ -131,14 +141,28 @@ class CalendarReminderDispatcher:
                     or ended + longest >= deadline
                     or self.should_stop()  # shutdown: stop between batches, not inside one
                 ):
-                    result.budget_exhausted = claimed == self.config.batch_size and (
-                        ended + longest >= deadline
-                    )
-                    break
+                    if claimed == self.config.batch_size and ended + longest >= deadline:
+                        result.budget_exhausted = True
+                    return
+                if len(lanes) < self.config.lanes:
+                    # A full batch: there is a backlog. Another batch in its own transaction
+                    # claims the next rows (SKIP LOCKED) while this one writes, so Python's
+                    # work on one overlaps PostgreSQL's on the other.
+                    lanes.append(asyncio.create_task(drain()))
+
+        try:
+            lanes.append(asyncio.create_task(drain()))
+            while not all(lane.done() for lane in lanes):
+                await asyncio.wait(lanes)  # a lane may start another while we wait
+            for lane in lanes:
+                lane.result()
             async with connection(pool) as conn:
                 result.backlog = await repo.reminders_count_due(conn, as_of)
                 result.next_due = await repo.reminders_next_due(conn)
-        except Exception:
+        except BaseException:
+            for lane in lanes:
+                lane.cancel()  # a failed batch ends the run; the others roll back too
+            await asyncio.gather(*lanes, return_exceptions=True)
             self.metrics.errors.inc()
             raise
         finally:
@@ -188,6 +212,9 @@ class CalendarReminderDispatcher:
                     )
                 except Exception as exc:  # poison: this row only; the batch goes on
                     poison.append(row.reminder_id)
+                    # Left out of every later claim of this run at once (not after the
+                    # commit): the other lane's next claim may come before this commits.
+                    result.poison.append(row.reminder_id)
                     log.error(
                         "action=item_failed run_id=%s reminder_id=%s event_id=%s error=%s",
                         result.run_id,
@@ -206,7 +233,6 @@ class CalendarReminderDispatcher:
         result.sent_count += len(sent)
         result.skipped_count += len(skipped)
         result.failed_count += len(poison)
-        result.poison.extend(poison)
         locked = max(0, min(visible, n) - len(rows))
         result.skipped_locked_count += locked
         m = self.metrics
