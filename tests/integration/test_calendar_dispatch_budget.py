@@ -58,7 +58,11 @@ async def test_the_dispatcher_starts_no_batch_it_could_not_finish_within_its_bud
     seeded: str, pool: asyncpg.Pool
 ) -> None:
     runtime = make_runtime(seeded)
-    d = SlowBatches(runtime, DispatchConfig(batch_size=2, max_duration=timedelta(seconds=1)))
+    # One lane: the injected clock advances per batch, which models batches one after the
+    # other (each lane of a dispatcher applies the same rule between its own batches).
+    d = SlowBatches(
+        runtime, DispatchConfig(batch_size=2, lanes=1, max_duration=timedelta(seconds=1))
+    )
     try:
         result = await d.run_once(AFTER_DUE)
     finally:
