@@ -44,6 +44,11 @@ async def admin(sql: str) -> None:
 async def database(template: str | None = None, prefix: str = "bench") -> AsyncIterator[str]:
     """A fresh database (migrated, or a copy of ``template``), dropped afterwards."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    if template is not None:
+        # No connection may stay on a template while it is copied.
+        await admin(
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{template}'"
+        )
     await admin(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     try:
         url = url_for(name)

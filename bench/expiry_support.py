@@ -11,51 +11,24 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from datetime import date
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from db.migrate import migrate
+from bench import common
 
 ROOT = Path(__file__).resolve().parent.parent
-DATABASE_URL = os.environ.get("DATABASE_URL", "postgresql://reminders@127.0.0.1:55432/reminders")
-KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+KAFKA_BOOTSTRAP = common.KAFKA_BOOTSTRAP
 
 
-def url_for(name: str) -> str:
-    return urlunsplit(urlsplit(DATABASE_URL)._replace(path=f"/{name}"))
-
-
-async def admin(sql: str) -> None:
-    conn = await asyncpg.connect(url_for("postgres"))
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
-@asynccontextmanager
-async def database(template: str | None = None, prefix: str = "bench_exp") -> AsyncIterator[str]:
+def database(
+    template: str | None = None, prefix: str = "bench_exp"
+) -> AbstractAsyncContextManager[str]:
     """A fresh database (migrated, or a copy of ``template``), dropped afterwards."""
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    if template is not None:
-        # No connection may stay on a template while it is copied.
-        await admin(
-            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{template}'"
-        )
-    await admin(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
-    try:
-        url = url_for(name)
-        if template is None:
-            await migrate(url)
-        yield url
-    finally:
-        await admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return common.database(template, prefix)
 
 
 async def seed_documents(url: str, *, owners: int, per_owner: int, today: date) -> int:
