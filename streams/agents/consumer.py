@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar, cast
 from faust.types import EventT, StreamT, TopicT
 
 from db.connector import classify, is_transient
+from streams.agents.acks import InOrderAcks, Ticket
 from streams.agents.dlq import DeadLetterFailed, send_to_dlq
 from streams.agents.gaps import GapGuard, GapHealer
 from streams.agents.progress import PartitionProgress, ReasonCounts
@@ -31,6 +32,9 @@ BATCH_WITHIN_SECONDS = 0.02
 # for this long without any delivery is read from the broker directly.
 TAIL_CHECK_SECONDS = 1.0
 TAIL_QUIET_SECONDS = 3.0
+# Batches admitted and not acked yet (handled ones wait for an earlier one still in flight):
+# beyond this many the loop takes no more, so a stuck batch does not let memory grow.
+UNACKED_MAX = 8
 RETRY_FIRST_SECONDS = 0.2
 RETRY_MAX_SECONDS = 10.0
 
@@ -64,8 +68,8 @@ class ContractConsumer(Generic[M]):
         applied while one waits for PostgreSQL; only for an ``apply`` that any commit order
         leaves correct (Version-guarded state: an older state committing after a newer one
         changes nothing; the recipe's applier also never trusts its cache about a key another
-        batch in flight writes). Acks stay safe either way: Faust commits only contiguous
-        acked offsets."""
+        batch in flight writes). Acks are given in admission order whatever order the batches
+        finish in (``streams/agents/acks.py``)."""
         self.contract = contract
         self.apply = apply
         self.dlq = dlq
@@ -79,6 +83,7 @@ class ContractConsumer(Generic[M]):
         self.pipeline_depth = pipeline_depth
         self.progress = PartitionProgress()
         self.reasons = ReasonCounts()
+        self.acks = InOrderAcks(lambda batch: self.progress.advanced(cast(Any, batch)))
 
     async def run(self, stream: StreamT[Any]) -> None:
         # noack_take buffers events without acking them; StreamT does not declare it.
@@ -89,9 +94,10 @@ class ContractConsumer(Generic[M]):
             stream.app, self.gaps, metrics=self.metrics, label=self.label, sleep=self._sleep
         )
         topics = set(getattr(stream.channel, "topics", ()))
-        # Admission (the gap guard's view of offsets) one batch at a time: the stream's
-        # batches and the tail watcher's.
+        # Admission (the gap guard's view of offsets, and a batch's place in the ack order)
+        # one batch at a time: the stream's batches and the tail watcher's.
         turn = asyncio.Lock()
+        self.acks.clear()
         watcher = asyncio.create_task(self._watch_tails(stream.app, healer, topics, turn))
         inflight: set[asyncio.Task[None]] = set()
         incoming = aiter(batches)
@@ -99,7 +105,9 @@ class ContractConsumer(Generic[M]):
             while True:
                 # A slot first, then the batch: the stream buffers meanwhile, so a batch taken
                 # while another waits for PostgreSQL is a full one, not the last 20 ms.
-                while len(inflight) >= self.pipeline_depth:
+                while inflight and (
+                    len(inflight) >= self.pipeline_depth or self.acks.waiting >= UNACKED_MAX
+                ):
                     done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
                     inflight -= done
                     for task in done:
@@ -113,7 +121,7 @@ class ContractConsumer(Generic[M]):
                     batch: list[EventT[Any]] = []
                     for event in events:
                         batch.extend(await healer.admit(event))
-                inflight.add(asyncio.create_task(self._handle_and_ack(batch)))
+                    inflight.add(self._start(batch))
             for finished in asyncio.as_completed(list(inflight)):
                 await finished
         finally:
@@ -122,15 +130,17 @@ class ContractConsumer(Generic[M]):
             await asyncio.gather(*inflight, return_exceptions=True)
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
+            self.acks.clear()  # handled batches behind an unfinished one: delivered again
             await healer.close()
 
-    async def _handle_and_ack(self, batch: list[EventT[Any]]) -> None:
+    def _start(self, batch: list[EventT[Any]]) -> asyncio.Task[None]:
+        """Handle ``batch`` in a task of its own; it is acked once it and every batch admitted
+        before it are handled (call under the admission lock)."""
+        return asyncio.create_task(self._handle_and_ack(batch, self.acks.admit(batch)))
+
+    async def _handle_and_ack(self, batch: list[EventT[Any]], ticket: Ticket) -> None:
         await self.handle(batch)
-        # Acked only once handled: no record after a jump is acked before the records of
-        # the jump are, so Faust never commits past one still being read.
-        for event in batch:
-            event.ack()
-        self.progress.advanced(batch)
+        self.acks.handled(ticket)
 
     async def _watch_tails(
         self, app: Any, healer: GapHealer, topics: set[str], turn: asyncio.Lock
@@ -162,7 +172,7 @@ class ContractConsumer(Generic[M]):
                             continue  # the stream moved meanwhile
                         tail = await healer.tail(tp, highwater)
                         if tail:
-                            await self._handle_and_ack(tail)
+                            await self._start(tail)
                     quiet_since.pop(tp, None)
             except asyncio.CancelledError:
                 raise
