@@ -71,7 +71,9 @@ async def wait_for(db: str, query: str, *args: Any, expect: Any, timeout: float 
 async def test_event_becomes_projection_row_and_older_versions_change_nothing(
     stack: dict[str, Any],
 ) -> None:
-    base = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    # Tomorrow: the running worker dispatches on the real clock, and these rows must not
+    # come due during the test (a fixed date here started failing on that date).
+    base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
     starts = {v: base + timedelta(hours=2 + v) for v in range(5)}
     v1 = calendar_event(Version=1, StartAt=starts[1], ReminderOffsetsMinutes=[60])
     key = v1["EventId"]
