@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
             import uvloop
 
             uvloop.install()  # before the app exists: Faust's loops come from the policy
+        from streams.agents import drain
+
+        drain.install()  # Faust's fetch loop without a task per record (streams/agents/drain.py)
         from streams.app import create_app
         from streams.timers.schedule import RegistrationError
 

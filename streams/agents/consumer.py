@@ -1,6 +1,6 @@
 """The shared input loop: batch, decode, dead-letter bad messages, apply with retry, then ack.
 
-Offsets are acknowledged only after a batch is committed to PostgreSQL (``noack_take``),
+Offsets are acknowledged only after a batch is committed to PostgreSQL (events are read without acks),
 so a crash or a cancelled batch is redelivered instead of lost (faust issue #606); the
 agents run with concurrency 1 so a partition is never processed out of order.
 """
@@ -17,6 +17,7 @@ from faust.types import EventT, StreamT, TopicT
 
 from db.connector import classify, is_transient
 from streams.agents.acks import InOrderAcks, Ticket
+from streams.agents.batches import EventBatches
 from streams.agents.dlq import DeadLetterFailed, send_to_dlq
 from streams.agents.gaps import GapGuard, GapHealer
 from streams.agents.progress import PartitionProgress, ReasonCounts
@@ -86,8 +87,10 @@ class ContractConsumer(Generic[M]):
         self.acks = InOrderAcks(lambda batch: self.progress.advanced(cast(Any, batch)))
 
     async def run(self, stream: StreamT[Any]) -> None:
-        # noack_take buffers events without acking them; StreamT does not declare it.
-        batches = cast(Any, stream).noack_take(BATCH_MAX, within=BATCH_WITHIN_SECONDS)
+        # Events read without acks (acked here once handled), gathered while batches apply.
+        batches = EventBatches(
+            cast(Any, stream).noack().events(), BATCH_MAX, within=BATCH_WITHIN_SECONDS
+        )
         # Offsets the stream skipped are read from the broker and handled in order, ahead of
         # the record that revealed the jump (streams/agents/gaps.py).
         healer = GapHealer(
@@ -130,6 +133,7 @@ class ContractConsumer(Generic[M]):
             await asyncio.gather(*inflight, return_exceptions=True)
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
+            await batches.aclose()
             self.acks.clear()  # handled batches behind an unfinished one: delivered again
             await healer.close()
 

@@ -64,8 +64,11 @@ class Event:
 class Stream:
     """What ``ContractConsumer.run`` uses of a Faust stream: batches, the app, the topics."""
 
-    def __init__(self, batches: list[list[Event]], finish: asyncio.Event) -> None:
+    def __init__(
+        self, batches: list[list[Event]], first_applying: asyncio.Event, finish: asyncio.Event
+    ) -> None:
         self._batches = batches
+        self._first_applying = first_applying
         self._finish = finish
         consumer = SimpleNamespace(_committed_offset={"in-0": 0}, started=False)
         self.app = SimpleNamespace(
@@ -75,13 +78,18 @@ class Stream:
         )
         self.channel = SimpleNamespace(topics=("in",))
 
-    def noack_take(self, max_: int, within: float) -> AsyncIterator[list[Event]]:
-        async def batches() -> AsyncIterator[list[Event]]:
-            for batch in self._batches:
-                yield batch
-            await self._finish.wait()  # the stream ends once the test has looked
+    def noack(self) -> Stream:
+        return self
 
-        return batches()
+    async def events(self) -> AsyncIterator[Event]:
+        first, *rest = self._batches
+        for event in first:
+            yield event
+        await self._first_applying.wait()  # the rest is read while the first batch applies
+        for batch in rest:
+            for event in batch:
+                yield event
+        await self._finish.wait()  # the stream ends once the test has looked
 
 
 @pytest.mark.parametrize("depth", [1, 2])
@@ -89,12 +97,14 @@ async def test_a_batch_that_finishes_first_is_acked_after_the_one_admitted_befor
     depth: int,
 ) -> None:
     acks = Acks(expected=6)
+    first_applying = asyncio.Event()
     release_first = asyncio.Event()
     second_applied = asyncio.Event()
     finish = asyncio.Event()
 
     async def apply(batch: Sequence[Decoded[Item]]) -> None:
         if batch[0].message.n == 0:
+            first_applying.set()
             await release_first.wait()
         else:
             second_applied.set()
@@ -108,7 +118,7 @@ async def test_a_batch_that_finishes_first_is_acked_after_the_one_admitted_befor
         metrics=AgentMetrics(CollectorRegistry()),
         pipeline_depth=depth,
     )
-    run = asyncio.create_task(consumer.run(Stream([first, second], finish)))  # type: ignore[arg-type]
+    run = asyncio.create_task(consumer.run(Stream([first, second], first_applying, finish)))  # type: ignore[arg-type]
 
     if depth == 2:
         # The second batch is applied while the first waits, but not acked before it.
@@ -126,10 +136,12 @@ async def test_a_batch_that_finishes_first_is_acked_after_the_one_admitted_befor
 async def test_a_stop_while_the_first_batch_waits_acks_neither() -> None:
     # Both are rolled back or never acked, and delivered again after the restart.
     acks = Acks()
+    first_applying = asyncio.Event()
     second_applied = asyncio.Event()
 
     async def apply(batch: Sequence[Decoded[Item]]) -> None:
         if batch[0].message.n == 0:
+            first_applying.set()
             await asyncio.Event().wait()  # PostgreSQL never answers
         second_applied.set()
 
@@ -141,7 +153,7 @@ async def test_a_stop_while_the_first_batch_waits_acks_neither() -> None:
         pipeline_depth=2,
     )
     batches = [[Event(0, acks)], [Event(1, acks)]]
-    run = asyncio.create_task(consumer.run(Stream(batches, asyncio.Event())))  # type: ignore[arg-type]
+    run = asyncio.create_task(consumer.run(Stream(batches, first_applying, asyncio.Event())))  # type: ignore[arg-type]
     await asyncio.wait_for(second_applied.wait(), 5)
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
