@@ -121,12 +121,6 @@ class SessionLimits:
     worker), releasing its locks; the worker's transaction rolls back and is redone."""
     keepalive_idle_seconds: int = 30
     """Server-side TCP keepalives notice a client host that vanished."""
-    plan_cache_mode: str = "force_custom_plan"
-    """Every statement is planned for its parameters. Our statements join batch arrays
-    (``unnest($1::uuid[])``) with large tables; a generic plan cannot see that a batch holds
-    500 keys, and one made while a table was small scans it whole on every later batch (seen:
-    the calendar batch statement read every Pending reminder per batch, slower with each
-    batch, until ANALYZE replaced the plan). Planning costs under a millisecond per batch."""
 
     def server_settings(self, application_name: str | None = None) -> dict[str, str]:
         out = {
@@ -137,7 +131,6 @@ class SessionLimits:
             "tcp_keepalives_idle": str(self.keepalive_idle_seconds),
             "tcp_keepalives_interval": "10",
             "tcp_keepalives_count": "3",
-            "plan_cache_mode": self.plan_cache_mode,
         }
         if application_name:
             out["application_name"] = application_name[:63]
@@ -219,10 +212,15 @@ async def connection(
 
 
 @asynccontextmanager
-async def transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+async def transaction(
+    pool: asyncpg.Pool, *, plan_for_parameters: bool = False
+) -> AsyncIterator[asyncpg.Connection]:
     """Acquire a connection and run one transaction; commits on exit, rolls back on error,
-    with driver errors translated (``translating``)."""
+    with driver errors translated (``translating``). ``plan_for_parameters``: every statement
+    of the transaction is planned for its batch (``session_plan_for_parameters``)."""
     async with translating(), pool.acquire() as conn, conn.transaction():
+        if plan_for_parameters:
+            await conn.execute(sql("session_plan_for_parameters"))
         yield conn
 
 

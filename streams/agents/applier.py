@@ -148,7 +148,7 @@ class VersionedStateApplier(Generic[M, D]):
         if not changed and not unchanged:
             return result
         pool = await self.runtime.pool()
-        async with transaction(pool) as conn:
+        async with transaction(pool, plan_for_parameters=True) as conn:
             written = await writer.write(
                 conn,
                 [d.message for _, d in changed],

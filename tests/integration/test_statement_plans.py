@@ -9,17 +9,15 @@ what the ingest bench showed until this was found (docs/benchmarks.md).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import asyncpg
 import pytest
 
+from db.connector import connect, create_pool, transaction
 from streams.agents.applier import Origin
-from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsWriter
-from tests.integration.calendar_support import make_runtime
 from tests.support.factories import T0, calendar_event, parsed
 
 pytestmark = pytest.mark.integration
@@ -27,21 +25,14 @@ pytestmark = pytest.mark.integration
 PENDING = 30_000  # reminder rows already stored (2 per event)
 
 
-@pytest.fixture
-async def runtime(database_url: str) -> AsyncIterator[Runtime]:
-    rt = make_runtime(database_url)
-    yield rt
-    await rt.close()
-
-
 def events(n: int) -> list[Any]:
     return [parsed(calendar_event(StartAt=T0 + timedelta(days=2, seconds=i))) for i in range(n)]
 
 
 async def write(conn: asyncpg.Connection, batch: list[Any]) -> int:
-    """Write one batch as the worker does, through the connection's cached statement; the rows
-    of calendar.event_reminders the batch statement's scans returned (auto_explain's plan of
-    the statement as it ran, sent back as a notice)."""
+    """Write one batch as the worker's writer does, in the transaction it is given; the rows of
+    calendar.event_reminders the batch statement's scans returned (auto_explain's plan of the
+    statement as it ran, sent back as a notice)."""
     plans: list[Any] = []
 
     def listen(_conn: Any, message: Any) -> None:
@@ -52,13 +43,22 @@ async def write(conn: asyncpg.Connection, batch: list[Any]) -> int:
     origins = {str(e.event_id): Origin(0, i) for i, e in enumerate(batch)}
     conn.add_log_listener(listen)
     try:
-        async with conn.transaction():
-            await CalendarEventsWriter().write(conn, batch, [], T0, origins)
+        await CalendarEventsWriter().write(conn, batch, [], T0, origins)
     finally:
         conn.remove_log_listener(listen)
     statement = [p for p in plans if "calendar.events AS e" in p["Query Text"]]
     assert len(statement) == 1, "the batch statement's plan was not reported"
     return reminder_rows_read(statement[0]["Plan"])
+
+
+async def explained(conn: asyncpg.Connection) -> None:
+    """Send this session the plan of each statement as it ran (needs a superuser, as the test
+    stack's role is)."""
+    await conn.execute(
+        "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;"
+        " SET auto_explain.log_analyze = on; SET auto_explain.log_format = json;"
+        " SET auto_explain.log_level = notice"
+    )
 
 
 def reminder_rows_read(plan: Any) -> int:
@@ -73,30 +73,33 @@ def reminder_rows_read(plan: Any) -> int:
     return found
 
 
-async def test_worker_sessions_plan_each_batch_for_its_own_rows(runtime: Runtime) -> None:
-    pool = await runtime.pool()
-    async with pool.acquire() as conn, pool.acquire() as generic:
-        assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
-        for c in (conn, generic):
-            # The plan of each statement as it ran, sent to this session (needs a superuser,
-            # as the test stack's role is).
-            await c.execute(
-                "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;"
-                " SET auto_explain.log_analyze = on; SET auto_explain.log_format = json;"
-                " SET auto_explain.log_level = notice"
-            )
-        # What a session without the setting can end up with: a generic plan, made while the
-        # table is small and kept while it grows.
+async def test_a_batch_transaction_plans_its_statements_for_the_batch(database_url: str) -> None:
+    # One connection, as the worker's applier uses it: transaction(plan_for_parameters=True).
+    pool = await create_pool(database_url, min_size=1, max_size=1)
+    generic = await connect(database_url)
+    try:
+        # What a session can end up with otherwise: a generic plan, made while the table is
+        # small and kept while it grows.
+        await explained(generic)
         await generic.execute("SET plan_cache_mode = force_generic_plan")
-        await write(generic, events(5))
+        async with generic.transaction():
+            await write(generic, events(5))
         stored = events(PENDING // 2)
-        for i in range(0, len(stored), 500):
-            await write(conn, stored[i : i + 500])  # the same statement, many times
+        for i in range(0, len(stored), 500):  # the same statement, many times
+            async with transaction(pool, plan_for_parameters=True) as conn:
+                await explained(conn)
+                await write(conn, stored[i : i + 500])
         pending = "SELECT count(*) FROM calendar.event_reminders WHERE status = 'Pending'"
-        assert await conn.fetchval(pending) == PENDING + 10
+        assert await generic.fetchval(pending) == PENDING + 10
 
-        planned_for_batch = await write(conn, events(5))
-        kept_generic = await write(generic, events(5))
+        async with transaction(pool, plan_for_parameters=True) as conn:
+            await explained(conn)
+            planned_for_batch = await write(conn, events(5))
+        async with generic.transaction():
+            kept_generic = await write(generic, events(5))
+    finally:
+        await generic.close()
+        await pool.close()
 
     # Planned for its five new events, the batch reads next to none of the stored reminders;
     # the kept generic plan reads every one of them (millions, in production).
