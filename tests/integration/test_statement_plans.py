@@ -1,4 +1,4 @@
-"""Batch statements are planned for their batch: the worker's sessions never use a generic plan.
+"""Batch statements are planned for their batch: appliers never run them on a generic plan.
 
 A generic plan cannot see that ``unnest($1::uuid[])`` holds one batch of keys. For the calendar
 batch statement it reads every Pending reminder of the table to find the few of the batch's
