@@ -26,7 +26,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -84,6 +84,7 @@ def stack(
             "kafka": kafka_bootstrap,
             "topic": module_topic_prefix + EVENTS,
             "dlq": module_topic_prefix + EVENTS + ".dlq",
+            "group": module_topic_prefix + "reminders",
             "worker": worker,
         }
     finally:
@@ -103,6 +104,23 @@ async def max_message_bytes(bootstrap: str, topic: str) -> int:
     finally:
         await admin.close()
     raise AssertionError(f"max.message.bytes of {topic} not reported")
+
+
+async def everything_committed(bootstrap: str, group: str, topic: str) -> bool:
+    """The group's committed offset is the end of every partition of ``topic``: every record
+    was handled (offsets are committed only up to what was acked, and acks go in order)."""
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await admin.start()
+    await reader.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+        ends = await reader.end_offsets(tps)
+    finally:
+        await reader.stop()
+        await admin.close()
+    return all(tp in committed and committed[tp].offset == ends[tp] for tp in tps)
 
 
 def rejected(value: bytes) -> bool:
@@ -321,6 +339,13 @@ async def test_hostile_records_are_dead_lettered_and_valid_ones_applied(
             return bool(n == len(sentinels))
 
         await eventually(sentinels_applied, timeout=120, what="every partition's sentinel")
+        # A sentinel can be stored while an earlier batch is still applying (two batches in
+        # flight); the committed offsets reaching the end say every record was handled.
+        await eventually(
+            lambda: everything_committed(stack["kafka"], stack["group"], stack["topic"]),
+            timeout=60,
+            what="offsets committed to the end of every partition",
+        )
         stored = {
             str(r["event_id"]): (r["version"], r["kind"])
             for r in await conn.fetch("SELECT event_id, version, kind FROM calendar.events")
