@@ -120,11 +120,19 @@ async def test_poison_messages_are_dead_lettered_and_the_partition_keeps_flowing
         timeout=60,
         what="sentinel applied",
     )
-    dead = [
-        r
-        for r in await read_to_end(stack["kafka"], stack["dlq"])
-        if dict(r.headers).get("dlq-source-partition") == str(p).encode()
-    ]
+
+    async def dead_lettered() -> list[Any]:
+        return [
+            r
+            for r in await read_to_end(stack["kafka"], stack["dlq"])
+            if dict(r.headers).get("dlq-source-partition") == str(p).encode()
+        ]
+
+    # The sentinel may be stored before the batch of the poison records is done (two
+    # batches in flight): wait for their DLQ records rather than read once.
+    dead = await eventually(
+        dead_lettered, timeout=30, what="four DLQ records", until=lambda d: len(d) >= 4
+    )
     by_offset = sorted(dead, key=lambda r: int(dict(r.headers)["dlq-source-offset"]))
     assert len(by_offset) == 4
     headers = [dict(r.headers) for r in by_offset]
