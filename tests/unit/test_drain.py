@@ -17,9 +17,18 @@ from streams.agents import drain
 FAUST_DRAIN_SHA256 = "44a2500309e83c630493f6828af50166ec8d96a0b3e4fb2bab735f704ae93417"
 
 
+# The same for Consumer._wait_next_records, which drain.wait_next_records copies.
+FAUST_WAIT_SHA256 = "6218e1969a636b3ff504ad1b8e7ad58a113572e43d746cc96d684ed5153032c6"
+
+
 def test_the_copied_faust_loop_has_not_changed() -> None:
     source = inspect.getsource(drain.ORIGINAL)
     assert hashlib.sha256(source.encode()).hexdigest() == FAUST_DRAIN_SHA256
+
+
+def test_the_copied_faust_wait_has_not_changed() -> None:
+    source = inspect.getsource(drain.ORIGINAL_WAIT)
+    assert hashlib.sha256(source.encode()).hexdigest() == FAUST_WAIT_SHA256
 
 
 async def test_a_callback_that_does_not_suspend_finishes_inline() -> None:
