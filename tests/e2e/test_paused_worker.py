@@ -174,12 +174,23 @@ class TopicWatch:
 
 
 async def dispatch_holders(conn: asyncpg.Connection, pids: list[int]) -> list[int]:
-    """Backends of ``pids`` inside a dispatch transaction (locks on reminder rows)."""
+    """Backends of ``pids`` inside a dispatch transaction that has locked reminder rows.
+
+    The table lock alone is not enough: PostgreSQL takes it when the claim is parsed, and a
+    connection's first claim is parsed, then asyncpg looks up its types - a backend stopped
+    there is in the transaction but holds no row yet (seen in CI)."""
     rows = await conn.fetch(
         "SELECT DISTINCT pid FROM pg_locks WHERE pid = ANY($1::int[]) AND granted "
         "AND relation = 'calendar.event_reminders'::regclass "
         "AND mode IN ('RowShareLock', 'RowExclusiveLock')",
         pids,
+    )
+    if not rows:  # the cheap look first; pgrowlocks reads the whole table
+        return []
+    rows = await conn.fetch(
+        "SELECT DISTINCT p AS pid FROM pgrowlocks('calendar.event_reminders') l, "
+        "unnest(l.pids) AS p WHERE p = ANY($1::int[])",
+        [r["pid"] for r in rows],
     )
     return [r["pid"] for r in rows]
 
