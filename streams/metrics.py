@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 # One set of lateness buckets for every "how late did it start / go out" histogram: fine at
@@ -142,12 +144,88 @@ class DbMetrics:
 F = TypeVar("F")
 
 
+class MergingRegistry(CollectorRegistry):
+    """A registry whose families of the same name, from several collectors, come out as one.
+
+    A worker has two processes (streams/timer_process): the child's families arrive as a
+    collector of the parent's registry, and both processes create the same families. Merged
+    per sample (same name and labels): counters and histograms add up, a gauge takes the
+    larger value (each gauge is set by one of the two processes; the other holds 0), and a
+    ``_created`` timestamp the earlier one. ``generate_latest`` and ``get_sample_value``
+    see the merged families.
+    """
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(merge_families(super().collect()))
+
+
+def merge_families(families: Iterable[Metric]) -> list[Metric]:
+    merged: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], Sample]] = {}
+    for family in families:
+        into = merged.get(family.name)
+        if into is None:
+            into = merged[family.name] = Metric(
+                family.name, family.documentation, family.type, family.unit
+            )
+            values[family.name] = {}
+        samples = values[family.name]
+        for sample in family.samples:
+            key = (sample.name, tuple(sorted(sample.labels.items())))
+            seen = samples.get(key)
+            if seen is None:
+                samples[key] = sample
+            elif sample.name.endswith("_created"):
+                samples[key] = seen._replace(value=min(seen.value, sample.value))
+            elif family.type == "gauge":
+                samples[key] = seen._replace(value=max(seen.value, sample.value))
+            else:
+                samples[key] = seen._replace(value=seen.value + sample.value)
+    for name, family in merged.items():
+        family.samples = list(values[name].values())
+    return list(merged.values())
+
+
+def families_to_json(registry: CollectorRegistry) -> list[dict[str, Any]]:
+    """A registry's families as plain data (what a worker's timer process sends its parent)."""
+    return [
+        {
+            "name": m.name,
+            "documentation": m.documentation,
+            "type": m.type,
+            "unit": m.unit,
+            "samples": [[s.name, s.labels, s.value] for s in m.samples],
+        }
+        for m in registry.collect()
+    ]
+
+
+def families_from_json(data: Iterable[dict[str, Any]]) -> list[Metric]:
+    out = []
+    for item in data:
+        family = Metric(item["name"], item["documentation"], item["type"], item["unit"])
+        for name, labels, value in item["samples"]:
+            family.add_sample(str(name), {str(k): str(v) for k, v in labels.items()}, float(value))
+        out.append(family)
+    return out
+
+
+class StaticCollector:
+    """Families handed in from elsewhere (the timer process's latest), collected as they are."""
+
+    def __init__(self) -> None:
+        self.families: list[Metric] = []
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
 class Metrics:
     """All metric families of one worker, on one registry: the shared ones as attributes, a
     slice's own through ``family`` (created on first use, once per registry)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry = registry if registry is not None else MergingRegistry()
         self.agents = AgentMetrics(self.registry)
         self.outbox = OutboxMetrics(self.registry)
         self.db = DbMetrics(self.registry)
