@@ -68,14 +68,17 @@ class RuntimeTimerStore:
         return await (await self._repo()).prune_slots(before, limit)
 
 
-def build_registry(runtime: Runtime) -> TimerRegistry:
+def build_registry(runtime: Runtime, worker_id: str | None = None) -> TimerRegistry:
     """The worker's registry with the maintenance jobs declared; raises RegistrationError on
     bad settings. Slices add theirs before ``start()``."""
     from streams.timers.metrics import TimerMetrics
 
     store = RuntimeTimerStore(runtime)
     registry = TimerRegistry(
-        store=store, clock=runtime.clock, metrics=TimerMetrics(runtime.metrics.registry)
+        store=store,
+        clock=runtime.clock,
+        metrics=TimerMetrics(runtime.metrics.registry),
+        worker_id=worker_id,
     )
 
     registry.register_all(maintenance_schedules(runtime, store, registry.worker_id))

@@ -7,7 +7,7 @@ import builtins
 import logging
 import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -149,7 +149,15 @@ class TimerRegistry:
             raise KeyError(f"no timer schedule named {name!r}") from None
 
     def _enabled(self) -> Iterable[ScheduleState]:
-        return (e for e in self._entries.values() if e.spec.enabled)
+        return (e for e in self._entries.values() if e.spec.enabled and e.delegate is None)
+
+    def delegate(self, names: Iterable[str], wake: Callable[[str, datetime | None], None]) -> None:
+        """Leave ``names`` to another process of this worker (its timer process): ``start()``
+        runs no loop for them and their wake-ups go to ``wake(name, at)``."""
+        if self._started:
+            raise RuntimeError("delegate() before start()")
+        for name in names:
+            self._entry(name).delegate = wake
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every schedule as a plain JSON-able dict (for the web view)."""
@@ -226,6 +234,9 @@ class TimerRegistry:
         entry = self._entry(name)
         if entry.spec.mode is not Mode.EVERY_INSTANCE:
             raise ValueError(f"timer schedule {name!r} is cluster_once; only every_instance wakes")
+        if entry.delegate is not None:
+            entry.delegate(name, at)
+            return
         when = at or self._clock.now()
         if entry.wake_at is None or when < entry.wake_at:
             entry.wake_at = when

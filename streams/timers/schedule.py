@@ -84,6 +84,9 @@ class Schedule:
     misfire_grace: timedelta | None = None
     settings_prefix: str | None = None
     enabled: bool = True
+    # Runs in the worker's timer process (its own event loop and core, away from the
+    # agents' input batches) when the worker has one: for timers with a lateness target.
+    isolated: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class ResolvedSchedule:
     misfire_grace: timedelta
     enabled: bool
     settings_prefix: str | None
+    isolated: bool = False
 
 
 class _Settings:
@@ -301,4 +305,5 @@ def resolve(
         misfire_grace=grace,
         enabled=enabled,
         settings_prefix=prefix,
+        isolated=schedule.isolated,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -34,6 +35,8 @@ class ScheduleState:
     current: asyncio.Task[object] | None = None
     loop_task: asyncio.Task[None] | None = None
     wake_event: asyncio.Event = field(default_factory=asyncio.Event)
+    # Another process of this worker runs the schedule (its timer process): wake-ups go here.
+    delegate: Callable[[str, datetime | None], None] | None = None
 
     def track(self, task: asyncio.Task[object] | None) -> None:
         """The handler task now running (None when none is)."""

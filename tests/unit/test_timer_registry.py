@@ -343,6 +343,55 @@ async def test_wake_is_only_for_every_instance_schedules(world: World) -> None:
         reg.wake("nope")
 
 
+async def test_a_delegated_schedule_runs_elsewhere_and_its_wakes_go_there(world: World) -> None:
+    """A worker with a timer process: the isolated schedule has no loop here; wake-ups go to
+    the child, the other schedules run as usual."""
+    here, there = Recorder(), Recorder()
+    reg = world.registry()
+    reg.register(sched(here, name="local"))
+    reg.register(sched(there, name="isolated", isolated=True))
+    assert reg.get("isolated").isolated and not reg.get("local").isolated
+    forwarded: list[tuple[str, datetime | None]] = []
+    reg.delegate(["isolated"], lambda name, at: forwarded.append((name, at)))
+    await reg.start()
+    try:
+        started = world.clock.now()
+        later = started + timedelta(seconds=5)
+        reg.wake("isolated", at=later)
+        reg.wake("local")
+        await world.sleeper.advance(2 * MINUTE)
+        assert forwarded == [("isolated", later)]
+        assert there.calls == []  # never run in this process, not even on its interval
+        assert here.calls[0] == started
+        with pytest.raises(RuntimeError, match="before start"):
+            reg.delegate(["local"], lambda name, at: None)
+    finally:
+        await reg.stop(timeout=1)
+
+
+async def test_the_timer_process_keeps_only_its_schedules(world: World) -> None:
+    mine, theirs = Recorder(), Recorder()
+    reg = world.registry()
+    reg.register(sched(mine, name="isolated", isolated=True))
+    reg.register(sched(theirs, name="local"))
+
+    def elsewhere(name: str, at: datetime | None) -> None:
+        raise ValueError(f"{name} does not run in this process")
+
+    reg.delegate(["local"], elsewhere)
+    await reg.start()
+    try:
+        reg.wake("isolated")
+        await settle()
+        assert mine.calls == [world.clock.now()]
+        with pytest.raises(ValueError, match="does not run in this process"):
+            reg.wake("local")
+        await world.sleeper.advance(2 * MINUTE)
+        assert theirs.calls == []
+    finally:
+        await reg.stop(timeout=1)
+
+
 # -- misfire -----------------------------------------------------------------------------------
 
 
