@@ -21,6 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from bench.progress import Progress
 from db.migrate import migrate
 from devkit.seed import seed_reminders
+from devkit.workers import process_tree
 
 __all__ = ["seed_reminders"]
 
@@ -75,12 +76,18 @@ async def drop_topics(prefix: str) -> None:
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) of a live process in MB, from /proc/<pid>/status."""
-    fields: dict[str, float] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024  # kB -> MB
+    """(VmRSS, VmHWM) in MB of a live process and its children (a worker and its timer
+    process), added up, from /proc/<pid>/status."""
+    fields: dict[str, float] = {"VmRSS": 0.0, "VmHWM": 0.0}
+    for member in process_tree(pid):
+        try:
+            lines = Path(f"/proc/{member}/status").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition(":")
+            if key in fields:
+                fields[key] += int(value.split()[0]) / 1024  # kB -> MB
     return fields["VmRSS"], fields["VmHWM"]
 
 

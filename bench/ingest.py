@@ -158,7 +158,10 @@ async def run(events: int = 50_000) -> list[Measure]:
             f"  one worker                               {one.rate:>9,.0f} events/s  "
             f"ratio to the bare pipeline {one.rate / bare:.2f}   (target >= 5,000/s and >= 0.5)"
         )
-        print(f"  worker memory after ingest: VmRSS {rss:.0f} MB, peak VmHWM {hwm:.0f} MB")
+        print(
+            f"  worker memory after ingest (worker + timer process): VmRSS {rss:.0f} MB, "
+            f"peak VmHWM {hwm:.0f} MB"
+        )
         two = await run_workers(prefix, events, 2)
         memory = ", ".join(f"{r:.0f} MB" for r, _ in two.rss)
         print(
@@ -195,7 +198,8 @@ async def run(events: int = 50_000) -> list[Measure]:
             targets=[Target("<=", RSS_LIMIT_MB)],
             higher_is_better=False,
             bench="ingest",
-            detail=f"VmRSS of the one worker after {events:,} events; peak VmHWM {hwm:.0f} MB",
+            detail=f"VmRSS of the one worker (both its processes) after {events:,} events; "
+            f"peak VmHWM {hwm:.0f} MB",
         ),
         measure(
             "ingest: two workers vs one",

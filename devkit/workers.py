@@ -20,6 +20,26 @@ from devkit.wait import NotWithin, eventually
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a worker and its timer process), parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop(0)
+        tree.append(current)
+        todo.extend(sorted(children.get(current, [])))
+    return tree
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -27,7 +47,13 @@ def free_port() -> int:
 
 
 class WorkerProcess:
-    """One worker OS process with its own web port and data dir; logs to ``log_path``."""
+    """One worker with its own web port and data dir; logs to ``log_path``.
+
+    A worker is two OS processes (the worker and its timer process, streams/timer_process),
+    started in a session of their own: ``kill()`` kills both at once, as a crashed host or
+    container would; ``stop(SIGTERM)`` signals the worker only, which stops its child itself
+    (what an orchestrator's stop does).
+    """
 
     def __init__(self, env: dict[str, str], data_dir: Path, name: str = "worker") -> None:
         self.port = free_port()
@@ -51,9 +77,23 @@ class WorkerProcess:
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         log.close()
         return self
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker's processes: the worker first, then its timer process."""
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        return process_tree(self.proc.pid)
+
+    def signal_all(self, sig: int) -> None:
+        """Send ``sig`` to every process of the worker (its process group)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
 
     def get(self, path: str) -> tuple[int, Any]:
         try:
@@ -95,16 +135,20 @@ class WorkerProcess:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else 0
+        if sig == signal.SIGKILL:
+            self.kill()
+            return self.proc.returncode
         self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(timeout=10)
+            self.kill()
+            return self.proc.returncode
 
     def kill(self) -> None:
+        """SIGKILL the worker and its timer process together."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+            self.signal_all(signal.SIGKILL)
             self.proc.wait(timeout=10)
 
     def tail(self, lines: int = 40) -> str:

@@ -15,6 +15,7 @@ from streams.outbox.relay import OutboxRelay
 from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices import SliceContext, install_all
+from streams.timer_process.supervisor import TimerProcess
 from streams.timers.jobs import build_registry
 from streams.timers.registry import TimerRegistry
 from streams.topics import Topics
@@ -22,8 +23,9 @@ from streams.web import views
 
 
 class WorkerServices(Service):
-    """Background parts of a worker that are not agents: the timer registry and the outbox
-    relay. Started once the app is up (tables recovered); the database pool closes last."""
+    """Background parts of a worker that are not agents: the timer registry, and the timer
+    process (isolated schedules and the outbox relay; or the relay here when the worker has
+    none). Started once the app is up (tables recovered); the database pool closes last."""
 
     def __init__(self, ctx: SliceContext, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -37,13 +39,17 @@ class WorkerServices(Service):
         # above (faust/worker.py, _setup_spinner_handler): every library's debug call would
         # then build a record only for the handler to drop it. Back to the configured level.
         logging.root.setLevel(self.runtime.settings.log_level.upper())
-        self.relay = OutboxRelay.from_settings(
-            self.runtime.settings,
-            metrics=self.runtime.metrics.outbox,
-            pool=await self.runtime.pool(),
-            clock=self.runtime.clock,
-        )
-        await self.relay.start()
+        if self.ctx.timer_process is not None:
+            # The relay and the isolated schedules run there (streams/timer_process).
+            await self.ctx.timer_process.start()
+        else:
+            self.relay = OutboxRelay.from_settings(
+                self.runtime.settings,
+                metrics=self.runtime.metrics.outbox,
+                pool=await self.runtime.pool(),
+                clock=self.runtime.clock,
+            )
+            await self.relay.start()
         await self.registry.start()
         # Announce this worker at once (other status pages list it), not at the next slot.
         self.registry.wake(WORKER_HEARTBEAT)
@@ -56,12 +62,16 @@ class WorkerServices(Service):
         # Runs finish (or roll back) first, so their outbox rows are visible to the relay's
         # last pass; what it does not publish now, the next worker will.
         await self.registry.stop(timeout=20, cancel_grace=5)
+        if self.ctx.timer_process is not None:
+            await self.ctx.timer_process.stop()
         if self.relay is not None:
             await self.relay.stop()
         await self.runtime.close()
 
 
-def create_context(settings: Settings, runtime: Runtime | None = None) -> SliceContext:
+def create_context(
+    settings: Settings, runtime: Runtime | None = None, *, worker_id: str | None = None
+) -> SliceContext:
     """The app with every slice installed and the timer registry declared, not started (the
     worker starts it; ``python -m streams timers run`` uses its registry directly)."""
     RelayConfig.from_settings(settings)  # relay settings that cannot work stop startup here
@@ -91,13 +101,18 @@ def create_context(settings: Settings, runtime: Runtime | None = None) -> SliceC
         table_standby_replicas=0,
         logging_config=None,
     )
-    ctx = SliceContext(app, runtime, Topics(app, settings), build_registry(runtime))
+    ctx = SliceContext(app, runtime, Topics(app, settings), build_registry(runtime, worker_id))
     install_all(ctx)
     return ctx
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
     ctx = create_context(settings, runtime)
+    if settings.worker_timer_process:
+        registry = ctx.registry
+        isolated = [name for name in registry.names if registry.get(name).isolated]
+        ctx.timer_process = TimerProcess(ctx.runtime.metrics, registry.worker_id, isolated)
+        registry.delegate(isolated, ctx.timer_process.wake)
     views.register(ctx)
     ctx.app.service(WorkerServices(ctx))  # type: ignore[arg-type]
     return ctx.app

@@ -54,6 +54,11 @@ class Settings(BaseSettings):
     # A partition with lag that made no progress for this long makes /health not ready.
     stream_stall_seconds: float = Field(120.0, gt=0)
 
+    # Run the isolated timers (calendar dispatch) and the outbox relay in a child process of
+    # the worker, on their own event loop and core (streams/timer_process); false = all in
+    # the worker's own process.
+    worker_timer_process: bool = True
+
     # Transactional outbox relay.
     outbox_batch_size: int = Field(500, ge=1, le=10_000)
     outbox_poll_interval_seconds: float = Field(1.0, gt=0)

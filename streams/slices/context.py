@@ -15,6 +15,7 @@ from streams.agents.consumer import ContractConsumer, Decoded
 from streams.contracts import Contract, TopicContract
 from streams.runtime import Runtime
 from streams.tables.cache import KeyCache
+from streams.timer_process.supervisor import TimerProcess
 from streams.timers.registry import TimerRegistry
 from streams.topics import Topics
 
@@ -37,6 +38,8 @@ class SliceContext:
     """Web routes added by slices: path → handler (registered on the app's web server)."""
     on_started: list[Callable[[], None]] = field(default_factory=list)
     """Called once the worker's services run (e.g. catch up on what came due while down)."""
+    timer_process: TimerProcess | None = None
+    """The worker's timer process (runs the isolated schedules and the relay), if it has one."""
 
     def cache_table(self, name: str, help: str) -> KeyCache:
         """A changelog-backed table (RocksDB, JSON keys and values) used as a per-key cache

@@ -13,6 +13,7 @@ from db.connector import connection, ping
 from streams.agents.consumer import ContractConsumer
 from streams.agents.progress import Stall
 from streams.runtime import Runtime
+from streams.timer_process.supervisor import TimerProcess
 
 
 def agent_topics(app: faust.App, agent_name: str) -> set[str]:
@@ -50,7 +51,10 @@ def partition_stalls(
 
 
 async def readiness(
-    app: faust.App, runtime: Runtime, consumers: Mapping[str, ContractConsumer[Any]] = {}
+    app: faust.App,
+    runtime: Runtime,
+    consumers: Mapping[str, ContractConsumer[Any]] = {},
+    timer_process: TimerProcess | None = None,
 ) -> tuple[bool, dict[str, Any]]:
     checks: dict[str, Any] = {}
     try:
@@ -78,8 +82,11 @@ async def readiness(
         for name, ss in stalls.items()
         if ss
     }
+    if timer_process is not None:
+        checks["timer_process"] = "ok" if timer_process.ready else "down"
     ready = (
-        checks["postgres"] == "ok"
+        checks.get("timer_process", "ok") == "ok"
+        and checks["postgres"] == "ok"
         and checks["kafka"] == "ok"
         and recovered
         and not crashed

@@ -29,6 +29,7 @@ TABLE_COLUMNS = (
 )
 TIMER_COLUMNS = (
     "name",
+    "process",
     "mode",
     "interval_seconds",
     "cron",

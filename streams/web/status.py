@@ -118,7 +118,8 @@ def outbox_stats(runtime: Runtime, rates: Rates | None = None) -> dict[str, Any]
     published = int(
         sum(
             s.value
-            for m in runtime.metrics.outbox.published.collect()
+            for m in r.collect()  # merged with the timer process's, where the relay runs
+            if m.name == "outbox_published"
             for s in m.samples
             if s.name.endswith("_total")
         )
@@ -132,6 +133,22 @@ def outbox_stats(runtime: Runtime, rates: Rates | None = None) -> dict[str, Any]
         "publish_rate_per_second": rates.rate("outbox:published", published) if rates else None,
         "publish_errors": r.get_sample_value("outbox_publish_errors_total"),
     }
+
+
+def timer_list(ctx: SliceContext) -> list[dict[str, Any]]:
+    """Every schedule of the worker, each from the process that runs it ("process":
+    "worker" or "timer"); an isolated one reads as the timer process last reported it."""
+    own = ctx.registry.list()
+    child = ctx.timer_process
+    if child is None:
+        return [{**t, "process": "worker"} for t in own]
+    theirs = {t["name"]: t for t in child.timers}
+    return [
+        {**theirs.get(t["name"], t), "process": "timer", "process_ready": child.ready}
+        if t["name"] in child.names
+        else {**t, "process": "worker"}
+        for t in own
+    ]
 
 
 def table_stats(app: faust.App, ctx: SliceContext) -> list[dict[str, Any]]:
@@ -176,7 +193,7 @@ async def status(ctx: SliceContext, rates: Rates | None = None) -> dict[str, Any
         "cluster": await _cluster(ctx),
         "agents": agent_stats(ctx.app, runtime, ctx.consumers, rates),
         "tables": table_stats(ctx.app, ctx),
-        "timers": ctx.registry.list(),
+        "timers": timer_list(ctx),
         "outbox": outbox_stats(runtime, rates),
         **sections,
     }

@@ -9,26 +9,32 @@ from streams.explain import explain
 from streams.slices.context import SliceContext
 from streams.web.health import partition_stalls, readiness
 from streams.web.page import render_html
-from streams.web.status import Rates, status
+from streams.web.status import Rates, status, timer_list
 
 
 def register(ctx: SliceContext) -> None:
-    app, runtime, registry = ctx.app, ctx.runtime, ctx.registry
+    app, runtime = ctx.app, ctx.runtime
     rates = Rates()
 
     @app.page("/health/live")
     async def live(web: View, request: Request) -> Response:
         return web.json({"status": "alive"})
 
+    async def peer() -> None:
+        """The timer process's latest timers and metrics (they join this process's own)."""
+        if ctx.timer_process is not None:
+            await ctx.timer_process.refresh()
+
     @app.page("/health")
     async def health(web: View, request: Request) -> Response:
-        ready, checks = await readiness(app, runtime, ctx.consumers)
+        ready, checks = await readiness(app, runtime, ctx.consumers, ctx.timer_process)
         body = {"status": "ready" if ready else "not ready", **checks}
         return web.json(body, status=200 if ready else 503)
 
     @app.page("/metrics")
     async def metrics(web: View, request: Request) -> Response:
         partition_stalls(app, runtime, ctx.consumers)  # refreshes stream_partitions_stalled
+        await peer()
         # aiohttp refuses a charset inside content_type; the exposition format is UTF-8 anyway.
         return web.bytes(
             generate_latest(runtime.metrics.registry), content_type="text/plain; version=0.0.4"
@@ -43,15 +49,17 @@ def register(ctx: SliceContext) -> None:
 
     @app.page("/timers")
     async def timers(web: View, request: Request) -> Response:
-        return web.json(registry.list())
+        await peer()
+        return web.json(timer_list(ctx))
 
     @app.page("/status")
     async def status_page(web: View, request: Request) -> Response:
+        await peer()
         data = await status(ctx, rates)
         wants_json = request.query.get("format") == "json" or "application/json" in (
             request.headers.get("Accept", "")
         )
         if wants_json:
             return web.json(data)
-        ready, checks = await readiness(app, runtime, ctx.consumers)
+        ready, checks = await readiness(app, runtime, ctx.consumers, ctx.timer_process)
         return web.html(render_html(data, ready, checks))

@@ -1,4 +1,7 @@
-"""Freeze a worker process (SIGSTOP) at a chosen moment, seen from PostgreSQL.
+"""Freeze a worker (SIGSTOP) at a chosen moment, seen from PostgreSQL.
+
+A worker is a process and its children (its timer process runs the dispatcher and the
+relay): all of them are found, watched and frozen together.
 
 A worker's database sessions are found through its own sockets (``/proc/<pid>/fd`` →
 ``/proc/net/tcp``: the local ports of its connections to the PostgreSQL port, matched
@@ -12,12 +15,15 @@ not hoped for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
 
 import asyncpg
+
+from devkit.workers import process_tree
 
 
 def process_state(pid: int) -> str:
@@ -61,8 +67,8 @@ def local_ports_to(pid: int, remote_port: int) -> set[int]:
 
 
 async def backend_pids(conn: asyncpg.Connection, os_pid: int, pg_port: int) -> list[int]:
-    """PostgreSQL backend pids serving the process ``os_pid`` (any database)."""
-    ports = sorted(local_ports_to(os_pid, pg_port))
+    """PostgreSQL backend pids serving the process ``os_pid`` and its children (any database)."""
+    ports = sorted({p for member in _tree(os_pid) for p in local_ports_to(member, pg_port)})
     if not ports:
         return []
     rows = await conn.fetch(
@@ -98,9 +104,9 @@ async def stop_when(
             await asyncio.sleep(0.002)
             continue
         attempts += 1
-        os.kill(os_pid, signal.SIGSTOP)
+        members = _signal_tree(os_pid, signal.SIGSTOP)
         for _ in range(1000):  # the signal is delivered asynchronously
-            if process_state(os_pid) in {"T", "t", ""}:
+            if all(process_state(m) in {"T", "t", ""} for m in members):
                 break
             await asyncio.sleep(0.001)
         settle_until = time.monotonic() + settle
@@ -116,10 +122,27 @@ async def stop_when(
             if not still:
                 break
             await asyncio.sleep(0.01)
-        os.kill(os_pid, signal.SIGCONT)  # it was between two steps: let it go on, try again
+        _signal_tree(os_pid, signal.SIGCONT)  # it was between two steps: go on, try again
     raise AssertionError(f"never froze the worker in the wanted state ({attempts} tries)")
 
 
 def cont(os_pid: int) -> None:
-    if process_state(os_pid) in {"T", "t"}:
-        os.kill(os_pid, signal.SIGCONT)
+    """Continue a frozen worker (the process and its children)."""
+    for member in _tree(os_pid):
+        if process_state(member) in {"T", "t"}:
+            os.kill(member, signal.SIGCONT)
+
+
+def _tree(os_pid: int) -> list[int]:
+    try:
+        return process_tree(os_pid)
+    except OSError:
+        return [os_pid]
+
+
+def _signal_tree(os_pid: int, sig: int) -> list[int]:
+    members = _tree(os_pid)
+    for member in members:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, sig)
+    return members

@@ -1,0 +1,141 @@
+"""The timer process itself (``python -m streams.timer_process --worker-id ID``): runs the
+isolated schedules and the outbox relay until its parent closes its stdin, says stop, or a
+SIGTERM arrives (SIGINT is left to the parent); answers the parent's requests (wire.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from datetime import datetime
+from typing import Any
+
+from streams.metrics import families_to_json
+from streams.outbox.relay import OutboxRelay
+from streams.settings import Settings
+from streams.timer_process import wire
+
+log = logging.getLogger("streams.timer_process")
+LOG_FORMAT = "[%(asctime)s] [%(process)s] [%(levelname)s] [timer-process] %(message)s"
+
+
+async def _pipes(in_fd: int, out_fd: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 20)
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(in_fd, "rb", 0)
+    )
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(out_fd, "wb", 0)
+    )
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    return reader, writer
+
+
+async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> int:
+    from streams.app import create_context
+
+    ctx = create_context(settings, worker_id=worker_id)
+    registry, runtime = ctx.registry, ctx.runtime
+    isolated = [n for n in registry.names if registry.get(n).isolated]
+    registry.delegate([n for n in registry.names if n not in isolated], _runs_in_the_worker)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    # Ctrl-C reaches the whole foreground group: the worker stops its child itself (stop
+    # message, or end-of-file), so the child does not race it and get restarted.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    loop.add_signal_handler(signal.SIGTERM, stopping.set)
+    reader, writer = await _pipes(in_fd, out_fd)
+    relay = OutboxRelay.from_settings(
+        settings, metrics=runtime.metrics.outbox, pool=await runtime.pool(), clock=runtime.clock
+    )
+    await relay.start()
+    await registry.start()
+    for name in isolated:  # catch up on what came due while no process ran them
+        if registry.get(name).enabled:
+            registry.wake(name)
+    log.info("action=timer_process_started worker=%s schedules=%s", worker_id, ",".join(isolated))
+    writer.write(wire.encode({"op": "ready", "pid": os.getpid()}))
+
+    async def serve() -> None:
+        while not stopping.is_set():
+            line = await reader.readline()
+            if not line:  # the parent is gone (or closed its end): stop
+                log.info("action=timer_process_parent_gone worker=%s", worker_id)
+                return
+            try:
+                message = wire.decode(line)
+                answer = handle(message)
+            except (ValueError, KeyError) as exc:
+                log.error("action=timer_process_bad_message error=%s", exc)
+                continue
+            if message["op"] == "stop":
+                return
+            if answer is not None:
+                writer.write(wire.encode(answer))
+                await writer.drain()
+
+    def handle(message: dict[str, Any]) -> dict[str, Any] | None:
+        op = message["op"]
+        if op == "wake":
+            registry.wake(str(message["name"]), wire.wake_time(message))
+        elif op == "snapshot":
+            return {
+                "op": "snapshot",
+                "id": message.get("id"),
+                "timers": registry.list(),
+                "metrics": families_to_json(runtime.metrics.registry),
+            }
+        elif op != "stop":
+            raise ValueError(f"unknown op {op!r}")
+        return None
+
+    server = asyncio.create_task(serve(), name="timer-process-serve")
+    signalled = asyncio.create_task(stopping.wait())
+    await asyncio.wait({server, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.set()
+    for task in (server, signalled):
+        task.cancel()
+    await asyncio.gather(server, signalled, return_exceptions=True)
+    # Runs finish (or roll back) first, so the relay's last pass sees their outbox rows.
+    await registry.stop(timeout=20, cancel_grace=5)
+    await relay.stop()
+    await runtime.close()
+    with contextlib.suppress(Exception):
+        writer.close()
+    log.info("action=timer_process_stopped worker=%s", worker_id)
+    return 0
+
+
+def _runs_in_the_worker(name: str, at: datetime | None) -> None:
+    raise ValueError(f"timer schedule {name!r} runs in the worker, not its timer process")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import gc
+
+    from streams.settings import ConfigError, load_settings
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "--worker-id":
+        print("usage: python -m streams.timer_process --worker-id ID", file=sys.stderr)
+        return 2
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    # The protocol keeps the original stdout to itself; anything printed goes to stderr.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    if settings.event_loop == "uvloop":
+        import uvloop
+
+        uvloop.install()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    return asyncio.run(run(settings, args[1], 0, out_fd))

@@ -1,0 +1,212 @@
+"""The worker's side of its timer process: start it, restart it, talk to it, stop it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from streams.asynctools import describe, wait_any
+from streams.metrics import Metrics, StaticCollector, families_from_json
+from streams.timer_process import wire
+
+log = logging.getLogger("streams.timer_process")
+
+FIRST_BACKOFF = 0.5
+MAX_BACKOFF = 30.0
+HEALTHY_AFTER = 60.0  # a child that ran this long starts the backoff ladder afresh
+
+
+class TimerProcessMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.up = Gauge(
+            "worker_timer_process_up",
+            "1 while the worker's timer process runs and answered ready",
+            registry=registry,
+        )
+        self.restarts = Counter(
+            "worker_timer_process_restarts_total",
+            "Times the worker's timer process exited and was started again",
+            registry=registry,
+        )
+
+
+class TimerProcess:
+    """Runs ``command`` (the timer process) as a child and keeps it running until ``stop()``.
+
+    Wake-ups sent while it is down are kept (the earliest per schedule) and sent once it is
+    ready again. ``refresh()`` fetches its timers and metrics; the metrics join the parent's
+    registry (a MergingRegistry), so /metrics and /status show the worker as one.
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        worker_id: str,
+        names: Sequence[str],
+        *,
+        command: Sequence[str] | None = None,
+        ready_timeout: float = 60.0,
+        stop_timeout: float = 30.0,
+    ) -> None:
+        self.names = tuple(names)
+        self.worker_id = worker_id
+        self.command = list(
+            command or [sys.executable, "-m", "streams.timer_process", "--worker-id", worker_id]
+        )
+        self.ready_timeout = ready_timeout
+        self.stop_timeout = stop_timeout
+        self._metrics = metrics.family(TimerProcessMetrics)
+        self._peer = StaticCollector()
+        metrics.registry.register(self._peer)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._ready = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._pending: dict[str, datetime | None] = {}
+        self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._task: asyncio.Task[None] | None = None
+        self.timers: list[dict[str, Any]] = []
+        self.pid: int | None = None
+        self.started = 0
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    async def start(self) -> None:
+        """Start the child and wait (up to ``ready_timeout``) until it runs; a child that is
+        not ready by then is waited for in the background (the worker runs on, /health says
+        so)."""
+        self._task = asyncio.create_task(self._supervise(), name="timer-process-supervisor")
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready.wait()), self.ready_timeout)
+        except TimeoutError:
+            log.error("action=timer_process_not_ready within=%ss", self.ready_timeout)
+
+    def wake(self, name: str, at: datetime | None) -> None:
+        """Forward a wake-up (the registry's delegate for isolated schedules)."""
+        proc = self._proc
+        if self._ready.is_set() and proc is not None and proc.stdin is not None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                proc.stdin.write(wire.wake(name, at))
+                return
+        if name in self._pending:
+            kept = self._pending[name]
+            at = None if at is None or kept is None else min(at, kept)
+        self._pending[name] = at
+
+    async def refresh(self, timeout: float = 1.0) -> bool:
+        """Fetch the child's timers and metrics; False (keeping the last ones) if it is down
+        or does not answer within ``timeout``."""
+        proc = self._proc
+        if not self._ready.is_set() or proc is None or proc.stdin is None:
+            return False
+        ident = next(self._ids)
+        reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._replies[ident] = reply
+        try:
+            proc.stdin.write(wire.encode({"op": "snapshot", "id": ident}))
+            answer = await asyncio.wait_for(reply, timeout)
+        except (TimeoutError, ConnectionError, RuntimeError):
+            return False
+        finally:
+            self._replies.pop(ident, None)
+        self.timers = list(answer.get("timers", []))
+        self._peer.families = families_from_json(answer.get("metrics", []))
+        return True
+
+    async def stop(self) -> None:
+        """Ask the child to stop (its runs finish, the relay's last pass commits), wait up to
+        ``stop_timeout``, then kill it."""
+        self._stopping.set()
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            if proc.stdin is not None:
+                with contextlib.suppress(Exception):
+                    proc.stdin.write(wire.encode({"op": "stop"}))
+                    proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), self.stop_timeout)
+            except TimeoutError:
+                log.warning("action=timer_process_stop_timeout pid=%s", proc.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _supervise(self) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            began = time.monotonic()
+            try:
+                code = await self._run_child()
+            except Exception as exc:
+                code = None
+                log.error("action=timer_process_failed error=%s", describe(exc))
+            if self._stopping.is_set():
+                break
+            failures = 1 if time.monotonic() - began > HEALTHY_AFTER else failures + 1
+            delay = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (failures - 1))
+            self._metrics.restarts.inc()
+            log.error(
+                "action=timer_process_exited code=%s restart_in=%.1fs restarts=%d",
+                code,
+                delay,
+                failures,
+            )
+            await wait_any(self._stopping, within=delay)
+
+    async def _run_child(self) -> int:
+        proc = await asyncio.create_subprocess_exec(
+            *self.command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=1 << 24,
+        )
+        self._proc, self.pid = proc, proc.pid
+        self.started += 1
+        assert proc.stdout is not None
+        try:
+            async for line in proc.stdout:
+                try:
+                    message = wire.decode(line)
+                except ValueError as exc:
+                    log.error("action=timer_process_bad_message error=%s", describe(exc))
+                    continue
+                if message["op"] == "ready":
+                    self._on_ready(proc)
+                elif message["op"] == "snapshot":
+                    reply = self._replies.get(int(message.get("id") or 0))
+                    if reply is not None and not reply.done():
+                        reply.set_result(message)
+            return await proc.wait()
+        finally:
+            self._ready.clear()
+            self._metrics.up.set(0)
+            for reply in self._replies.values():
+                if not reply.done():
+                    reply.set_exception(ConnectionError("the timer process exited"))
+            if proc.returncode is None:  # cancelled (stop() gave up): do not leave it behind
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            self._proc = None
+
+    def _on_ready(self, proc: asyncio.subprocess.Process) -> None:
+        log.info("action=timer_process_ready pid=%s schedules=%s", proc.pid, ",".join(self.names))
+        self._ready.set()
+        self._metrics.up.set(1)
+        pending, self._pending = self._pending, {}
+        for name, at in pending.items():
+            self.wake(name, at)

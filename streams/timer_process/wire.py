@@ -1,0 +1,33 @@
+"""The messages between a worker and its timer process: one JSON object per line.
+
+Parent → child: ``{"op": "wake", "name": N, "at": ISO | null}``,
+``{"op": "snapshot", "id": K}`` and ``{"op": "stop"}``.
+Child → parent: ``{"op": "ready", "pid": P}`` once its relay and timers run, and
+``{"op": "snapshot", "id": K, "timers": [...], "metrics": [...]}`` in answer.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), default=str).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    message = json.loads(line)
+    if not isinstance(message, dict) or not isinstance(message.get("op"), str):
+        raise ValueError(f"not a timer-process message: {line[:200]!r}")
+    return message
+
+
+def wake(name: str, at: datetime | None) -> bytes:
+    return encode({"op": "wake", "name": name, "at": at.isoformat() if at else None})
+
+
+def wake_time(message: dict[str, Any]) -> datetime | None:
+    at = message.get("at")
+    return datetime.fromisoformat(at) if at else None
