@@ -105,6 +105,14 @@ async def events_version_advance(
 
 
 @dataclass(frozen=True, slots=True)
+class DueState:
+    """Due Pending reminders left after a dispatch run, and the earliest Pending DueAt."""
+
+    backlog: int
+    next_due: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedReminder:
     """A due Pending reminder locked by a dispatch batch, with its event's state."""
 
@@ -155,13 +163,9 @@ async def reminders_mark_dispatched(
     return int(status.split()[-1])
 
 
-async def reminders_count_due(conn: asyncpg.Connection, as_of: datetime) -> int:
-    return int(await conn.fetchval(sql("calendar_reminders_count_due"), as_of))
-
-
-async def reminders_next_due(conn: asyncpg.Connection) -> datetime | None:
-    value: datetime | None = await conn.fetchval(sql("calendar_reminders_next_due"))
-    return value
+async def reminders_due_state(conn: asyncpg.Connection, as_of: datetime) -> DueState:
+    row = await conn.fetchrow(sql("calendar_reminders_due_state"), as_of)
+    return DueState(backlog=int(row["backlog"]), next_due=row["next_due"])
 
 
 async def events_count(conn: asyncpg.Connection, event_ids: Sequence[UUID]) -> int:

@@ -176,6 +176,7 @@ async def create_pool(
             min_size=min_size,
             max_size=max_size,
             init=init,
+            reset=_no_session_state,
             command_timeout=60,
             server_settings=server_settings,
         )
@@ -183,6 +184,14 @@ async def create_pool(
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
     assert pool is not None
     return pool
+
+
+async def _no_session_state(_conn: asyncpg.Connection) -> None:
+    """A released connection needs no reset query (the driver's default, ``pg_advisory_unlock_all();
+    CLOSE ALL; UNLISTEN *; RESET ALL``, is one more round trip per unit of work): pooled
+    connections change no session state. Their advisory locks are transaction-scoped, SET is
+    only SET LOCAL, LISTEN has its own connection, and cursors live inside transactions. An
+    open transaction is still rolled back by the driver before this is called."""
 
 
 @asynccontextmanager

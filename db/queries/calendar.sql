@@ -125,13 +125,13 @@ SET status = m.status,
 FROM unnest($1::uuid[], $2::text[], $3::text[]) AS m(reminder_id, status, reason)
 WHERE r.reminder_id = m.reminder_id AND r.status = 'Pending';
 
--- name: calendar_reminders_count_due
--- Due and still Pending (the seed's backlog gauge); a range scan on the partial index.
-SELECT count(*) FROM calendar.event_reminders WHERE status = 'Pending' AND due_at < $1;
-
--- name: calendar_reminders_next_due
--- The earliest Pending DueAt, to wake the dispatcher exactly then.
-SELECT min(due_at) FROM calendar.event_reminders WHERE status = 'Pending';
+-- name: calendar_reminders_due_state
+-- After a dispatch run, in one round trip: the due and still Pending rows (the seed's backlog
+-- gauge; a range scan on the partial index) and the earliest Pending DueAt (to wake the
+-- dispatcher exactly then). $1 as_of.
+SELECT (SELECT count(*) FROM calendar.event_reminders
+        WHERE status = 'Pending' AND due_at < $1) AS backlog,
+       (SELECT min(due_at) FROM calendar.event_reminders WHERE status = 'Pending') AS next_due;
 
 -- name: calendar_events_count
 -- How many of the given events are in the projection (demo and operators' checks).

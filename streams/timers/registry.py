@@ -14,12 +14,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from streams.clock import Clock, SystemClock
-from streams.timers import misfire, slots
+from streams.timers import slots
 from streams.timers.executor import RunExecutor
 from streams.timers.leases import CLAIM_RETRY_FIRST, LEASE_MARGIN, SlotLeases
 from streams.timers.logfmt import event
 from streams.timers.metrics import TimerMetrics
 from streams.timers.misfire import PlannedRun
+from streams.timers.planning import count_overlap, plan_runs
 from streams.timers.ports import ClockSleeper, Sleeper, TimerStore
 from streams.timers.runs import RunRecord
 from streams.timers.schedule import (
@@ -305,17 +306,22 @@ class TimerRegistry:
         await self._load()
         records: list[RunRecord] = []
         for entry in self._enabled():
-            records.extend(await self._step(entry, now))
+            await self._step(entry, now, records)
         return records
 
     async def _step(
-        self, entry: ScheduleState, now: datetime | None = None
-    ) -> builtins.list[RunRecord]:
+        self,
+        entry: ScheduleState,
+        now: datetime | None = None,
+        records: builtins.list[RunRecord] | None = None,
+    ) -> None:
+        """Run what is due, again and again while wake-ups keep coming (a step under steady
+        load can last for hours): ``records`` (run_due's) collects the runs, the loop keeps none."""
         if entry.busy:
             # run_due() raced the loop: the run in progress owns this schedule.
-            return []
+            return
         entry.busy = True
-        records: list[RunRecord] = []
+        keep = records.append if records is not None else (lambda _record: None)
         # (sequence number, as_of) of every run this step actually started.
         executed: list[tuple[int, datetime]] = []
         try:
@@ -326,7 +332,7 @@ class TimerRegistry:
                     runs: tuple[PlannedRun, ...] = ()  # a claim failed: wait for the backoff
                 else:
                     entry.retry_at = None
-                    runs = self._plan(entry, planned_at)
+                    runs = plan_runs(entry, planned_at, self._metrics)
                 wake_at, wake_floor = entry.wake_at, entry.wake_floor
                 wake_due = wake_at is not None and wake_at <= planned_at
                 if wake_due:
@@ -337,7 +343,7 @@ class TimerRegistry:
                     if self._stopping.is_set():
                         break
                     record = await self._executor.run(entry, slot, kind, as_of=slot)
-                    records.append(record)
+                    keep(record)
                     if record.started_at is not None:
                         executed.append((entry.started, record.as_of))
                     if entry.retry_at is not None:
@@ -347,53 +353,21 @@ class TimerRegistry:
                 if wake_due and not self._stopping.is_set():
                     assert wake_at is not None
                     # A slot run that started after the request, as of its time or later,
-                    # already did what was asked.
-                    if not any(seq > wake_floor and as_of >= wake_at for seq, as_of in executed):
+                    # already did what was asked (older runs can't: wake_floor only grows).
+                    executed = [(seq, at) for seq, at in executed if seq > wake_floor]
+                    if not any(as_of >= wake_at for _, as_of in executed):
                         entry.stats.wakes += 1
                         record = await self._executor.run(
                             entry, None, "wake", as_of=self._clock.now()
                         )
-                        records.append(record)
+                        keep(record)
                         executed.append((entry.started, record.as_of))
-                self._count_overlap(entry, planned_at)
+                ended = self._clock.now() + self._tolerance
+                count_overlap(entry, planned_at, ended, self._metrics)
                 if entry.retry_at is not None:
                     break
             if entry.spec.mode is Mode.CLUSTER_ONCE and not self._stopping.is_set():
-                records.extend(await self._executor.take_over_expired(entry, self._stopping))
+                for record in await self._executor.take_over_expired(entry, self._stopping):
+                    keep(record)
         finally:
             entry.busy = False
-        return records
-
-    def _count_overlap(self, entry: ScheduleState, planned_at: datetime) -> None:
-        # Ticks that fired while this step was running were skipped because of overlap;
-        # the next planning pass decides whether they still run (grace, misfire policy).
-        ended = self._clock.now() + self._tolerance
-        skipped = slots.slots_between(entry.spec.cadence, planned_at, ended, keep=1).count
-        if skipped:
-            entry.stats.skipped_overlap += skipped
-            self._metrics.overlap_skips.labels(schedule=entry.spec.name).inc(skipped)
-            event(logging.WARNING, "timer_overlap_skip", schedule=entry.spec.name, ticks=skipped)
-
-    def _plan(self, entry: ScheduleState, now: datetime) -> tuple[PlannedRun, ...]:
-        """Which slots to run now (misfire.plan), with the plan's bookkeeping applied."""
-        if entry.horizon is None:
-            entry.horizon = now
-            return ()
-        spec = entry.spec
-        plan = misfire.plan(spec, entry.horizon, now, counted_until=entry.missed_until)
-        entry.horizon, entry.missed_until = plan.horizon, plan.counted_until
-        if plan.fresh_missed:
-            entry.stats.missed += plan.fresh_missed
-            self._metrics.missed.labels(schedule=spec.name).inc(plan.fresh_missed)
-        if plan.missed:
-            missed = plan.missed_slots
-            event(
-                logging.WARNING,
-                "timer_missed_slots",
-                schedule=spec.name,
-                count=plan.missed,
-                first=missed[0] if missed else None,
-                last=missed[-1] if missed else None,
-                policy=spec.misfire.value,
-            )
-        return plan.runs

@@ -111,3 +111,39 @@ def test_bench_does_not_import_tests() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests"):
                 offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
+
+
+# Session-level state a pooled connection would carry to its next user: the pool runs no
+# reset query on release (db/connector.py, _no_session_state), so no statement may make any.
+SESSION_COMMAND = re.compile(r"\s*(SET\s+(?!LOCAL\b)|RESET\b|LISTEN\b|DECLARE\b|PREPARE\b)", re.I)
+SESSION_FUNCTION = re.compile(
+    r"pg_(try_)?advisory_lock(_shared)?\s*\(|set_config\s*\([^)]*,\s*false\s*\)", re.I
+)
+
+
+def _session_state(text: str) -> bool:
+    statements = re.sub(r"--[^\n]*", "", text).split(";")
+    return any(SESSION_COMMAND.match(s) or SESSION_FUNCTION.search(s) for s in statements)
+
+
+def test_no_named_statement_leaves_session_state_behind() -> None:
+    offenders = [
+        f"{path.name}: {name}"
+        for path in sorted(QUERIES_DIR.glob("*.sql"))
+        for name, text in parse(path.read_text(), path.name).items()
+        if _session_state(text)
+    ]
+    assert not offenders, f"statements that change session state: {offenders}"
+
+
+def test_the_session_state_check_can_fail() -> None:
+    for text in (
+        "SET plan_cache_mode = force_generic_plan",
+        "SELECT pg_advisory_lock(1)",
+        "SELECT set_config('x.y', '1', false)",
+        "SELECT 1;\n  LISTEN outbox",
+    ):
+        assert _session_state(text), text
+    for text in ("SET LOCAL plan_cache_mode = force_custom_plan", "SELECT pg_advisory_xact_lock(1)",
+                 "UPDATE t\nSET a = 1"):  # fmt: skip
+        assert not _session_state(text), text

@@ -157,8 +157,8 @@ class CalendarReminderDispatcher:
             for lane in lanes:
                 lane.result()
             async with connection(pool) as conn:
-                result.backlog = await repo.reminders_count_due(conn, as_of)
-                result.next_due = await repo.reminders_next_due(conn)
+                due = await repo.reminders_due_state(conn, as_of)
+            result.backlog, result.next_due = due.backlog, due.next_due
         except BaseException:
             for lane in lanes:
                 lane.cancel()  # a failed batch ends the run; the others roll back too
