@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -140,6 +141,7 @@ async def _window(
     await consumer.start()
     arrivals: dict[str, float] = {}
     stamped: dict[str, float] = {}  # by the record's own timestamp (the relay's producer)
+    dues: dict[str, float] = {}
     progress = Progress("  reminders on the topic", total=total, unit="reminders")
 
     async def collect() -> None:
@@ -152,6 +154,7 @@ async def _window(
                     due = datetime.fromisoformat(body["StartAt"]).timestamp()
                     arrivals.setdefault(body["ReminderId"], now - due)
                     stamped.setdefault(body["ReminderId"], r.timestamp / 1000 - due)
+                    dues.setdefault(body["ReminderId"], due)
             progress.update(len(arrivals))
 
     # Other events, not soon due (a month ahead, 2 offsets), encoded before the window.
@@ -164,7 +167,9 @@ async def _window(
     conn = await asyncpg.connect(url)
     try:
         await asyncio.sleep(max(0.0, (first_due - datetime.now(UTC)).total_seconds() - WARMUP))
+        cpu = _cpu_seconds()
         took = await paced(settings.topic("pin.calendar.events.v1"), encoded, background)
+        harness = (_cpu_seconds() - cpu) / took
         stored = await conn.fetchval(
             "SELECT count(*) FROM calendar.events WHERE start_at >= $1", far
         )
@@ -181,11 +186,14 @@ async def _window(
         outbox = [float(r["s"]) * 1000 for r in await conn.fetch(OUTBOX_LATENESS)]
     finally:
         await conn.close()
+    if os.environ.get("BENCH_LATENESS_SERIES"):
+        _write_series(Path(os.environ["BENCH_LATENESS_SERIES"]), dues, arrivals, stamped)
     topic = [s * 1000 for s in arrivals.values()]
     stamp = [s * 1000 for s in stamped.values()]
     missing = total - len(topic)
     print(f"  background: {count:,} events sent in {took:.1f} s ({count / took:,.0f}/s); "
           f"{stored:,} stored when the last was sent")  # fmt: skip
+    print(f"  this process (load generator and topic consumer) used {harness:.0%} of a core")
     print(f"  DueAt -> outbox commit (ms): {summary(outbox)}")
     print(f"  DueAt -> on the topic  (ms): {summary(topic)}   (target p99 <= {P99_LIMIT_MS})")
     print(f"  DueAt -> record timestamp (ms, the relay's send): {summary(stamp)}")
@@ -217,3 +225,18 @@ async def _window(
                     targets=[Target("<=", 0)], higher_is_better=False, bench="lateness")
         )  # fmt: skip
     return measures
+
+
+def _write_series(
+    path: Path, dues: dict[str, float], arrivals: dict[str, float], stamped: dict[str, float]
+) -> None:
+    """One line per reminder, by DueAt: DueAt (epoch s), ms to the topic, ms to the relay's
+    send. To see whether a tail is spread out or comes in bursts (and how often)."""
+    rows = sorted((due, arrivals[rid] * 1000, stamped[rid] * 1000) for rid, due in dues.items())
+    path.write_text("".join(f"{d:.3f} {a:.1f} {s:.1f}\n" for d, a, s in rows))
+    print(f"  series of {len(rows):,} reminders written to {path}")
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
