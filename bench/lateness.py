@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import resource
 import shutil
@@ -115,7 +116,9 @@ async def run(
                         f"the worker was ready {WARMUP + 1 - margin:.1f} s too late for the "
                         "first DueAt: raise BENCH_LATENESS_LEAD"
                     )
-                return await _window(settings, url, first_due, rate, seconds, background, total)
+                return await _window(
+                    settings, url, first_due, rate, seconds, background, total, worker.pids
+                )
             finally:
                 worker.stop()
     finally:
@@ -131,6 +134,7 @@ async def _window(
     seconds: int,
     background: int,
     total: int,
+    worker_pids: list[int],
 ) -> list[Measure]:
     consumer = AIOKafkaConsumer(
         settings.topic("pin.calendar.reminder-due.v1"),
@@ -167,9 +171,10 @@ async def _window(
     conn = await asyncpg.connect(url)
     try:
         await asyncio.sleep(max(0.0, (first_due - datetime.now(UTC)).total_seconds() - WARMUP))
-        cpu = _cpu_seconds()
+        cpu, tree = _cpu_seconds(), _process_cpu(worker_pids)
         took = await paced(settings.topic("pin.calendar.events.v1"), encoded, background)
         harness = (_cpu_seconds() - cpu) / took
+        shares = {pid: (t - tree[pid]) / took for pid, t in _process_cpu(list(tree)).items()}
         stored = await conn.fetchval(
             "SELECT count(*) FROM calendar.events WHERE start_at >= $1", far
         )
@@ -194,6 +199,9 @@ async def _window(
     print(f"  background: {count:,} events sent in {took:.1f} s ({count / took:,.0f}/s); "
           f"{stored:,} stored when the last was sent")  # fmt: skip
     print(f"  this process (load generator and topic consumer) used {harness:.0%} of a core")
+    # The worker first, then its timer process (dispatcher and relay).
+    worker_share, timers_share = [*shares.values(), math.nan, math.nan][:2]
+    print(f"  the worker used {worker_share:.0%} of a core, its timer process {timers_share:.0%}")
     print(f"  DueAt -> outbox commit (ms): {summary(outbox)}")
     print(f"  DueAt -> on the topic  (ms): {summary(topic)}   (target p99 <= {P99_LIMIT_MS})")
     print(f"  DueAt -> record timestamp (ms, the relay's send): {summary(stamp)}")
@@ -211,6 +219,14 @@ async def _window(
         row("lateness: DueAt -> on the topic, p95", pct(topic, 95)),
         row("lateness: DueAt -> on the topic, max", max(topic, default=float("nan"))),
         row("lateness: DueAt -> outbox commit, p99", pct(outbox, 99)),
+        measure(
+            "lateness: timer process CPU per due reminder",
+            "ms",
+            timers_share * 1000 / rate,
+            higher_is_better=False,
+            bench="lateness",
+            detail="its CPU time during the window / the reminders coming due in it",
+        ),
         measure(
             "lateness: background events stored during the window",
             "events/s",
@@ -235,6 +251,21 @@ def _write_series(
     rows = sorted((due, arrivals[rid] * 1000, stamped[rid] * 1000) for rid, due in dues.items())
     path.write_text("".join(f"{d:.3f} {a:.1f} {s:.1f}\n" for d, a, s in rows))
     print(f"  series of {len(rows):,} reminders written to {path}")
+
+
+def _process_cpu(pids: list[int]) -> dict[int, float]:
+    """CPU seconds (user + system) each process has used so far (/proc), in ``pids`` order;
+    a process gone is left out."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def _cpu_seconds() -> float:

@@ -10,6 +10,7 @@ from uuid import UUID
 
 import asyncpg
 
+from db.outbox import OutboxColumns
 from db.queries import sql
 from streams.contracts.calendar import CalendarEventChanged
 from streams.domain.calendar import ReminderSlot
@@ -133,34 +134,49 @@ class ClaimedReminder:
 _CLAIMED = [f.name for f in fields(ClaimedReminder)]
 
 
+@dataclass(frozen=True, slots=True)
+class DueClaim:
+    """What one dispatch claim locked, and what it saw around it."""
+
+    rows: list[ClaimedReminder]
+    visible: int
+    """Due rows the claim could see (locked or not), at most the batch size."""
+    next_pending: datetime | None
+    """The earliest Pending DueAt not yet due at the claim's AsOf."""
+
+
 async def reminders_claim_due(
     conn: asyncpg.Connection, as_of: datetime, batch_size: int, exclude: Sequence[UUID]
-) -> tuple[list[ClaimedReminder], int]:
-    """Lock up to ``batch_size`` due reminders (with their event). Returns (rows, visible due)."""
+) -> DueClaim:
+    """Lock up to ``batch_size`` due reminders (with their event)."""
     rows = await conn.fetch(sql("calendar_reminders_claim_due"), as_of, batch_size, list(exclude))
-    visible = int(rows[0]["visible_due"]) if rows else 0
     claimed = [
         ClaimedReminder(*(r[f] for f in _CLAIMED)) for r in rows if r["reminder_id"] is not None
     ]
-    return claimed, visible
+    head = rows[0]  # the statement always returns a row (an empty claim: reminder_id NULL)
+    return DueClaim(claimed, int(head["visible_due"]), head["next_pending"])
 
 
 async def reminders_mark_dispatched(
     conn: asyncpg.Connection,
     transitions: Sequence[tuple[UUID, str, str | None]],
     as_of: datetime,
-) -> int:
-    """Apply (reminder_id, 'Sent'|'Skipped', reason) to claimed rows; returns rows changed."""
-    if not transitions:
-        return 0
-    status = await conn.execute(
+    outbox: OutboxColumns = ((), (), (), ()),
+) -> tuple[int, int]:
+    """Apply (reminder_id, 'Sent'|'Skipped', reason) to claimed rows and insert the batch's
+    outbox rows (topics, keys, payloads, headers JSON), in one statement; returns (rows
+    changed, outbox rows inserted)."""
+    if not transitions and not outbox[0]:
+        return 0, 0
+    row = await conn.fetchrow(
         sql("calendar_reminders_mark_dispatched"),
         [t[0] for t in transitions],
         [t[1] for t in transitions],
         [t[2] for t in transitions],
         as_of,
+        *(list(column) for column in outbox),
     )
-    return int(status.split()[-1])
+    return int(row["marked"]), int(row["queued"])
 
 
 async def reminders_due_state(conn: asyncpg.Connection, as_of: datetime) -> DueState:

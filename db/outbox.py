@@ -45,6 +45,10 @@ def _headers(text: str) -> dict[str, str]:
     return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
 
 
+# Outbox rows given column-wise: topics, keys, payloads (JSON text), headers (JSON text).
+OutboxColumns = tuple[Sequence[str], Sequence[str], Sequence[str], Sequence[str]]
+
+
 async def insert_many(
     conn: asyncpg.Connection,
     topics: Sequence[str],

@@ -92,6 +92,9 @@ RETURNING e.event_id;
 -- in-flight change (reschedule/cancel) holds; FOR SHARE on the event lets two
 -- dispatchers work on reminders of the same event. ``visible_due`` (a lock-free look
 -- at the same range) tells how many due rows were passed over as locked.
+-- ``next_pending`` is the earliest DueAt not yet due at $1: when the batch took every due
+-- row it saw (no lock passed over, not full), it is where the dispatcher wakes next, without
+-- a round trip of its own after the run (calendar_reminders_due_state).
 -- $1 as_of, $2 batch size, $3 reminder ids to leave out (poison rows seen this run).
 WITH claimed AS (
     SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at,
@@ -111,19 +114,36 @@ WITH claimed AS (
         ORDER BY due_at LIMIT $2
     ) x
 )
-SELECT c.*, v.n AS visible_due
+SELECT c.*, v.n AS visible_due,
+       (SELECT min(due_at) FROM calendar.event_reminders
+        WHERE status = 'Pending' AND due_at >= $1) AS next_pending
 FROM visible v LEFT JOIN claimed c ON true
 ORDER BY c.due_at;
 
 -- name: calendar_reminders_mark_dispatched
--- Terminal transitions of one claimed batch: Sent (SentAt = AsOf) or Skipped with reason.
-UPDATE calendar.event_reminders r
-SET status = m.status,
-    sent_at = CASE WHEN m.status = 'Sent' THEN $4::timestamptz END,
-    skip_reason = m.reason,
-    updated_at = $4
-FROM unnest($1::uuid[], $2::text[], $3::text[]) AS m(reminder_id, status, reason)
-WHERE r.reminder_id = m.reminder_id AND r.status = 'Pending';
+-- Terminal transitions of one claimed batch: Sent (SentAt = AsOf) or Skipped with reason,
+-- and the batch's ReminderDueEvents on the outbox, in one round trip on the batch's
+-- transaction. $1..$3 the transitions, $4 AsOf; $5..$8 the outbox records column-wise,
+-- inserted as outbox_insert_many does (ids follow the input order).
+WITH marked AS (
+    UPDATE calendar.event_reminders r
+    SET status = m.status,
+        sent_at = CASE WHEN m.status = 'Sent' THEN $4::timestamptz END,
+        skip_reason = m.reason,
+        updated_at = $4
+    FROM unnest($1::uuid[], $2::text[], $3::text[]) AS m(reminder_id, status, reason)
+    WHERE r.reminder_id = m.reminder_id AND r.status = 'Pending'
+    RETURNING 1
+), queued AS (
+    INSERT INTO ops.outbox (topic, key, payload, headers)
+    SELECT o.topic, o.key, o.payload::json, o.headers::jsonb
+    FROM unnest($5::text[], $6::text[], $7::text[], $8::text[])
+        WITH ORDINALITY AS o(topic, key, payload, headers, ord)
+    ORDER BY o.ord
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM marked)::int AS marked,
+       (SELECT count(*) FROM queued)::int AS queued;
 
 -- name: calendar_reminders_due_state
 -- After a dispatch run, in one round trip: the due and still Pending rows (the seed's backlog

@@ -80,8 +80,12 @@ async def insert_many(conn: Any, records: Sequence[OutboxRecord]) -> list[int]:
     commit or roll back with the caller's state change. Returns the ids in input order."""
     if not records:
         return []
-    return await db.outbox.insert_many(
-        conn,
+    return await db.outbox.insert_many(conn, *columns(records))
+
+
+def columns(records: Sequence[OutboxRecord]) -> db.outbox.OutboxColumns:
+    """``records`` column-wise, as the outbox's insert statements take them."""
+    return (
         [r.topic for r in records],
         [r.key for r in records],
         [r.payload for r in records],

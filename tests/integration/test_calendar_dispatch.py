@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from db import calendar as repo
 from db.connector import DatabaseUnavailable
 from devkit.wait import eventually
 from streams.agents.applier import Origin, StateWriter, Written
@@ -553,7 +554,7 @@ async def test_a_backlog_is_drained_by_two_batches_at_once_a_small_run_by_one(
     running = peak = calls = 0
     left = full_batches
 
-    async def batch(pool: Any, as_of: datetime, result: Any) -> int:
+    async def batch(pool: Any, as_of: datetime, result: Any) -> tuple[int, None]:
         nonlocal running, peak, calls, left
         calls += 1
         running += 1
@@ -563,7 +564,7 @@ async def test_a_backlog_is_drained_by_two_batches_at_once_a_small_run_by_one(
             await asyncio.sleep(0)
             full = left > 0
             left -= 1
-            return 10 if full else 3
+            return (10 if full else 3), None  # the state after the run: asked for
         finally:
             running -= 1
 
@@ -575,3 +576,60 @@ async def test_a_backlog_is_drained_by_two_batches_at_once_a_small_run_by_one(
     assert peak == most_at_once
     # every lane that ran ends on a short batch of its own
     assert calls == full_batches + (lanes if full_batches else 1)
+
+
+@pytest.mark.parametrize("left_behind", ["nothing", "poison", "locked"])
+async def test_the_state_after_a_run_comes_from_its_last_claim_when_that_saw_every_due_row(
+    database_url: str,
+    pool: asyncpg.Pool,
+    applier: CalendarEventsApplier,
+    monkeypatch: pytest.MonkeyPatch,
+    left_behind: str,
+) -> None:
+    """Backlog and next DueAt after a run: a short last claim that took every due row it
+    saw knows them (no backlog; the earliest DueAt not yet due), so no statement of its own
+    asks; a row left Pending and due (poison, or locked elsewhere) makes the run ask."""
+    events = [calendar_event(StartAt=START, ReminderOffsetsMinutes=[60, 10]) for _ in range(3)]
+    for e in events:
+        await apply(applier, e)
+    later = START - timedelta(minutes=10)  # the second reminder of each event: not yet due
+    asked: list[datetime] = []
+    real = repo.reminders_due_state
+
+    async def due_state(conn: Any, as_of: datetime) -> Any:
+        asked.append(as_of)
+        return await real(conn, as_of)
+
+    monkeypatch.setattr(repo, "reminders_due_state", due_state)
+    held: asyncpg.Connection | None = None
+    if left_behind == "poison":
+        await pool.execute(
+            "UPDATE calendar.events SET time_zone = 'Mars/Olympus' WHERE event_id = $1::uuid",
+            events[0]["EventId"],
+        )
+    elif left_behind == "locked":
+        held = await pool.acquire()
+        await held.execute("BEGIN")
+        await held.execute(
+            "SELECT 1 FROM calendar.event_reminders WHERE event_id = $1::uuid AND due_at = $2 "
+            "FOR UPDATE",
+            events[0]["EventId"],
+            DUE,
+        )
+    try:
+        result = await dispatcher(database_url, batch_size=10).run_once(AFTER_DUE)
+    finally:
+        if held is not None:
+            await held.execute("ROLLBACK")
+            await pool.release(held)
+    if left_behind == "nothing":
+        assert (result.sent_count, result.backlog, result.next_due) == (3, 0, later)
+        assert asked == []
+    else:
+        # The row left behind is due and Pending: the next wake-up is now, not later.
+        assert (result.sent_count, result.backlog, result.next_due) == (2, 1, DUE)
+        assert asked == [AFTER_DUE]
+    # Either way the run's figures are what the statement says after it.
+    async with pool.acquire() as conn:
+        state = await real(conn, AFTER_DUE)
+    assert (state.backlog, state.next_due) == (result.backlog, result.next_due)

@@ -12,13 +12,13 @@ from typing import Any
 from uuid import UUID
 
 from db import calendar as repo
-from db.calendar import ClaimedReminder
+from db.calendar import ClaimedReminder, DueState
 from db.connector import Pool, connection, transaction
 from streams.clock import Clock
 from streams.contracts import REMINDER_DUE
 from streams.contracts.calendar import EventStatus, ReminderDueEvent
 from streams.domain.calendar import dispatch_skip_reason
-from streams.outbox.records import OutboxRecord, insert_many, record_for
+from streams.outbox.records import OutboxRecord, columns, record_for
 from streams.runtime import Runtime
 from streams.slices.calendar.metrics import CalendarDispatchMetrics
 
@@ -124,6 +124,8 @@ class CalendarReminderDispatcher:
         budget = self.config.max_duration.total_seconds()
         deadline = started + budget * (1 - self.config.reserve)
         longest = 0.0
+        # What the run's last claim saw, when that settles the state after the run.
+        seen: list[DueState | None] = [None]
         log.debug("action=cycle_started run_id=%s as_of=%s", result.run_id, as_of.isoformat())
         pool = await self.runtime.pool()
         lanes: list[asyncio.Task[None]] = []
@@ -132,7 +134,7 @@ class CalendarReminderDispatcher:
             nonlocal longest
             while True:
                 began = self.clock.monotonic()
-                claimed = await self._batch(pool, as_of, result)
+                claimed, seen[0] = await self._batch(pool, as_of, result)
                 ended = self.clock.monotonic()
                 longest = max(longest, ended - began)
                 if (
@@ -156,8 +158,10 @@ class CalendarReminderDispatcher:
                 await asyncio.wait(lanes)  # a lane may start another while we wait
             for lane in lanes:
                 lane.result()
-            async with connection(pool) as conn:
-                due = await repo.reminders_due_state(conn, as_of)
+            due = seen[0] if len(lanes) == 1 else None
+            if due is None:
+                async with connection(pool) as conn:
+                    due = await repo.reminders_due_state(conn, as_of)
             result.backlog, result.next_due = due.backlog, due.next_due
         except BaseException:
             for lane in lanes:
@@ -188,8 +192,12 @@ class CalendarReminderDispatcher:
             )
         return result
 
-    async def _batch(self, pool: Pool, as_of: datetime, result: DispatchResult) -> int:
-        """One claimed batch in one transaction; returns how many rows were claimed."""
+    async def _batch(
+        self, pool: Pool, as_of: datetime, result: DispatchResult
+    ) -> tuple[int, DueState | None]:
+        """One claimed batch in one transaction. Returns how many rows were claimed and,
+        when the claim took every due row there was (none locked elsewhere, none poison,
+        room left in the batch), the state after it: no backlog, the next DueAt."""
         n = self.config.batch_size
         sent: list[tuple[UUID, str, str | None]] = []
         skipped: list[tuple[UUID, str, str | None]] = []
@@ -197,7 +205,8 @@ class CalendarReminderDispatcher:
         lateness: list[float] = []
         poison: list[UUID] = []
         async with transaction(pool) as conn:
-            rows, visible = await repo.reminders_claim_due(conn, as_of, n, result.poison)
+            claim = await repo.reminders_claim_due(conn, as_of, n, result.poison)
+            rows, visible = claim.rows, claim.visible
             for row in rows:
                 reason = dispatch_skip_reason(EventStatus(row.event_status))
                 if reason is not None:
@@ -226,8 +235,7 @@ class CalendarReminderDispatcher:
                 sent.append((row.reminder_id, "Sent", None))
                 records.append(record)
                 lateness.append((as_of - row.due_at).total_seconds())
-            await repo.reminders_mark_dispatched(conn, sent + skipped, as_of)
-            await insert_many(conn, records)
+            await repo.reminders_mark_dispatched(conn, sent + skipped, as_of, columns(records))
         # Counted only once the transaction has committed.
         result.batches += 1
         result.sent_count += len(sent)
@@ -242,4 +250,5 @@ class CalendarReminderDispatcher:
         m.skip_locked.inc(locked)
         for seconds in lateness:
             m.lateness.observe(seconds)
-        return len(rows)
+        whole = len(rows) < n and visible == len(rows) and not result.poison
+        return len(rows), DueState(0, claim.next_pending) if whole else None
