@@ -125,16 +125,16 @@ class CalendarReminderDispatcher:
         deadline = started + budget * (1 - self.config.reserve)
         longest = 0.0
         # What the run's last claim saw, when that settles the state after the run.
-        seen: list[DueState | None] = [None]
+        seen: DueState | None = None
         log.debug("action=cycle_started run_id=%s as_of=%s", result.run_id, as_of.isoformat())
         pool = await self.runtime.pool()
         lanes: list[asyncio.Task[None]] = []
 
         async def drain() -> None:
-            nonlocal longest
+            nonlocal longest, seen
             while True:
                 began = self.clock.monotonic()
-                claimed, seen[0] = await self._batch(pool, as_of, result)
+                claimed, seen = await self._batch(pool, as_of, result)
                 ended = self.clock.monotonic()
                 longest = max(longest, ended - began)
                 if (
@@ -158,7 +158,7 @@ class CalendarReminderDispatcher:
                 await asyncio.wait(lanes)  # a lane may start another while we wait
             for lane in lanes:
                 lane.result()
-            due = seen[0] if len(lanes) == 1 else None
+            due = seen if len(lanes) == 1 else None
             if due is None:
                 async with connection(pool) as conn:
                     due = await repo.reminders_due_state(conn, as_of)
