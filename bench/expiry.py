@@ -26,7 +26,7 @@ from bench.report import Measure, Target, measure
 from streams.domain.profile import DEFAULT_THRESHOLDS, scan_window, utc_date
 from streams.kafka_admin import ensure_topics
 from streams.settings import Settings
-from streams.timers.registry import RunRecord
+from streams.timers.runs import RunRecord
 
 NAME = "document-expiry"
 
