@@ -106,7 +106,6 @@ async def run(
 ) -> list[Measure]:
     lead = lead if lead is not None else lead_default()
     warm = int(warmup if warmup is not None else warmup_default())
-    total = rate * (warm + seconds)
     print(
         f"\n== lateness: {rate:,}/s reminders coming due for {seconds} s ({rate * seconds:,}) "
         f"while the worker ingests {background:,} events/s, after {warm} s of the same load =="
@@ -118,7 +117,8 @@ async def run(
         await ensure_topics(settings, contract_topic_names(settings))
         async with database() as url:
             first_due = datetime.now(UTC) + timedelta(seconds=lead)
-            await prewrite(url, first_due, rate, total)
+            window = Window(first_due, rate, warm, seconds, background)
+            await prewrite(url, first_due, rate, window.total)
             worker = WorkerProcess(worker_env(url, KAFKA_BOOTSTRAP, prefix), tmp, "bench-worker")
             try:
                 worker.start()
@@ -134,7 +134,6 @@ async def run(
                         f"the worker was ready {WARMUP + 1 - margin:.1f} s too late for the "
                         "first DueAt: raise BENCH_LATENESS_LEAD"
                     )
-                window = Window(first_due, rate, warm, seconds, background)
                 return await _window(settings, url, window, worker.pids)
             finally:
                 worker.stop()
