@@ -34,20 +34,20 @@ class EventsApplied:
 async def events_apply(
     conn: asyncpg.Connection,
     events: Sequence[CalendarEventChanged],
-    unwanted_reasons: Mapping[UUID, str],
-    wanted: Sequence[UUID],
+    unwanted_reasons: Sequence[str],
     insertable: Sequence[ReminderSlot],
+    also_wanted: Sequence[UUID],
     now: datetime,
     sources: Mapping[UUID, Source] | None = None,
 ) -> EventsApplied:
-    """Store newer event states and, for those stored, skip the Pending reminders not in
-    ``wanted`` (with the event's reason) and ensure the ``insertable`` ones, each with the
-    input (partition, offset, Version) of its event; one statement for the batch."""
+    """Store newer event states and, for those stored, ensure the ``insertable`` reminders
+    and skip the Pending ones they no longer want (with the event's reason, one per event
+    in ``unwanted_reasons``); wanted are the ``insertable`` ones and ``also_wanted`` (those
+    already due at the change: kept, never created). The event's input (partition, offset,
+    Version) is kept on it and on the reminders it creates; one statement for the batch."""
     if not events:
         return EventsApplied(set(), [], 0)
     src = [(sources or {}).get(e.event_id) for e in events]
-    versions = {e.event_id: e.version for e in events}
-    slot_src = [(sources or {}).get(s.event_id) for s in insertable]
     rows = await conn.fetch(
         sql("calendar_events_apply"),
         [e.event_id for e in events],
@@ -58,7 +58,7 @@ async def events_apply(
         [e.start_at for e in events],
         [e.time_zone for e in events],
         [e.status.value for e in events],
-        [",".join(str(m) for m in sorted(set(e.reminder_offsets_minutes))) for e in events],
+        [",".join(map(str, sorted(set(e.reminder_offsets_minutes)))) for e in events],
         [e.appointment_id for e in events],
         [e.version for e in events],
         [e.occurred_at for e in events],
@@ -66,15 +66,11 @@ async def events_apply(
         [x[0] if x else None for x in src],
         [x[1] if x else None for x in src],
         list(unwanted_reasons),
-        list(unwanted_reasons.values()),
-        list(wanted),
+        list(also_wanted),
         [s.reminder_id for s in insertable],
         [s.event_id for s in insertable],
         [s.offset_minutes for s in insertable],
         [s.due_at for s in insertable],
-        [x[0] if x else None for x in slot_src],
-        [x[1] if x else None for x in slot_src],
-        [versions[s.event_id] if x else None for s, x in zip(insertable, slot_src, strict=True)],
     )
     applied: set[UUID] = set()
     made: list[datetime] = []

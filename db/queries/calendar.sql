@@ -3,12 +3,15 @@
 -- name: calendar_events_apply
 -- One batch of event states in one statement. Each state is stored only when its Version
 -- is newer than the stored one (stale and replayed states change nothing). For the events
--- stored, and only those: their Pending reminders that the new state no longer wants (not
--- in $18) become Skipped with the reason the domain gives for that event ($16/$17), and the
--- reminders it wants ($19..$25, already filtered by the domain) are inserted, a Skipped one
--- wanted again (e.g. rescheduled back) becoming Pending again; Sent rows are history and
--- never change. The two reminder changes touch disjoint rows (wanted vs not wanted).
--- The input message (partition, offset, Version) is kept for explain.
+-- stored, and only those: their Pending reminders that the new state no longer wants become
+-- Skipped with the reason the domain gives for that event ($16, one per event of $1), and
+-- the reminders it wants and may create ($18..$21, already filtered by the domain) are
+-- inserted, a Skipped one wanted again (e.g. rescheduled back) becoming Pending again; Sent
+-- rows are history and never change. Wanted = $18 plus $17 (wanted, but already due when
+-- the change happened: kept if they exist, never created). The two reminder changes touch
+-- disjoint rows (wanted vs not wanted).
+-- The input message (partition, offset, Version) is kept for explain, on the event and on
+-- the reminders it creates (taken from the stored event: one value per event on the wire).
 -- Returns one row per stored event (event_id), one per reminder made Pending (due_at, to
 -- wake the dispatcher) and one with the number of reminders Skipped.
 WITH up AS (
@@ -43,14 +46,15 @@ WITH up AS (
         source_partition = EXCLUDED.source_partition,
         source_offset = EXCLUDED.source_offset
     WHERE e.version < EXCLUDED.version
-    RETURNING e.event_id
+    RETURNING e.event_id, e.version, e.source_partition, e.source_offset
 ), skipped AS (
     UPDATE calendar.event_reminders r
     SET status = 'Skipped', skip_reason = c.reason, updated_at = $13
-    FROM unnest($16::uuid[], $17::text[]) AS c(event_id, reason)
+    FROM unnest($1::uuid[], $16::text[]) AS c(event_id, reason)
     WHERE r.status = 'Pending'
       AND r.event_id = c.event_id
       AND c.event_id IN (SELECT event_id FROM up)
+      AND r.reminder_id <> ALL($17::uuid[])
       AND r.reminder_id <> ALL($18::uuid[])
     RETURNING r.reminder_id
 ), made AS (
@@ -58,12 +62,11 @@ WITH up AS (
         reminder_id, event_id, offset_minutes, due_at, status, created_at, updated_at,
         source_partition, source_offset, source_version)
     SELECT w.reminder_id, w.event_id, w.offset_minutes, w.due_at, 'Pending', $13, $13,
-           w.source_partition, w.source_offset, w.source_version
-    FROM unnest($19::uuid[], $20::uuid[], $21::int[], $22::timestamptz[], $23::int[],
-                $24::bigint[], $25::bigint[])
-         AS w(reminder_id, event_id, offset_minutes, due_at, source_partition, source_offset,
-              source_version)
-    WHERE w.event_id IN (SELECT event_id FROM up)
+           up.source_partition, up.source_offset,
+           CASE WHEN up.source_partition IS NOT NULL THEN up.version END
+    FROM unnest($18::uuid[], $19::uuid[], $20::int[], $21::timestamptz[])
+         AS w(reminder_id, event_id, offset_minutes, due_at)
+    JOIN up ON up.event_id = w.event_id
     ON CONFLICT (reminder_id) DO UPDATE SET
         status = 'Pending', skip_reason = NULL, updated_at = EXCLUDED.updated_at,
         source_partition = EXCLUDED.source_partition, source_offset = EXCLUDED.source_offset,

@@ -127,13 +127,14 @@ class VersionedStateApplier(Generic[M, D]):
     ) -> ApplyResult[D]:
         writer = self.writer
         result: ApplyResult[D] = ApplyResult(stale=size - len(newest))
-        changed: list[tuple[int, Decoded[M]]] = []
-        unchanged: list[Decoded[M]] = []
+        # (position, key, message): the key is worked out once per message, in __call__.
+        changed: list[tuple[int, str, Decoded[M]]] = []
+        unchanged: list[tuple[str, Decoded[M]]] = []
         fingerprints: dict[str, str] = {}
         for key, (i, d) in newest.items():
             cached = self.cache.lookup(d.event, key) if self.cache is not None else None
             if cached is None:
-                changed.append((i, d))
+                changed.append((i, key, d))
                 continue
             if d.message.version <= cached["v"]:
                 result.stale += 1
@@ -142,25 +143,24 @@ class VersionedStateApplier(Generic[M, D]):
             # "Unchanged" compares with what the cache last saw; a batch in flight on the
             # same key may be storing different content right now: PostgreSQL decides.
             if cached["fp"] == fp and key not in busy:
-                unchanged.append(d)
+                unchanged.append((key, d))
             else:
-                changed.append((i, d))
+                changed.append((i, key, d))
         if not changed and not unchanged:
             return result
         pool = await self.runtime.pool()
         async with transaction(pool, plan_for_parameters=True) as conn:
             written = await writer.write(
                 conn,
-                [d.message for _, d in changed],
-                [d.message for d in unchanged],
+                [d.message for _, _, d in changed],
+                [d.message for _, d in unchanged],
                 self.runtime.clock.now(),
-                {writer.key(d.message): _origin(d) for _, d in changed},
+                {key: _origin(d) for _, key, d in changed},
             )
         # Committed: from here on the cache may learn what the database now says.
         result.details = written.details
         remember: list[tuple[Any, str, Any]] = []
-        for i, d in changed:
-            key = writer.key(d.message)
+        for i, key, d in changed:
             if key in written.applied:
                 result.applied += 1
                 result.applied_keys.add(key)
@@ -168,8 +168,7 @@ class VersionedStateApplier(Generic[M, D]):
                 remember.append(self._entry(d, key, fingerprints.get(key)))
             else:
                 result.stale += 1
-        for d in unchanged:
-            key = writer.key(d.message)
+        for key, d in unchanged:
             if key in written.advanced:
                 result.cache_skipped += 1
                 remember.append(self._entry(d, key, fingerprints.get(key)))

@@ -6,7 +6,8 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from uuid import UUID, uuid5
+from functools import lru_cache
+from uuid import UUID
 
 from streams.contracts.calendar import CalendarEventChanged, EventStatus
 
@@ -57,7 +58,25 @@ def reminder_id(event_id: UUID, offset_minutes: int, due_at: datetime) -> UUID:
 
 
 def _reminder_id(event_text: str, offset_minutes: int, due_at: datetime) -> UUID:
-    return uuid5(REMINDER_NAMESPACE, f"{event_text}:{offset_minutes}:{utc_text(due_at)}")
+    return _uuid5(f"{event_text}:{offset_minutes}:{utc_text(due_at)}")
+
+
+_NAMESPACE = REMINDER_NAMESPACE.bytes
+# RFC 4122 variant (10xx) and version 5 in the top bits of the clock_seq and time_hi fields.
+_KEEP = ~((0xC000 << 48) | (0xF000 << 64)) & ((1 << 128) - 1)
+_MARK = (0x8000 << 48) | (5 << 76)
+
+
+def _uuid5(name: str) -> UUID:
+    """``uuid5(REMINDER_NAMESPACE, name)``: the same SHA-1, variant and version bits, without
+    the standard library's per-call argument checks (two ids per ingested event)."""
+    digest = int.from_bytes(hashlib.sha1(_NAMESPACE + name.encode()).digest()[:16], "big")
+    return UUID(int=(digest & _KEEP) | _MARK)
+
+
+@lru_cache(maxsize=4096)
+def _minutes(offset: int) -> timedelta:
+    return timedelta(minutes=offset)
 
 
 def wanted_reminders(event: CalendarEventChanged) -> list[ReminderSlot]:
@@ -73,9 +92,12 @@ def wanted_reminders(event: CalendarEventChanged) -> list[ReminderSlot]:
     event_text = str(event.event_id)
     start = event.start_at.astimezone(UTC)
     for offset in sorted(set(event.reminder_offsets_minutes)):
-        due = start - timedelta(minutes=offset)
+        due = start - _minutes(offset)
+        # ``due`` is in UTC already: its text is the identity's (utc_text, without the call).
         slots.append(
-            ReminderSlot(_reminder_id(event_text, offset, due), event.event_id, offset, due)
+            ReminderSlot(
+                _uuid5(f"{event_text}:{offset}:{due.isoformat()}"), event.event_id, offset, due
+            )
         )
     return slots
 

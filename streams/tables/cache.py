@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import weakref
 from collections import defaultdict, deque
@@ -10,11 +11,13 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
+import rocksdict
 from aiokafka.structs import TopicPartition
 from faust.stores.rocksdb import Store as RocksStore
 from faust.streams import _current_event
 from faust.tables.base import Collection
 from faust.types import EventT, TableT
+from faust.utils.json import on_default
 
 from streams.metrics import AgentMetrics
 
@@ -104,14 +107,19 @@ class KeyCache:
 
         A Faust table writes its changelog one record at a time (a future, the producer
         buffer, a RocksDB write of the persisted offset per record): at ingest rates that
-        costs more than the database write the cache saves. Here the local store is
-        written directly and the changelog gets one producer batch per partition, with
+        costs more than the database write the cache saves. Here the local store gets
+        one RocksDB write batch per partition and the changelog one producer batch, with
         the persisted offset set once per batch when Kafka acknowledges it. Same records,
         same partitions, same bytes: a standby or a recovering worker reads them as ever.
         """
         if not entries:
             return
-        if isinstance(self.table, Collection) and isinstance(self.table.data, RocksStore):
+        data = getattr(self.table, "data", None)
+        if (
+            isinstance(self.table, Collection)
+            and isinstance(data, RocksStore)
+            and data.use_rocksdict
+        ):
             records = _store_locally(self.table, entries)
             # The changelog is sent behind the caller's back, in order: a producer batch
             # waits for the previous one of its partition to leave, and the caller (the
@@ -138,22 +146,31 @@ class KeyCache:
 
 Records = dict[int, list[tuple[bytes, bytes]]]
 
+# What Faust's "json" codec makes of a table key or value (faust.utils.json.dumps without
+# orjson: the standard library's encoder, compact separators, Faust's fallback for other
+# types), without its serializer registry and codec layers on every record.
+_encode_json = json.JSONEncoder(separators=(",", ":"), default=on_default).encode
+
+
+def json_bytes(obj: Any) -> bytes:
+    """A key or value as a table with ``Schema(key_serializer="json",
+    value_serializer="json")`` stores it (tests/unit/test_cache_encoding.py)."""
+    return _encode_json(obj).encode()
+
 
 def _store_locally(table: Collection, entries: Sequence[tuple[EventT[Any], str, Any]]) -> Records:
-    """Write the local store now; return the encoded records per changelog partition."""
+    """Write the local store now, one RocksDB write batch per partition database; return
+    the encoded records per changelog partition."""
     store: Any = table.data
-    by_partition: dict[int, list[tuple[EventT[Any], bytes, bytes]]] = defaultdict(list)
+    records: Records = defaultdict(list)
     for event, key, value in entries:
-        by_partition[event.message.partition].append(
-            (event, store._encode_key(key), store._encode_value(value))
-        )
-    records: Records = {}
-    for partition, items in by_partition.items():
-        with in_event(items[0][0]):  # the store picks its partition database by the event
-            for _, k, v in items:
-                store._set(k, v)
-        records[partition] = [(k, v) for _, k, v in items]
-    return records
+        records[event.message.partition].append((json_bytes(key), json_bytes(value)))
+    for partition, items in records.items():
+        batch = rocksdict.WriteBatch(raw_mode=True)  # as Faust writes a changelog batch
+        for k, v in items:
+            batch.put(k, v)
+        store._db_for_partition(partition).write(batch)
+    return dict(records)
 
 
 async def _send_changelog(table: Collection, records: Records) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
-from uuid import uuid5
+from uuid import UUID, uuid5
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -50,6 +50,18 @@ def test_reminder_id_is_stable_and_distinguishes_due_time() -> None:
     assert a == reminder_id(e.event_id, 15, START.astimezone(UTC))
     assert a != reminder_id(e.event_id, 15, START + timedelta(minutes=1))
     assert a != reminder_id(e.event_id, 16, START)
+
+
+@given(
+    st.uuids(),
+    st.integers(min_value=0, max_value=40_320),
+    st.datetimes(datetime(2000, 1, 1), datetime(2100, 1, 1), timezones=st.timezones()),
+)
+def test_reminder_id_is_the_standard_uuid5_of_event_offset_and_utc_due(
+    event_id: UUID, offset: int, due: datetime
+) -> None:
+    text = f"{event_id}:{offset}:{due.astimezone(UTC).isoformat()}"
+    assert reminder_id(event_id, offset, due) == uuid5(REMINDER_NAMESPACE, text)
 
 
 @given(st.lists(st.integers(min_value=0, max_value=40_320), max_size=10))

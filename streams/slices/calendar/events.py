@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
 from db import calendar as repo
 from db.connector import Connection
 from streams.agents.applier import Origin, VersionedStateApplier, Written
 from streams.contracts.calendar import CalendarEventChanged
 from streams.domain.calendar import (
+    ReminderSlot,
     fingerprint,
     insertable,
     unwanted_reason,
@@ -57,16 +59,17 @@ class CalendarEventsWriter:
         }
         # Worked out for every changed state; the statement keeps the rows of the ones it
         # stores (a stale state's reminders are not touched).
-        wanted = {e.event_id: wanted_reminders(e) for e in changed}
-        done = await repo.events_apply(
-            conn,
-            changed,
-            {e.event_id: unwanted_reason(e.status) for e in changed},
-            [slot.reminder_id for slots in wanted.values() for slot in slots],
-            [s for e in changed for s in insertable(wanted[e.event_id], e.occurred_at)],
-            now,
-            sources,
-        )
+        reasons: list[str] = []
+        creatable: list[ReminderSlot] = []
+        already_due: list[UUID] = []
+        for e in changed:
+            reasons.append(unwanted_reason(e.status))
+            wanted = wanted_reminders(e)
+            slots = insertable(wanted, e.occurred_at)
+            creatable.extend(slots)
+            if len(slots) < len(wanted):
+                already_due.extend(s.reminder_id for s in wanted if s not in slots)
+        done = await repo.events_apply(conn, changed, reasons, creatable, already_due, now, sources)
         advanced = await repo.events_version_advance(conn, unchanged, now)
         dues = done.made_pending
         return Written(
