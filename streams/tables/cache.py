@@ -77,10 +77,22 @@ class KeyCache:
         return value
 
     def lookup(self, event: EventT[Any], key: str) -> Any:
-        """``get`` for a key that lives in the partition of ``event``'s message: one read of
-        that partition's database (without the event, RocksDB looks in every partition)."""
-        with in_event(event):
-            return self.get(key)
+        """``get`` for a key that lives in the partition of ``event``'s message."""
+        value = self.read(event, key)
+        self.record(value is not None)
+        return value
+
+    def read(self, event: EventT[Any], key: str) -> Any:
+        """The value (uncounted) of a key that lives in the partition of ``event``'s message:
+        one read of that partition's RocksDB database, as Faust's store reads it in the
+        event's context, without the table's layers on every read (a miss went through
+        them twice, ``in`` then ``[]``); without the event, RocksDB looks in every one."""
+        store = _rocksdict_store(self.table)
+        if store is None:
+            with in_event(event):
+                return self.table.get(key)
+        raw = store._db_for_partition(event.message.partition).get(json_bytes(key))
+        return None if raw is None else json.loads(raw)
 
     def peek(self, key: str) -> Any:
         """The value without counting it: for callers that decide afterwards whether the
@@ -114,13 +126,9 @@ class KeyCache:
         """
         if not entries:
             return
-        data = getattr(self.table, "data", None)
-        if (
-            isinstance(self.table, Collection)
-            and isinstance(data, RocksStore)
-            and data.use_rocksdict
-        ):
-            records = _store_locally(self.table, entries)
+        store = _rocksdict_store(self.table)
+        if store is not None:
+            records = _store_locally(store, entries)
             # The changelog is sent behind the caller's back, in order: a producer batch
             # waits for the previous one of its partition to leave, and the caller (the
             # next database batch) need not wait for that.
@@ -146,6 +154,16 @@ class KeyCache:
 
 Records = dict[int, list[tuple[bytes, bytes]]]
 
+
+def _rocksdict_store(table: TableT[Any, Any]) -> Any:
+    """The table's store when it is Faust's RocksDB store on rocksdict (the worker's), which
+    this module reads and writes directly; None for anything else (in memory, test doubles)."""
+    if not isinstance(table, Collection):
+        return None
+    data = table.data
+    return data if isinstance(data, RocksStore) and data.use_rocksdict else None
+
+
 # What Faust's "json" codec makes of a table key or value (faust.utils.json.dumps without
 # orjson: the standard library's encoder, compact separators, Faust's fallback for other
 # types), without its serializer registry and codec layers on every record.
@@ -158,10 +176,9 @@ def json_bytes(obj: Any) -> bytes:
     return _encode_json(obj).encode()
 
 
-def _store_locally(table: Collection, entries: Sequence[tuple[EventT[Any], str, Any]]) -> Records:
+def _store_locally(store: Any, entries: Sequence[tuple[EventT[Any], str, Any]]) -> Records:
     """Write the local store now, one RocksDB write batch per partition database; return
     the encoded records per changelog partition."""
-    store: Any = table.data
     records: Records = defaultdict(list)
     for event, key, value in entries:
         records[event.message.partition].append((json_bytes(key), json_bytes(value)))
@@ -173,7 +190,7 @@ def _store_locally(table: Collection, entries: Sequence[tuple[EventT[Any], str, 
     return dict(records)
 
 
-async def _send_changelog(table: Collection, records: Records) -> None:
+async def _send_changelog(table: TableT[Any, Any], records: Records) -> None:
     """One producer batch per partition (more when a batch fills), the persisted offset set
     when Kafka acknowledges each."""
     store: Any = table.data

@@ -38,7 +38,7 @@ from streams.runtime import Runtime
 from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.reminders import queued_documents, reminder_items, reminder_record
 from streams.slices.profile.work import DoneItems, OwnersWork, OwnerWork, item_key
-from streams.tables.cache import KeyCache, in_event
+from streams.tables.cache import KeyCache
 
 log = logging.getLogger("streams.slices.profile.owners")
 
@@ -226,8 +226,7 @@ class OwnerWorker:
         key = str(plan.work.owner_user_id)
         if item_key(plan.event, "") is None:
             return self.cache.peek(key)
-        with in_event(plan.event):
-            return self.cache.peek(key)
+        return self.cache.read(plan.event, key)
 
     async def _verify(
         self,
