@@ -9,6 +9,7 @@ import logging
 import faust
 from mode import Service
 
+from streams.agents.monitor import LeanMonitor
 from streams.maintenance.schedules import WORKER_HEARTBEAT
 from streams.outbox.config import RelayConfig
 from streams.outbox.relay import OutboxRelay
@@ -95,6 +96,7 @@ def create_context(
         producer_linger=0.01,
         producer_max_batch_size=256 * 1024,
         autodiscover=False,
+        monitor=LeanMonitor(),
         # Offsets are committed only for acked (= committed to PostgreSQL) messages.
         broker_commit_every=1000,
         broker_commit_interval=1.0,
