@@ -58,7 +58,7 @@ async def events_apply(
         [e.start_at for e in events],
         [e.time_zone for e in events],
         [e.status.value for e in events],
-        [",".join(map(str, sorted(set(e.reminder_offsets_minutes)))) for e in events],
+        ["{" + ",".join(map(str, sorted(set(e.reminder_offsets_minutes)))) + "}" for e in events],
         [e.appointment_id for e in events],
         [e.version for e in events],
         [e.occurred_at for e in events],

@@ -12,6 +12,10 @@
 -- disjoint rows (wanted vs not wanted).
 -- The input message (partition, offset, Version) is kept for explain, on the event and on
 -- the reminders it creates (taken from the stored event: one value per event on the wire).
+-- Only an event that was stored before can have reminders to skip (a reminder needs its
+-- event, by foreign key): the probe is for updated events, not inserted ones (xmax = 0 on
+-- the row an INSERT ... ON CONFLICT inserted; the updated row carries its updater's lock).
+-- Offsets come as an array literal ($9: '{15,60}', sorted and distinct).
 -- Returns one row per stored event (event_id), one per reminder made Pending (due_at, to
 -- wake the dispatcher) and one with the number of reminders Skipped.
 WITH up AS (
@@ -21,8 +25,7 @@ WITH up AS (
         source_partition, source_offset)
     SELECT u.event_id, u.tenant_id, u.owner_user_id, u.client_user_id, u.kind, u.start_at,
            u.time_zone, u.status,
-           coalesce((SELECT array_agg(x::int) FROM unnest(string_to_array(u.offsets, ',')) x
-                     WHERE x <> ''), '{}'),
+           u.offsets::int[],
            u.appointment_id, u.version, u.occurred_at, $13, u.source_partition, u.source_offset
     FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::timestamptz[],
                 $7::text[], $8::text[], $9::text[], $10::uuid[], $11::bigint[],
@@ -46,14 +49,15 @@ WITH up AS (
         source_partition = EXCLUDED.source_partition,
         source_offset = EXCLUDED.source_offset
     WHERE e.version < EXCLUDED.version
-    RETURNING e.event_id, e.version, e.source_partition, e.source_offset
+    RETURNING e.event_id, e.version, e.source_partition, e.source_offset,
+              e.xmax = 0 AS inserted
 ), skipped AS (
     UPDATE calendar.event_reminders r
     SET status = 'Skipped', skip_reason = c.reason, updated_at = $13
     FROM unnest($1::uuid[], $16::text[]) AS c(event_id, reason)
     WHERE r.status = 'Pending'
       AND r.event_id = c.event_id
-      AND c.event_id IN (SELECT event_id FROM up)
+      AND c.event_id IN (SELECT event_id FROM up WHERE NOT inserted)
       AND r.reminder_id <> ALL($17::uuid[])
       AND r.reminder_id <> ALL($18::uuid[])
     RETURNING r.reminder_id
