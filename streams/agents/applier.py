@@ -7,7 +7,7 @@ repository); everything else is here, so each new input is a writer and a few li
 
 from __future__ import annotations
 
-from collections import Counter
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -102,7 +102,10 @@ class VersionedStateApplier(Generic[M, D]):
         self.writer = writer
         self.cache = cache
         self.after_commit = after_commit
-        self._writing: Counter[str] = Counter()
+        # Batches being applied (the consumer's pipeline): their keys, and when they end.
+        self._in_flight: list[tuple[frozenset[str], asyncio.Future[None]]] = []
+        self.waits_for_keys_in_flight = 0
+        """Batches that waited for an earlier one writing some of the same keys."""
 
     async def __call__(self, batch: Sequence[Decoded[M]]) -> ApplyResult[D]:
         writer = self.writer
@@ -114,17 +117,25 @@ class VersionedStateApplier(Generic[M, D]):
                 newest[key] = (i, d)
         # Keys in sorted order: two batches in flight lock their rows in the same order.
         newest = dict(sorted(newest.items()))
-        busy = set(self._writing)  # keys another batch in flight is writing right now
-        self._writing.update(list(newest))
+        # A batch with a key an earlier batch in flight is writing waits for that batch to
+        # end. Written while the other's transaction is open, its statement would wait for
+        # the key's row, then update it without seeing the rows the other one made (they
+        # were not committed when the statement began): a reminder of the state before
+        # would stay Pending. It also means the cache is never read for a key being written.
+        keys = frozenset(newest)
+        ahead = [end for held, end in self._in_flight if not keys.isdisjoint(held)]
+        entry = (keys, asyncio.get_running_loop().create_future())
+        self._in_flight.append(entry)
         try:
-            return await self._apply(newest, busy, len(batch))
+            if ahead:
+                self.waits_for_keys_in_flight += 1
+                await asyncio.wait(ahead)
+            return await self._apply(newest, len(batch))
         finally:
-            self._writing.subtract(list(newest))
-            self._writing += Counter()  # drop the zero counts
+            self._in_flight.remove(entry)
+            entry[1].set_result(None)
 
-    async def _apply(
-        self, newest: dict[str, tuple[int, Decoded[M]]], busy: set[str], size: int
-    ) -> ApplyResult[D]:
+    async def _apply(self, newest: dict[str, tuple[int, Decoded[M]]], size: int) -> ApplyResult[D]:
         writer = self.writer
         result: ApplyResult[D] = ApplyResult(stale=size - len(newest))
         # (position, key, message): the key is worked out once per message, in __call__.
@@ -140,9 +151,7 @@ class VersionedStateApplier(Generic[M, D]):
                 result.stale += 1
                 continue
             fp = fingerprints[key] = writer.fingerprint(d.message)
-            # "Unchanged" compares with what the cache last saw; a batch in flight on the
-            # same key may be storing different content right now: PostgreSQL decides.
-            if cached["fp"] == fp and key not in busy:
+            if cached["fp"] == fp:
                 unchanged.append((key, d))
             else:
                 changed.append((i, key, d))

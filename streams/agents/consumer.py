@@ -68,8 +68,8 @@ class ContractConsumer(Generic[M]):
         """``pipeline_depth``: batches applied at once. With 2, the next batch is decoded and
         applied while one waits for PostgreSQL; only for an ``apply`` that any commit order
         leaves correct (Version-guarded state: an older state committing after a newer one
-        changes nothing; the recipe's applier also never trusts its cache about a key another
-        batch in flight writes). Acks are given in admission order whatever order the batches
+        changes nothing; the recipe's applier also writes a key only once no earlier batch
+        in flight is writing it). Acks are given in admission order whatever order the batches
         finish in (``streams/agents/acks.py``)."""
         self.contract = contract
         self.apply = apply

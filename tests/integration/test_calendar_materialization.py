@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from devkit.wait import eventually
 from streams.metrics import Metrics
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.tables.cache import KeyCache
@@ -264,23 +265,105 @@ async def test_a_batch_does_not_trust_the_cache_about_a_key_another_batch_in_fli
     database_url: str, pool: asyncpg.Pool
 ) -> None:
     """Two batches in flight (the consumer's pipeline): the second must not call a state
-    "unchanged" from a cache entry that the first is about to make untrue."""
+    "unchanged" from a cache entry that the first is about to make untrue. It waits for the
+    first, and then reads what the first made true."""
     table = DictTable()
     applier = CalendarEventsApplier(make_runtime(database_url), KeyCache(table, Metrics().agents))  # type: ignore[arg-type]
     e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60], Kind="Meeting")
     await apply(applier, e)  # cached: v1, content "Meeting"
     gated = GatedWriter(applier.writer, 2)
     applier.writer = gated
+    gated.gates[1].set()
     first = asyncio.create_task(apply(applier, {**e, "Version": 2, "Kind": "Call"}))
     await gated.arrived[0].wait()
     # Same content as the cached v1, newer Version: "unchanged" by the cache alone.
     second = asyncio.create_task(apply(applier, {**e, "Version": 3}))
-    await gated.arrived[1].wait()
+    await eventually(
+        lambda: applier.waits_for_keys_in_flight, until=bool, timeout=10, what="second parked"
+    )
+    assert gated.calls == 1  # the second has not read the cache nor written
     gated.gates[0].set()
     assert (await first).applied == 1  # v2 "Call" committed
-    gated.gates[1].set()
     result = await second
     assert result.applied == 1 and result.cache_skipped == 0
     row = await pool.fetchrow("SELECT version, kind FROM calendar.events")
     assert (row["version"], row["kind"]) == (3, "Meeting")
     assert table[e["EventId"]]["v"] == 3
+
+
+async def test_batches_in_flight_with_other_keys_do_not_wait_for_each_other(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    applier = CalendarEventsApplier(make_runtime(database_url))
+    held = HeldWriter(applier.writer)
+    applier.writer = held
+    a, b = calendar_event(StartAt=START), calendar_event(StartAt=START)
+    first = asyncio.create_task(apply(applier, a))
+    await held.wrote.wait()  # open, uncommitted
+    assert (await apply(applier, b)).applied == 1  # written and committed meanwhile
+    assert applier.waits_for_keys_in_flight == 0
+    held.release.set()
+    assert (await first).applied == 1
+
+
+class HeldWriter:
+    """The real writer; the first call writes, then holds its transaction open (uncommitted)
+    until released."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.wrote = asyncio.Event()
+        self.release = asyncio.Event()
+        self.calls = 0
+
+    def key(self, message: Any) -> str:
+        return str(self.inner.key(message))
+
+    def fingerprint(self, message: Any) -> str:
+        return str(self.inner.fingerprint(message))
+
+    async def write(self, conn: Any, changed: Any, unchanged: Any, now: Any, origins: Any) -> Any:
+        first, self.calls = self.calls == 0, self.calls + 1
+        written = await self.inner.write(conn, changed, unchanged, now, origins)
+        if first:
+            self.wrote.set()
+            await self.release.wait()
+        return written
+
+
+async def test_a_batch_in_flight_never_leaves_the_reminders_of_the_state_before_it_pending(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    """Two batches in flight (the consumer's pipeline) with two states of one event: the
+    second is written only once the first has committed. Written while the first was still
+    open, its statement could not see the first's reminders (they were not committed when
+    it began) and the reminder of the old start time stayed Pending - sent at the old time."""
+    applier = CalendarEventsApplier(make_runtime(database_url))
+    held = HeldWriter(applier.writer)
+    applier.writer = held
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
+    later = START + timedelta(days=1)
+    first = asyncio.create_task(apply(applier, e))
+    await held.wrote.wait()  # v1 and its reminder written, not committed
+    second = asyncio.create_task(apply(applier, {**e, "Version": 2, "StartAt": later.isoformat()}))
+
+    async def second_waits() -> bool:
+        # Either parked by the applier behind the first batch, or (without that) blocked in
+        # PostgreSQL on the first's uncommitted event row.
+        if applier.waits_for_keys_in_flight:
+            return True
+        return bool(
+            await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        )
+
+    await eventually(second_waits, until=bool, timeout=10, what="second batch waiting")
+    held.release.set()
+    assert (await first).applied == 1
+    assert (await second).applied == 1
+    assert await reminders(pool, e["EventId"]) == [
+        (60, START - timedelta(minutes=60), "Skipped", "NoLongerScheduled"),
+        (60, later - timedelta(minutes=60), "Pending", None),
+    ]
