@@ -239,13 +239,11 @@ async def test_an_unchanged_state_older_than_the_database_does_not_move_the_cach
     assert await pool.fetchval("SELECT version FROM calendar.events") == 5
 
 
-class GatedWriter:
-    """The real writer; each call waits at its own gate before writing (calls in order)."""
+class WriterProxy:
+    """Stands in front of the real writer: same keys and fingerprints."""
 
-    def __init__(self, inner: Any, gates: int) -> None:
+    def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.gates = [asyncio.Event() for _ in range(gates)]
-        self.arrived = [asyncio.Event() for _ in range(gates)]
         self.calls = 0
 
     def key(self, message: Any) -> str:
@@ -253,6 +251,15 @@ class GatedWriter:
 
     def fingerprint(self, message: Any) -> str:
         return str(self.inner.fingerprint(message))
+
+
+class GatedWriter(WriterProxy):
+    """The real writer; each call waits at its own gate before writing (calls in order)."""
+
+    def __init__(self, inner: Any, gates: int) -> None:
+        super().__init__(inner)
+        self.gates = [asyncio.Event() for _ in range(gates)]
+        self.arrived = [asyncio.Event() for _ in range(gates)]
 
     async def write(self, conn: Any, changed: Any, unchanged: Any, now: Any, origins: Any) -> Any:
         n, self.calls = self.calls, self.calls + 1
@@ -306,21 +313,14 @@ async def test_batches_in_flight_with_other_keys_do_not_wait_for_each_other(
     assert (await first).applied == 1
 
 
-class HeldWriter:
+class HeldWriter(WriterProxy):
     """The real writer; the first call writes, then holds its transaction open (uncommitted)
     until released."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.wrote = asyncio.Event()
         self.release = asyncio.Event()
-        self.calls = 0
-
-    def key(self, message: Any) -> str:
-        return str(self.inner.key(message))
-
-    def fingerprint(self, message: Any) -> str:
-        return str(self.inner.fingerprint(message))
 
     async def write(self, conn: Any, changed: Any, unchanged: Any, now: Any, origins: Any) -> Any:
         first, self.calls = self.calls == 0, self.calls + 1
