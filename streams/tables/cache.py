@@ -66,18 +66,9 @@ class KeyCache:
         self.misses = 0
         self._changelog = OrderedSends(f"{self.name}-changelog")
 
-    def get(self, key: str) -> Any:
-        value = self.table.get(key)
-        if value is None:
-            self.misses += 1
-            self._miss.inc()
-        else:
-            self.hits += 1
-            self._hit.inc()
-        return value
-
     def lookup(self, event: EventT[Any], key: str) -> Any:
-        """``get`` for a key that lives in the partition of ``event``'s message."""
+        """The value of a key that lives in the partition of ``event``'s message, counted as
+        a hit or a miss."""
         value = self.read(event, key)
         self.record(value is not None)
         return value
@@ -157,8 +148,10 @@ Records = dict[int, list[tuple[bytes, bytes]]]
 
 def _rocksdict_store(table: TableT[Any, Any]) -> Any:
     """The table's store when it is Faust's RocksDB store on rocksdict (the worker's), which
-    this module reads and writes directly; None for anything else (in memory, test doubles)."""
-    if not isinstance(table, Collection):
+    this module reads and writes directly, a key in the database of its message's partition
+    as Faust's store places it; None for anything else (in memory, test doubles, a global
+    or partitioner-placed table), which goes through Faust's table."""
+    if not isinstance(table, Collection) or table.is_global or table.use_partitioner:
         return None
     data = table.data
     return data if isinstance(data, RocksStore) and data.use_rocksdict else None
