@@ -93,11 +93,8 @@ def wanted_reminders(event: CalendarEventChanged) -> list[ReminderSlot]:
     start = event.start_at.astimezone(UTC)
     for offset in sorted(set(event.reminder_offsets_minutes)):
         due = start - _minutes(offset)
-        # ``due`` is in UTC already: its text is the identity's (utc_text, without the call).
         slots.append(
-            ReminderSlot(
-                _uuid5(f"{event_text}:{offset}:{due.isoformat()}"), event.event_id, offset, due
-            )
+            ReminderSlot(_reminder_id(event_text, offset, due), event.event_id, offset, due)
         )
     return slots
 
