@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 from db.connector import Connection, transaction
+from streams import faults
 from streams.agents.consumer import Decoded
 from streams.contracts.base import StateMessage
 from streams.runtime import Runtime
@@ -167,6 +168,7 @@ class VersionedStateApplier(Generic[M, D]):
                 {key: _origin(d) for _, key, d in changed},
             )
         # Committed: from here on the cache may learn what the database now says.
+        faults.hit("applier.after_commit")
         result.details = written.details
         remember: list[tuple[Any, str, Any]] = []
         for i, key, d in changed:

@@ -22,6 +22,7 @@ from uuid import UUID
 from db import profile as repo
 from db.connector import Connection, is_transient, transaction
 from db.profile import ClaimedDocument, RunProgress
+from streams import faults
 from streams.agents.consumer import Decoded
 from streams.asynctools import in_flight
 from streams.contracts.profile import ExpiringDocumentItem
@@ -213,6 +214,7 @@ class OwnerWorker:
         self.metrics.owners.labels("cache").inc(len(settled))
         failed: set[int] = await self._commit(misses, as_of, thresholds) if misses else set()
         committed = [p for p in misses if p.position not in failed]
+        faults.hit("expiry_owners.after_commit")
         remember = [e for p in committed if (e := self._after_commit(p, thresholds, result))]
         if self.cache is not None:
             await self.cache.put_many(remember)  # one changelog batch, not a record per owner

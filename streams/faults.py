@@ -1,0 +1,45 @@
+"""Injectable fault points: named places where a test can make this process die.
+
+``STREAMS_FAULT=<point>[:<n>]`` makes the n-th (default first) pass through ``hit(point)``
+SIGKILL the process, as an OOM kill or a power cut would, between two steps that are
+otherwise never separated. Unset (production), ``hit`` is one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = frozenset(
+    {
+        # The applier committed a batch to PostgreSQL and has not yet written the cache.
+        "applier.after_commit",
+        # The document-expiry owner worker committed owners and has not yet written its cache.
+        "expiry_owners.after_commit",
+    }
+)
+
+
+def _parse(spec: str) -> tuple[str, int] | None:
+    if not spec:
+        return None
+    point, _, n = spec.partition(":")
+    if point not in POINTS:
+        raise ValueError(f"STREAMS_FAULT: unknown fault point {point!r} (known: {sorted(POINTS)})")
+    count = int(n) if n else 1
+    if count < 1:
+        raise ValueError("STREAMS_FAULT: the pass number must be at least 1")
+    return point, count
+
+
+_armed = _parse(os.environ.get("STREAMS_FAULT", ""))
+_passes: dict[str, int] = {}
+
+
+def hit(point: str) -> None:
+    """Die here if this point is armed and this is its n-th pass."""
+    if _armed is None or _armed[0] != point:
+        return
+    _passes[point] = seen = _passes.get(point, 0) + 1
+    if seen >= _armed[1]:
+        os.kill(os.getpid(), signal.SIGKILL)
