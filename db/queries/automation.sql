@@ -5,9 +5,10 @@
 -- The seed's Ensure table for a batch of candidates, in one statement. Existing rows are
 -- locked in key order (two batches cannot deadlock) and read as they are now; the outcome
 -- per key is decided on that state (streams/domain/automation.py: ensure_decision):
---   no row → insert; different InputHash → support hold, the candidate's hash recorded
---   beside the row's (FailureReasonCode InputHashConflict), nothing else touched;
---   Completed → returned with its coordinates; Processing → left to its claim;
+--   no row → insert; Completed → returned with its coordinates, whatever its InputHash
+--   (history is never re-sent nor held); different InputHash on a live row → support hold,
+--   the candidate's hash recorded beside the row's (FailureReasonCode InputHashConflict),
+--   nothing else touched; Processing → left to its claim;
 --   Failed/Deactivated/Cancelled → Pending again with the new schedule, keeping RetryCount,
 --   NextRetryOn, failure diagnostics, dispatch coordinates and any hold; Pending → schedule
 --   updated in place when it changed (a send-time change), otherwise nothing written.
@@ -33,8 +34,8 @@ WITH c AS (
     SELECT c.*, cur.scheduler_id,
            CASE
                WHEN cur.scheduler_id IS NULL THEN 'Inserted'
-               WHEN cur.input_hash <> c.input_hash THEN 'Conflict'
                WHEN cur.status_id = 'Completed' THEN 'AlreadyCompleted'
+               WHEN cur.input_hash <> c.input_hash THEN 'Conflict'
                WHEN cur.status_id = 'Processing' THEN 'InFlight'
                WHEN cur.status_id IN ('Failed', 'Deactivated', 'Cancelled') THEN 'Reactivated'
                WHEN (cur.scheduled_on, cur.scheduled_local_date, cur.time_zone_id)

@@ -137,10 +137,12 @@ def ensure_decision(existing: RowState | None, candidate: SchedulerCandidate) ->
     coordinates and never lifts a support hold (support does that)."""
     if existing is None:
         return EnsureOutcome.INSERTED
-    if existing.input_hash != candidate.input_hash:
-        return EnsureOutcome.CONFLICT
+    # A Completed row is history: it returns its coordinates whatever the candidate's hash
+    # (the seed's "Completed → never re-sent" wins); only a live row is held on a mismatch.
     if existing.status is SchedulerStatus.COMPLETED:
         return EnsureOutcome.ALREADY_COMPLETED
+    if existing.input_hash != candidate.input_hash:
+        return EnsureOutcome.CONFLICT
     if existing.status is SchedulerStatus.PROCESSING:
         return EnsureOutcome.IN_FLIGHT
     if existing.status in REACTIVATABLE:

@@ -164,7 +164,39 @@ async def test_processing_row_is_left_to_its_claim(pool: asyncpg.Pool) -> None:
     assert (result.outcome, result.status, result.version) == ("InFlight", "Processing", 1)
 
 
-@pytest.mark.parametrize("status", ["Pending", "Completed", "Deactivated"])
+async def test_completed_row_with_a_different_hash_returns_its_coordinates_and_is_not_held(
+    pool: asyncpg.Pool, runtime: Runtime
+) -> None:
+    """The seed's Ensure table: a Completed row returns its coordinates and is never re-sent,
+    whatever the candidate's InputHash; history never goes on support hold (nor into the
+    on-hold gauge)."""
+    c = fresh()
+    await ensure(pool, c)
+    coordinates = {"Topic": "pin.automation.dispatch-requested.v1", "Key": c.key}
+    stored = "ab" * 32
+    await force(
+        pool, c.key, status_id="Completed", input_hash=stored, dispatch_result_json=coordinates
+    )
+    before = await row(pool, c.key)
+    rows = scheduler_rows(runtime)
+    async with transaction(pool) as conn:
+        [result] = await rows.ensure(
+            conn, [SchedulerCandidate(c.input, T0 + timedelta(days=1))], T0
+        )
+    assert (result.outcome, result.status, result.is_on_support_hold, result.dispatch_result) == (
+        "AlreadyCompleted",
+        "Completed",
+        False,
+        coordinates,
+    )
+    after = await row(pool, c.key)
+    assert dict(after) == dict(before)
+    async with transaction(pool) as conn:
+        stats = await repo.backlog_stats(conn, T0)
+    assert stats.on_hold == 0
+
+
+@pytest.mark.parametrize("status", ["Pending", "Failed", "Deactivated"])
 async def test_same_key_different_hash_holds_the_row_and_never_overwrites(
     pool: asyncpg.Pool, runtime: Runtime, status: str
 ) -> None:

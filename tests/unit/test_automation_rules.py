@@ -92,11 +92,16 @@ def test_processing_row_is_left_to_its_claim() -> None:
     assert ensure_decision(row(SchedulerStatus.PROCESSING), CANDIDATE) is EnsureOutcome.IN_FLIGHT
 
 
-@pytest.mark.parametrize("status", list(SchedulerStatus))
-def test_same_key_different_hash_is_a_conflict_whatever_the_status(
+@pytest.mark.parametrize("status", sorted(set(SchedulerStatus) - {SchedulerStatus.COMPLETED}))
+def test_same_key_different_hash_is_a_conflict_on_a_live_row(
     status: SchedulerStatus,
 ) -> None:
     assert ensure_decision(row(status, input_hash="0" * 64), CANDIDATE) is EnsureOutcome.CONFLICT
+
+
+def test_completed_row_with_a_different_hash_returns_its_coordinates() -> None:
+    state = row(SchedulerStatus.COMPLETED, input_hash="0" * 64)
+    assert ensure_decision(state, CANDIDATE) is EnsureOutcome.ALREADY_COMPLETED
 
 
 def test_one_batch_keeps_one_candidate_per_key_the_last_schedule_winning() -> None:
@@ -342,12 +347,13 @@ def test_ensure_never_overwrites_a_different_input_nor_resends_a_completed_row(
 ) -> None:
     state = row(status, input_hash=stored_hash, scheduled_on=CANDIDATE.scheduled_on + moved)
     outcome = ensure_decision(state, CANDIDATE)
-    assert (outcome is EnsureOutcome.CONFLICT) == (stored_hash != CANDIDATE.input_hash)
+    live = status is not SchedulerStatus.COMPLETED
+    assert (outcome is EnsureOutcome.CONFLICT) == (live and stored_hash != CANDIDATE.input_hash)
     writes_schedule = outcome in {EnsureOutcome.REACTIVATED, EnsureOutcome.UPDATED}
     if writes_schedule:
         assert state.status in {SchedulerStatus.PENDING, *REACTIVATABLE}
     if status is SchedulerStatus.COMPLETED:
-        assert outcome in {EnsureOutcome.ALREADY_COMPLETED, EnsureOutcome.CONFLICT}
+        assert outcome is EnsureOutcome.ALREADY_COMPLETED
     if status is SchedulerStatus.PROCESSING:
         assert outcome in {EnsureOutcome.IN_FLIGHT, EnsureOutcome.CONFLICT}
 
