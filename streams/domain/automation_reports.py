@@ -4,10 +4,11 @@ BU's zone. Pure: no I/O, no clock.
 A scheduled run is identified by its period start (``report-subscription:{guid}:scheduled:
 {periodStart}``, the UTC instant) and is due at that instant: the run for a period is
 requested when the period starts. Periods start at local midnight in the BU's zone (Daily:
-every day; Weekly: Mondays; Monthly: the 1st); a Cron is the five-field form
-``minute hour day-of-month month day-of-week`` with ``*``, numbers and comma lists
-(day-of-week 0-6, Sunday 0 or 7), evaluated in the BU's zone. Local times follow the
-DateBased DST rule (gap → shifted forward, overlap → first occurrence).
+every day; Weekly: Mondays; Monthly: the 1st); a Cron is a standard five-field cron
+evaluated in the BU's zone by the timer registry's own cron walk (``streams.timers.slots``,
+croniter: ranges, steps, names, Sunday 0 or 7, day-of-month OR day-of-week). Local times
+follow the one DST rule (``streams/domain/local_time.py``: gap → the instant it ends,
+overlap → the first occurrence).
 
 ``scheduled_runs(..., start, end)`` gives every period start in ``[start, end)``: one row per
 upcoming period within the window.
@@ -24,46 +25,19 @@ from streams.domain.automation import (
     ReportScheduledInput,
     SchedulerCandidate,
 )
-from streams.domain.automation_triggers import local_to_utc, local_today
+from streams.domain.local_time import cron_problem, local_to_utc, local_today
+from streams.timers.slots import cron_next
 
 MAX_WINDOW = timedelta(days=62)
+_TICK = timedelta(microseconds=1)
 
 
-def _field(text: str, low: int, high: int) -> frozenset[int] | None:
-    """None means ``*`` (any)."""
-    if text == "*":
-        return None
-    values: set[int] = set()
-    for part in text.split(","):
-        value = int(part)
-        if not low <= value <= high:
-            raise ValueError(f"cron value {value} out of range {low}-{high}")
-        values.add(value)
-    return frozenset(values)
-
-
-def parse_cron(
-    cron: str,
-) -> tuple[
-    frozenset[int] | None,
-    frozenset[int] | None,
-    frozenset[int] | None,
-    frozenset[int] | None,
-    frozenset[int] | None,
-]:
-    parts = cron.split()
-    if len(parts) != 5:
-        raise ValueError("a Cron has five fields: minute hour day-of-month month day-of-week")
-    dow = _field(parts[4], 0, 7)
-    if dow is not None:
-        dow = frozenset(7 if d == 0 else d for d in dow)  # ISO weekday, Sunday 7
-    return (
-        _field(parts[0], 0, 59),
-        _field(parts[1], 0, 23),
-        _field(parts[2], 1, 31),
-        _field(parts[3], 1, 12),
-        dow,
-    )
+def check_cron(cron: str) -> str:
+    """``cron`` if it is a standard five-field cron; ValueError (naming the cron) if not."""
+    problem = cron_problem(cron)
+    if problem is not None:
+        raise ValueError(problem)
+    return cron
 
 
 def _days(start: datetime, end: datetime, zone: str) -> list[date]:
@@ -72,25 +46,26 @@ def _days(start: datetime, end: datetime, zone: str) -> list[date]:
     return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 
+def cron_starts(cron: str, zone: str, start: datetime, end: datetime) -> list[datetime]:
+    """The fires of ``cron`` in ``zone`` within ``[start, end)``, in order."""
+    check_cron(cron)
+    out: list[datetime] = []
+    at = cron_next(cron, start - _TICK, zone)
+    while at < end:
+        out.append(at)
+        at = cron_next(cron, at, zone)
+    return out
+
+
 def period_starts(
     period: ReportPeriod | None, cron: str | None, zone: str, start: datetime, end: datetime
 ) -> list[datetime]:
     """The UTC period starts in ``[start, end)`` (the window is capped at MAX_WINDOW)."""
     end = min(end, start + MAX_WINDOW)
-    out: set[datetime] = set()
     if cron is not None:
-        minutes, hours, doms, months, dows = parse_cron(cron)
-        for day in _days(start, end, zone):
-            if months is not None and day.month not in months:
-                continue
-            if doms is not None and day.day not in doms:
-                continue
-            if dows is not None and day.isoweekday() not in dows:
-                continue
-            for h in sorted(hours) if hours is not None else range(24):
-                for m in sorted(minutes) if minutes is not None else range(60):
-                    out.add(local_to_utc(day, time(h, m), zone))
-    elif period is not None:
+        return cron_starts(cron, zone, start, end)
+    out: set[datetime] = set()
+    if period is not None:
         for day in _days(start, end, zone):
             if period is ReportPeriod.WEEKLY and day.isoweekday() != 1:
                 continue

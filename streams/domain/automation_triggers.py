@@ -6,15 +6,10 @@ switch: a TriggerType names its trigger provider and its invalidation provider.
 
 DateBased: ``scheduledLocalDate = targetDate - offsetDays`` at the setting's SendTimeLocal
 in the BU's zone, converted to UTC. The target date is the source attribute the setting's
-TriggerKey names. DST rule (product rule, tested in America/New_York and Europe/Berlin):
-
-- a send time inside a **spring-forward gap** (a local time that does not exist) is sent
-  **shifted forward by the gap** — 02:30 on a day the clocks jump 02:00→03:00 is sent at
-  03:30 local (the instant 02:30 would have been on the old offset);
-- a send time inside a **fall-back overlap** (a local time that happens twice) is sent at
-  its **first occurrence** (the earlier instant, still on summer time).
-
-Both are what ``zoneinfo`` gives for ``fold=0``; the tests pin them.
+TriggerKey names. DST rule (the product rule every local schedule shares,
+``streams/domain/local_time.py``, docs/rules.md): a send time inside a spring-forward gap is
+sent at the instant the gap ends (02:30 on a day the clocks jump 02:00→03:00 is sent at
+03:00 local); a send time inside a fall-back overlap is sent at its first occurrence.
 
 Only occurrences whose ScheduledLocalDate is today or later (BU zone, at ``as_of``) are
 ensured; every occurrence the state yields is "valid", so a past occurrence is never
@@ -38,9 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
-from zoneinfo import ZoneInfo
 
 from streams.contracts.automation import (
     FiringPolicy,
@@ -62,15 +56,7 @@ from streams.domain.automation_revalidation import (
     metric_of,
     target_date_of,
 )
-
-
-def local_to_utc(day: date, at: time, zone: str) -> datetime:
-    """The UTC instant of local ``day`` ``at`` in ``zone`` under the DST rule above."""
-    return datetime.combine(day, at, tzinfo=ZoneInfo(zone)).replace(fold=0).astimezone(UTC)
-
-
-def local_today(as_of: datetime, zone: str) -> date:
-    return as_of.astimezone(ZoneInfo(zone)).date()
+from streams.domain.local_time import local_to_utc, local_today
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
-import math
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
+
+from streams.domain.local_time import wall_to_utc
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SECOND = timedelta(seconds=1)
@@ -87,30 +88,12 @@ def _offset(when: datetime, zone: ZoneInfo) -> timedelta:
 
 
 def _wall_to_utc(wall: datetime, zone: ZoneInfo | None) -> datetime:
-    """Map a cron wall time to an instant, monotonically.
-
-    A repeated wall time (autumn) fires once, at its first occurrence. A wall time that does
-    not exist (spring gap) fires at the instant the gap ends, as Vixie cron does; several
-    such times collapse into that one instant.
+    """Map a cron wall time to an instant under the product DST rule (one function for every
+    local schedule: streams/domain/local_time.py): a repeated wall time (autumn) fires once,
+    at its first occurrence; a wall time that does not exist (spring gap) fires at the
+    instant the gap ends, as Vixie cron does; several such times collapse into that instant.
     """
-    if zone is None:
-        return wall.replace(tzinfo=UTC)
-    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
-    if _wall(first, zone) == wall:
-        return first
-    # In a gap fold=0 reads the wall with the old offset (a later instant), fold=1 with the
-    # new one (an earlier instant); the transition lies between. Transitions fall on whole
-    # seconds, so bisection over integer seconds is exact.
-    lo = math.floor(wall.replace(tzinfo=zone, fold=1).timestamp())
-    hi = math.ceil(first.timestamp())
-    after = _offset(first, zone)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if _offset(datetime.fromtimestamp(mid, UTC), zone) == after:
-            hi = mid
-        else:
-            lo = mid
-    return datetime.fromtimestamp(hi, UTC)
+    return wall_to_utc(wall, zone)
 
 
 def _nearby_offsets(when: datetime, zone: ZoneInfo) -> list[timedelta]:

@@ -20,7 +20,7 @@ from streams.contracts.automation import (
     TriggerType,
 )
 from streams.domain.automation import parse_scheduler_key
-from streams.domain.automation_reports import parse_cron, period_starts, scheduled_runs
+from streams.domain.automation_reports import check_cron, period_starts, scheduled_runs
 from streams.domain.automation_triggers import (
     DateBasedProvider,
     ProviderRegistry,
@@ -75,14 +75,14 @@ def source(
 @pytest.mark.parametrize(
     ("zone", "day", "send", "expected_utc"),
     [
-        # Spring-forward gap: 02:30 does not exist; shifted forward by the gap (03:30 local).
+        # Spring-forward gap: 02:30 does not exist; sent when the gap ends (03:00 local).
         (
             "America/New_York",
             date(2026, 3, 8),
             time(2, 30),
-            datetime(2026, 3, 8, 7, 30, tzinfo=UTC),
+            datetime(2026, 3, 8, 7, 0, tzinfo=UTC),
         ),
-        ("Europe/Berlin", date(2026, 3, 29), time(2, 30), datetime(2026, 3, 29, 1, 30, tzinfo=UTC)),
+        ("Europe/Berlin", date(2026, 3, 29), time(2, 30), datetime(2026, 3, 29, 1, 0, tzinfo=UTC)),
         # Fall-back overlap: 01:30 (NY) / 02:30 (Berlin) happen twice; the first one is used.
         (
             "America/New_York",
@@ -101,7 +101,7 @@ def source(
         ("Europe/Berlin", date(2026, 7, 1), time(9, 0), datetime(2026, 7, 1, 7, 0, tzinfo=UTC)),
     ],
 )
-def test_dst_gap_shifts_forward_and_overlap_takes_first_occurrence(
+def test_dst_gap_sends_at_its_end_and_overlap_takes_first_occurrence(
     zone: str, day: date, send: time, expected_utc: datetime
 ) -> None:
     assert local_to_utc(day, send, zone) == expected_utc
@@ -111,7 +111,7 @@ def test_dst_gap_send_time_lands_after_the_jump_in_local_time() -> None:
     from zoneinfo import ZoneInfo
 
     at = local_to_utc(date(2026, 3, 8), time(2, 30), "America/New_York")
-    assert at.astimezone(ZoneInfo("America/New_York")).time() == time(3, 30)
+    assert at.astimezone(ZoneInfo("America/New_York")).time() == time(3, 0)
     at = local_to_utc(date(2026, 11, 1), time(1, 30), "America/New_York")
     assert at.astimezone(ZoneInfo("America/New_York")).utcoffset() == timedelta(hours=-4)
 
@@ -334,7 +334,7 @@ def test_cron_in_bu_zone_and_keys() -> None:
 @pytest.mark.parametrize("bad", ["* * *", "61 * * * *", "x * * * *"])
 def test_bad_cron_refused(bad: str) -> None:
     with pytest.raises(ValueError):
-        parse_cron(bad)
+        check_cron(bad)
 
 
 @given(st.lists(st.booleans(), min_size=1, max_size=30))
