@@ -167,6 +167,27 @@ async def thresholds_put(
     )
 
 
+async def threshold_rows_dispatched(
+    conn: asyncpg.Connection, triples: Collection[Triple]
+) -> dict[Triple, frozenset[str]]:
+    """The keys of each pair's dispatched ThresholdCondition rows (pairs without: absent)."""
+    if not triples:
+        return {}
+    t = list(set(triples))
+    rows = await conn.fetch(
+        sql("automation_threshold_rows_dispatched"),
+        [x[0] for x in t],
+        [x[1] for x in t],
+        [x[2] for x in t],
+    )
+    out: dict[Triple, set[str]] = {}
+    for r in rows:
+        out.setdefault((r["setting_guid"], r["source_type"], r["source_guid"]), set()).add(
+            r["scheduler_key"]
+        )
+    return {k: frozenset(v) for k, v in out.items()}
+
+
 @dataclass(frozen=True)
 class OpenRow:
     scheduler_key: str

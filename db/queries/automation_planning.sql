@@ -78,6 +78,18 @@ ON CONFLICT (setting_guid, source_type, source_guid) DO UPDATE SET
     episode = EXCLUDED.episode,
     updated_on = EXCLUDED.updated_on;
 
+-- name: automation_threshold_rows_dispatched
+-- ThresholdCondition rows of (setting, source) pairs already dispatched (Processing or
+-- Completed), whatever their threshold value: the value-free firing policies (OncePerSource,
+-- FalseToTrue) fire once for them. $1 settings, $2 types, $3 guids (parallel);
+-- ix_scheduler_threshold_dispatched.
+SELECT s.setting_guid, s.source_type, s.source_guid, s.scheduler_key
+FROM automation.scheduler s
+JOIN unnest($1::uuid[], $2::text[], $3::uuid[]) AS k(setting_guid, source_type, source_guid)
+  ON s.setting_guid = k.setting_guid AND s.source_type = k.source_type
+ AND s.source_guid = k.source_guid
+WHERE s.trigger_type_id = 'ThresholdCondition' AND s.status_id IN ('Processing', 'Completed');
+
 -- name: automation_open_rows_of_sources
 -- Open (Pending/Failed) reminder rows of sources; ix_scheduler_open_source.
 SELECT s.scheduler_key, s.setting_guid, s.source_type, s.source_guid

@@ -19,12 +19,18 @@ ThresholdCondition: the metric (the numeric source attribute MetricKey names) co
 the threshold; met → the row of the current scope, not met → none (the open row is
 deactivated). ``thresholdKey = {metricKey}:{thresholdValue}:{firingPolicy}:{scopeKey}``:
 
-| policy | scopeKey | fires |
-|---|---|---|
-| OncePerSource | ``source`` | once per source and setting, ever (a Completed row is kept; met again later reactivates nothing) |
-| OncePerThreshold | ``threshold`` | once per threshold value (a changed value is a new key, as for every policy) |
-| OncePerDay | the local date (BU zone) of the source state | at most once per local day while met |
-| FalseToTrue | ``rise-v{Version}`` of the source state that turned it true | again only after a false in between |
+| policy | scopeKey | fires | a changed threshold value |
+|---|---|---|---|
+| OncePerSource | ``source`` | once per source and setting, ever | does not fire again once a row of the source has been dispatched |
+| OncePerThreshold | ``threshold`` | once per source and threshold value | fires again (once) for a new value; a value that has fired never again |
+| OncePerDay | the local date (BU zone) of the source state | at most once per local day and value while met | fires again for the new value |
+| FalseToTrue | ``rise-v{Version}`` of the source state that turned it true | once per false→true edge | does not fire again within the same true episode |
+
+The value is in every key (the seed's format), so a changed value always deactivates the
+old key's open row and yields a new key. For the **value-free** policies (OncePerSource,
+FalseToTrue) the provider is also given the keys of the pair's already dispatched
+(Processing/Completed) rows: a new key whose occurrence differs from a dispatched one only
+in the threshold value is not ensured (``already_fired``).
 
 ScheduledOn of a threshold row is when its episode began (``met_since``): due at once.
 """
@@ -100,6 +106,39 @@ class TriggerInput:
     zone: str
     as_of: datetime
     memory: ThresholdMemory | None = None
+    # Keys of the pair's dispatched (Processing/Completed) ThresholdCondition rows.
+    dispatched: frozenset[str] = frozenset()
+
+
+# Firing policies whose occurrence does not depend on the threshold value.
+VALUE_FREE = frozenset({FiringPolicy.ONCE_PER_SOURCE, FiringPolicy.FALSE_TO_TRUE})
+
+
+def _value_free_identity(occurrence: ReminderThresholdInput) -> tuple[object, ...]:
+    return (
+        occurrence.setting_guid,
+        norm_text(occurrence.source_type),
+        occurrence.source_guid,
+        norm_text(occurrence.trigger_key),
+        norm_text(occurrence.metric_key),
+        FiringPolicy(occurrence.firing_policy),
+        norm_text(occurrence.scope_key),
+    )
+
+
+def already_fired(occurrence: ReminderThresholdInput, dispatched: Iterable[str]) -> bool:
+    """A value-free policy's occurrence that was dispatched under another threshold value."""
+    if FiringPolicy(occurrence.firing_policy) not in VALUE_FREE:
+        return False
+    identity = _value_free_identity(occurrence)
+    for key in dispatched:
+        try:
+            other = parse_scheduler_key(key)
+        except ValueError:
+            continue
+        if isinstance(other, ReminderThresholdInput) and _value_free_identity(other) == identity:
+            return True
+    return False
 
 
 class TriggerProvider(Protocol):
@@ -205,6 +244,8 @@ class ThresholdProvider:
         )
         when = source.occurred_at if policy is FiringPolicy.ONCE_PER_DAY else memory.met_since
         candidate = SchedulerCandidate(occurrence, when, local_today(when, inp.zone), inp.zone)
+        if candidate.key not in inp.dispatched and already_fired(occurrence, inp.dispatched):
+            return Evaluation(frozenset({candidate.key}), (), memory)
         return Evaluation(frozenset({candidate.key}), (candidate,), memory)
 
 

@@ -109,7 +109,12 @@ async def test_target_date_change_deactivates_and_recreates(
     assert reasons == {"SourceNoLongerValid"}
 
 
-def threshold_setting(setting: uuid.UUID, value: float, version: int = 1) -> ReminderSettingChanged:
+def threshold_setting(
+    setting: uuid.UUID,
+    value: float,
+    version: int = 1,
+    policy: FiringPolicy = FiringPolicy.ONCE_PER_SOURCE,
+) -> ReminderSettingChanged:
     return setting_msg(
         setting,
         trigger_type=TriggerType.THRESHOLD_CONDITION,
@@ -119,10 +124,49 @@ def threshold_setting(setting: uuid.UUID, value: float, version: int = 1) -> Rem
             metric_key="Booked",
             value=value,
             comparator=Comparator.GTE,
-            firing_policy=FiringPolicy.ONCE_PER_SOURCE,
+            firing_policy=policy,
         ),
         version=version,
     )
+
+
+@pytest.mark.parametrize(
+    ("policy", "fires_again"),
+    [
+        (FiringPolicy.ONCE_PER_SOURCE, False),
+        (FiringPolicy.ONCE_PER_THRESHOLD, True),
+        (FiringPolicy.ONCE_PER_DAY, True),
+        (FiringPolicy.FALSE_TO_TRUE, False),
+    ],
+)
+async def test_a_threshold_change_after_the_row_fired_under_each_policy(
+    pool: asyncpg.Pool, inputs: Inputs, policy: FiringPolicy, fires_again: bool
+) -> None:
+    """80 → 85 while Booked (90) meets both, after the 80 row completed: OncePerSource and
+    FalseToTrue (same true episode) do not fire again; OncePerThreshold and OncePerDay do."""
+    setting, source = uuid.uuid4(), uuid.uuid4()
+    await inputs.send(
+        unit_msg(),
+        threshold_setting(setting, 80, policy=policy),
+        source_msg(source, attributes={"Booked": 90}),
+    )
+    (fired,) = (await by_status(pool))["Pending"]
+    assert ":threshold:Booked:80:" in fired
+    await complete(pool, fired)
+    await inputs.send(threshold_setting(setting, 85, version=2, policy=policy))
+    status = await by_status(pool)
+    assert status["Completed"] == {fired}
+    pending = status.get("Pending", set())
+    if fires_again:
+        (new,) = pending
+        assert ":threshold:Booked:85:" in new
+    else:
+        assert pending == set()
+    # Back to 80: the completed key is returned, never re-sent, under every policy.
+    await inputs.send(threshold_setting(setting, 80, version=3, policy=policy))
+    status = await by_status(pool)
+    assert status["Completed"] == {fired}
+    assert status.get("Pending", set()) == set()
 
 
 async def test_threshold_change_deactivates_and_recreates(

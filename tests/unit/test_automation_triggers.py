@@ -226,7 +226,7 @@ def test_threshold_key_format_carries_policy_and_scope() -> None:
 
 
 @pytest.mark.parametrize("policy", [FiringPolicy.ONCE_PER_SOURCE, FiringPolicy.ONCE_PER_THRESHOLD])
-def test_once_per_source_and_threshold_keep_one_key_through_false_and_days(
+def test_once_per_source_and_threshold_keep_one_key_through_false_and_days_for_one_value(
     policy: FiringPolicy,
 ) -> None:
     steps = run(policy, [(85, D1), (50, D1 + timedelta(hours=1)), (90, D2)])
@@ -262,6 +262,86 @@ def test_threshold_value_change_is_a_new_identity() -> None:
         TriggerInput(threshold_setting(FiringPolicy.ONCE_PER_SOURCE, 90), src, "UTC", AS_OF)
     )
     assert a.valid and b.valid and a.valid != b.valid
+
+
+def evaluate_at(
+    policy: FiringPolicy,
+    value: float,
+    metric: float,
+    memory: ThresholdMemory | None,
+    dispatched: frozenset[str],
+    version: int = 1,
+) -> tuple[frozenset[str], tuple[str, ...], ThresholdMemory | None]:
+    result = ThresholdProvider().evaluate(
+        TriggerInput(
+            threshold_setting(policy, value),
+            source({"BookedPercent": metric}, version=version),
+            "UTC",
+            AS_OF,
+            memory,
+            dispatched,
+        )
+    )
+    return result.valid, tuple(c.key for c in result.ensure), result.memory
+
+
+# A threshold change (80 → 90) while the metric (95) meets both, after the 80 row was
+# dispatched: fires again?
+THRESHOLD_CHANGE = [
+    (FiringPolicy.ONCE_PER_SOURCE, False),
+    (FiringPolicy.ONCE_PER_THRESHOLD, True),
+    (FiringPolicy.ONCE_PER_DAY, True),
+    (FiringPolicy.FALSE_TO_TRUE, False),
+]
+
+
+@pytest.mark.parametrize(("policy", "fires_again"), THRESHOLD_CHANGE)
+def test_a_threshold_change_under_each_firing_policy(
+    policy: FiringPolicy, fires_again: bool
+) -> None:
+    valid, ensure, memory = evaluate_at(policy, 80, 95, None, frozenset())
+    (first,) = ensure
+    assert valid == {first}
+    dispatched = frozenset({first})
+    # The value is in every key: the new value is a new key (the old row is not yielded).
+    valid, ensure, memory = evaluate_at(policy, 90, 95, memory, dispatched)
+    (second,) = valid
+    assert second != first and ":90:" in second
+    assert ensure == ((second,) if fires_again else ())
+    # Back to the value that fired: its own key, which Ensure returns Completed (never re-sent).
+    valid, ensure, _ = evaluate_at(policy, 80, 95, memory, dispatched)
+    assert ensure == (first,)
+
+
+def test_once_per_source_fires_once_whatever_the_value_until_nothing_was_dispatched() -> None:
+    # Before anything was dispatched a changed value simply replaces the pending occurrence.
+    _, ensure, _ = evaluate_at(FiringPolicy.ONCE_PER_SOURCE, 90, 95, None, frozenset())
+    assert len(ensure) == 1
+    # Another setting's or another metric's dispatched row does not count.
+    other = ThresholdProvider().evaluate(
+        TriggerInput(
+            threshold_setting(FiringPolicy.ONCE_PER_SOURCE, 80).model_copy(
+                update={"setting_guid": uuid.uuid4()}
+            ),
+            source({"BookedPercent": 95}),
+            "UTC",
+            AS_OF,
+        )
+    )
+    _, ensure, _ = evaluate_at(FiringPolicy.ONCE_PER_SOURCE, 90, 95, None, other.valid)
+    assert len(ensure) == 1
+
+
+def test_false_to_true_fires_for_a_new_edge_under_the_new_value() -> None:
+    policy = FiringPolicy.FALSE_TO_TRUE
+    _, (first,), memory = evaluate_at(policy, 80, 95, None, frozenset())
+    dispatched = frozenset({first})
+    _, ensure, memory = evaluate_at(policy, 90, 95, memory, dispatched)
+    assert ensure == ()  # same true episode
+    _, ensure, memory = evaluate_at(policy, 90, 50, memory, dispatched, version=2)
+    assert ensure == ()  # false
+    _, (again,), _ = evaluate_at(policy, 90, 95, memory, dispatched, version=3)
+    assert again.endswith(":90:FalseToTrue:rise-v3")
 
 
 # --- registry, invalidation ------------------------------------------------------------------

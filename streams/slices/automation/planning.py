@@ -35,6 +35,7 @@ from streams.domain.automation import SchedulerCandidate, norm_text, unique_by_k
 from streams.domain.automation_reports import scheduled_runs
 from streams.domain.automation_revalidation import ReasonCode
 from streams.domain.automation_triggers import (
+    VALUE_FREE,
     ProviderRegistry,
     ThresholdMemory,
     TriggerInput,
@@ -146,6 +147,14 @@ class Planner:
             if t.trigger_type is TriggerType.THRESHOLD_CONDITION
         ]
         memory = await repo.thresholds_get(conn, thresholds)
+        value_free = [
+            (t.setting_guid, *ref(s))
+            for t, s in pairs
+            if t.trigger_type is TriggerType.THRESHOLD_CONDITION
+            and t.threshold is not None
+            and t.threshold.firing_policy in VALUE_FREE
+        ]
+        dispatched = await repo.threshold_rows_dispatched(conn, value_free)
         valid: set[str] = set()
         ensure: list[SchedulerCandidate] = []
         new_memory: dict[tuple[UUID, str, UUID], ThresholdMemory] = {}
@@ -157,7 +166,14 @@ class Planner:
             triple = (setting.setting_guid, *ref(source))
             try:
                 result = provider.evaluate(
-                    TriggerInput(setting, source, zone, as_of, memory.get(triple))
+                    TriggerInput(
+                        setting,
+                        source,
+                        zone,
+                        as_of,
+                        memory.get(triple),
+                        dispatched.get(triple, frozenset()),
+                    )
                 )
             except (ValueError, OverflowError) as exc:
                 # A pair whose occurrence cannot be built (a date beyond the calendar, a key
