@@ -304,6 +304,51 @@ async def reconcile_sources_page(
     return [ChangedSource(_source(r), r["updated_on"]) for r in rows]
 
 
+@dataclass(frozen=True)
+class Changed:
+    """One entity of a changed-since repair batch: its guid, its BU and its keyset position."""
+
+    guid: UUID
+    business_unit_id: UUID
+    updated_on: datetime
+
+
+async def reconcile_settings_page(
+    conn: asyncpg.Connection,
+    units: Collection[UUID],
+    mark: Watermark,
+    until: datetime,
+    limit: int,
+) -> list[Changed]:
+    rows = await conn.fetch(
+        sql("automation_reconcile_settings_page"),
+        list(units),
+        mark.watermark,
+        mark.cursor_guid,
+        until,
+        limit,
+    )
+    return [Changed(r["setting_guid"], r["business_unit_id"], r["updated_on"]) for r in rows]
+
+
+async def reconcile_units_page(
+    conn: asyncpg.Connection,
+    units: Collection[UUID],
+    mark: Watermark,
+    until: datetime,
+    limit: int,
+) -> list[Changed]:
+    rows = await conn.fetch(
+        sql("automation_reconcile_units_page"),
+        list(units),
+        mark.watermark,
+        mark.cursor_guid,
+        until,
+        limit,
+    )
+    return [Changed(r["business_unit_id"], r["business_unit_id"], r["updated_on"]) for r in rows]
+
+
 async def reconcile_subscriptions_page(
     conn: asyncpg.Connection, units: Collection[UUID], cursor: UUID | None, limit: int
 ) -> list[ReportSubscriptionChanged]:

@@ -152,6 +152,33 @@ WHERE s.is_active
 ORDER BY s.updated_on, s.source_type, s.source_guid
 LIMIT $6;
 
+-- name: automation_reconcile_settings_page
+-- One bounded batch of the settings repair path: active reminder settings of the allowed BUs
+-- ($1) changed after the keyset position ($2 watermark, $3 guid) and up to $4 (now minus the
+-- settle lag), in (UpdatedOn, SettingGuid) order, LIMIT $5; ix_reminder_settings_reconcile.
+SELECT r.setting_guid, r.business_unit_id, r.updated_on
+FROM automation.reminder_settings r
+WHERE r.active
+  AND r.business_unit_id = ANY($1::uuid[])
+  AND (r.updated_on, r.setting_guid)
+      > ($2::timestamptz, coalesce($3::uuid, '00000000-0000-0000-0000-000000000000'))
+  AND r.updated_on <= $4
+ORDER BY r.updated_on, r.setting_guid
+LIMIT $5;
+
+-- name: automation_reconcile_units_page
+-- One bounded batch of the business-unit (time zone) repair path: allowed BUs ($1) changed
+-- after the keyset position ($2 watermark, $3 guid) and up to $4, in (UpdatedOn,
+-- BusinessUnitId) order, LIMIT $5; ix_business_units_reconcile.
+SELECT b.business_unit_id, b.updated_on
+FROM automation.business_units b
+WHERE b.business_unit_id = ANY($1::uuid[])
+  AND (b.updated_on, b.business_unit_id)
+      > ($2::timestamptz, coalesce($3::uuid, '00000000-0000-0000-0000-000000000000'))
+  AND b.updated_on <= $4
+ORDER BY b.updated_on, b.business_unit_id
+LIMIT $5;
+
 -- name: automation_reconcile_subscriptions_page
 -- Active report subscriptions of the allowed BUs after the cursor, LIMIT $3.
 SELECT r.subscription_guid, r.business_unit_id, r.cron, r.period, r.active, r.version

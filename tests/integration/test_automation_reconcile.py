@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -20,6 +20,7 @@ from db.queries import sql
 from streams.runtime import Runtime
 from streams.slices.automation.planning import Planner
 from streams.slices.automation.reconcile import (
+    REPORTS_PROVIDER,
     SOURCES_PROVIDER,
     ReconcileConfig,
     Reconciliation,
@@ -61,9 +62,14 @@ async def missed(pool: asyncpg.Pool, n: int) -> tuple[uuid.UUID, list[uuid.UUID]
     return setting, sources
 
 
-def reconciliation(runtime: Runtime, planner: Planner, **config: Any) -> Reconciliation:
+def reconciliation(
+    runtime: Runtime,
+    planner: Planner,
+    providers: tuple[str, ...] = (SOURCES_PROVIDER, REPORTS_PROVIDER),
+    **config: Any,
+) -> Reconciliation:
     cfg = ReconcileConfig(units=(BU,), batch_size=2, settle=timedelta(0), **config)
-    return Reconciliation(runtime, planner, cfg)
+    return Reconciliation(runtime, planner, cfg, providers=providers)
 
 
 class FailOnCall:
@@ -197,3 +203,113 @@ async def test_reconciliation_rolls_report_runs_forward(
     await reconciliation(runtime, planner).run_once(AS_OF + timedelta(days=1))
     after = set(await rows(pool))
     assert before < after and len(after - before) == 1
+
+
+# --- the settings and business-unit repair paths ---------------------------------------------
+
+
+async def planned_then_reconciled(
+    pool: asyncpg.Pool, runtime: Runtime
+) -> tuple[Inputs, uuid.UUID, uuid.UUID]:
+    """Rows planned by the event path, then one reconciliation run of every path (every
+    watermark now past the setting, the source and the BU)."""
+    inputs = Inputs(runtime)
+    setting, source = uuid.uuid4(), uuid.uuid4()
+    await inputs.send(unit_msg(), setting_msg(setting), source_msg(source))
+    cfg = ReconcileConfig(units=(BU,), batch_size=2, settle=timedelta(0))
+    await Reconciliation(runtime, inputs.planner, cfg).run_once(AS_OF)
+    return inputs, setting, source
+
+
+def every_path(runtime: Runtime, planner: Planner) -> Reconciliation:
+    """The worker's reconciliation: every provider's repair path (the defaults)."""
+    cfg = ReconcileConfig(units=(BU,), batch_size=2, settle=timedelta(0))
+    return Reconciliation(runtime, planner, cfg)
+
+
+async def test_a_dropped_setting_change_is_repaired_by_the_next_reconciliation(
+    pool: asyncpg.Pool, runtime: Runtime
+) -> None:
+    inputs, setting, source = await planned_then_reconciled(pool, runtime)
+    assert (await by_status(pool)) == {
+        "Pending": {key(setting, source, 30), key(setting, source, 7)}
+    }
+    # The offset change 30,7 → 30,14 reaches the projection but its planning is lost.
+    dropped = AS_OF + timedelta(hours=1)
+    async with transaction(pool) as conn:
+        await projections.settings_upsert(
+            conn, [setting_msg(setting, offsets_days=[30, 14], version=2)], dropped
+        )
+    result = await every_path(runtime, inputs.planner).run_once(dropped + timedelta(hours=1))
+    assert (result.settings, result.sources, result.units) == (1, 0, 0)
+    # The event path's outcome (test_offset_change_deactivates_and_recreates): same keys.
+    status = await by_status(pool)
+    assert status == {
+        "Pending": {key(setting, source, 30), key(setting, source, 14)},
+        "Deactivated": {key(setting, source, 7)},
+    }
+    found = await rows(pool)
+    assert found[key(setting, source, 7)]["status_reason_code"] == "ReminderSettingInactive"
+    assert found[key(setting, source, 14)]["scheduled_on"] == datetime(
+        2026, 12, 17, 9, 0, tzinfo=UTC
+    )
+    again = await every_path(runtime, inputs.planner).run_once(dropped + timedelta(hours=2))
+    assert (again.settings, again.batches) == (0, 0)  # the watermark moved past it
+
+
+async def test_a_dropped_time_zone_change_is_repaired_by_the_next_reconciliation(
+    pool: asyncpg.Pool, runtime: Runtime
+) -> None:
+    inputs, setting, source = await planned_then_reconciled(pool, runtime)
+    before = await rows(pool)
+    assert before[key(setting, source, 7)]["scheduled_on"] == datetime(
+        2026, 12, 24, 9, 0, tzinfo=UTC
+    )
+    # The BU moves from UTC to Europe/Berlin; the projection has it, the planning is lost.
+    dropped = AS_OF + timedelta(hours=1)
+    async with transaction(pool) as conn:
+        await repo.units_upsert(conn, [unit_msg(zone="Europe/Berlin", version=2)], dropped)
+    result = await every_path(runtime, inputs.planner).run_once(dropped + timedelta(hours=1))
+    assert (result.units, result.sources, result.settings) == (1, 0, 0)
+    after = await rows(pool)
+    assert set(after) == set(before)  # the zone is not in the key: same rows, moved in place
+    for offset, day in ((30, 1), (7, 24)):
+        r = after[key(setting, source, offset)]
+        assert (r["status_id"], r["scheduled_on"], r["time_zone_id"]) == (
+            "Pending",
+            datetime(2026, 12, day, 8, 0, tzinfo=UTC),  # 09:00 CET
+            "Europe/Berlin",
+        )
+    # What the event path gives for the same change: the same instants.
+    await Inputs(runtime).send(unit_msg(zone="Europe/Berlin", version=3))
+    assert {k: r["scheduled_on"] for k, r in (await rows(pool)).items()} == {
+        k: r["scheduled_on"] for k, r in after.items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("statement", "table", "index"),
+    [
+        (
+            "automation_reconcile_settings_page",
+            "reminder_settings",
+            "ix_reminder_settings_reconcile",
+        ),
+        ("automation_reconcile_units_page", "business_units", "ix_business_units_reconcile"),
+    ],
+)
+async def test_the_settings_and_units_repair_scans_are_bounded(
+    pool: asyncpg.Pool, statement: str, table: str, index: str
+) -> None:
+    text = sql(statement)
+    for bound in ("business_unit_id = ANY($1", "> ($2", "<= $4", "LIMIT $5"):
+        assert bound in text
+    await missed(pool, 3)
+    async with pool.acquire() as conn:
+        await conn.execute(f"ANALYZE automation.{table}")
+        await conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(
+            r[0] for r in await conn.fetch("EXPLAIN " + text, [BU], T0, None, AS_OF, 100)
+        )
+    assert plan.lstrip().startswith("Limit")
+    assert index in plan

@@ -29,7 +29,9 @@ from streams.slices.automation.inputs import (
 from streams.slices.automation.planning import Planned, Planner
 from streams.slices.automation.reconcile import (
     REPORTS_PROVIDER,
+    SETTINGS_PROVIDER,
     SOURCES_PROVIDER,
+    UNITS_PROVIDER,
     ReconcileConfig,
     Reconciliation,
 )
@@ -82,10 +84,12 @@ def install_inputs(ctx: SliceContext, core: AutomationCore) -> Planner:
         window_days=settings.automation_reconcile_window_days,
         settle=timedelta(seconds=settings.automation_reconcile_settle_seconds),
     )
-    # One low-frequency job per provider, each with its own watermark and settings prefix.
-    for name, provider in (
-        (AUTOMATION_RECONCILE_REMINDERS, SOURCES_PROVIDER),
-        (AUTOMATION_RECONCILE_REPORTS, REPORTS_PROVIDER),
+    # Two low-frequency jobs: the reminders' repair paths (sources, settings, business units,
+    # each with its own watermark) and the report subscriptions'.
+    reminder_paths = (SOURCES_PROVIDER, SETTINGS_PROVIDER, UNITS_PROVIDER)
+    for name, providers in (
+        (AUTOMATION_RECONCILE_REMINDERS, reminder_paths),
+        (AUTOMATION_RECONCILE_REPORTS, (REPORTS_PROVIDER,)),
     ):
         registry.register(
             Schedule(
@@ -95,7 +99,7 @@ def install_inputs(ctx: SliceContext, core: AutomationCore) -> Planner:
                     runtime,
                     planner,
                     config,
-                    providers=(provider,),
+                    providers=providers,
                     on_planned=wake_for,
                     should_stop=lambda: registry.stopping,
                 ),

@@ -94,20 +94,32 @@ class Planner:
         open_rows = await repo.open_rows_of_sources(conn, refs)
         return await self._reminders(conn, sources, settings, open_rows, as_of, horizon)
 
-    async def for_settings(self, conn: Any, guids: Collection[UUID], as_of: datetime) -> Planned:
+    async def for_settings(
+        self,
+        conn: Any,
+        guids: Collection[UUID],
+        as_of: datetime,
+        horizon: datetime | None = None,
+    ) -> Planned:
         """A setting changed: its sources are the active ones of its (BU, SourceType)."""
         settings = list((await repo.settings_load(conn, guids)).values())
         sources = await repo.sources_of_units(
             conn, {(s.business_unit_id, norm_text(s.source_type)) for s in settings}
         )
         open_rows = await repo.open_rows_of_settings(conn, guids)
-        return await self._reminders(conn, sources, settings, open_rows, as_of)
+        return await self._reminders(conn, sources, settings, open_rows, as_of, horizon)
 
-    async def for_units(self, conn: Any, units: Collection[UUID], as_of: datetime) -> Planned:
+    async def for_units(
+        self,
+        conn: Any,
+        units: Collection[UUID],
+        as_of: datetime,
+        horizon: datetime | None = None,
+    ) -> Planned:
         """A BU (its zone) changed: every active setting of it, with its sources; and the
-        scheduled runs of its report subscriptions."""
+        scheduled runs of its report subscriptions (bounded by the report window)."""
         settings = await repo.settings_of_units(conn, units)
-        planned = await self.for_settings(conn, {s.setting_guid for s in settings}, as_of)
+        planned = await self.for_settings(conn, {s.setting_guid for s in settings}, as_of, horizon)
         subscriptions = await repo.subscriptions_of_units(conn, units)
         return planned.merge(await self.for_subscriptions(conn, subscriptions, as_of))
 

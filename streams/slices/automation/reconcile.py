@@ -1,16 +1,25 @@
 """Bounded reconciliation (seed 003): a low-frequency registry job that repairs rows the
 event path missed, through the same planner and key builders (so it can only repair, never
-create a different key). No full-domain or unbounded scan:
+create a different key). No full-domain or unbounded scan.
 
-- reminders (``SourceChanges``): active sources only, of the BU allowlist, changed after the
-  watermark (keyset position: UpdatedOn, SourceType, SourceGuid) and at least ``settle`` old,
-  ``batch_size`` per transaction, at most ``max_batches`` per run; only rows due within
-  today..today+``window_days`` are ensured. The watermark is written in the transaction of
-  the batch it follows: an interrupted batch leaves it where it was, and the rerun converges
-  to the same rows;
-- report subscriptions (``ScheduledRuns``): active subscriptions of the BU allowlist in guid
-  order, ``batch_size`` per transaction; the cursor wraps at the end (periods roll with time,
-  so there is no changed-since watermark — the window is the bound).
+Each input a reminder or report depends on declares its own bounded repair path
+(``REPAIR_PATHS``): a source filter, a changed-since watermark with a keyset cursor, the BU
+allowlist, ``batch_size`` per transaction and at most ``max_batches`` per run, and the
+planner entry its event path uses (the same key helper):
+
+- ``SourceChanges``: active sources changed after the watermark (UpdatedOn, SourceType,
+  SourceGuid) → ``Planner.for_sources``;
+- ``SettingChanges``: active reminder settings changed after the watermark (UpdatedOn,
+  SettingGuid) → ``Planner.for_settings`` (a missed offset/date/threshold/send-time change);
+- ``UnitChanges``: business units changed after the watermark (UpdatedOn, BusinessUnitId) →
+  ``Planner.for_units`` (a missed time-zone change moves every schedule of the BU);
+- ``ScheduledRuns`` (report subscriptions): active subscriptions in guid order; the cursor
+  wraps at the end (periods roll with time, so there is no changed-since watermark — the
+  report window is the bound).
+
+A changed-since batch takes entities at least ``settle`` old and ensures only rows due within
+today..today+``window_days``; its watermark is written in the batch's transaction: an
+interrupted batch leaves it where it was, and the rerun converges to the same rows.
 
 An empty allowlist reconciles nothing.
 """
@@ -19,10 +28,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from db import automation_planning as repo
@@ -34,6 +43,8 @@ from streams.slices.automation.planning import Planned, Planner, ref
 log = logging.getLogger("streams.slices.automation.reconcile")
 
 SOURCES_PROVIDER = "SourceChanges"
+SETTINGS_PROVIDER = "SettingChanges"
+UNITS_PROVIDER = "UnitChanges"
 REPORTS_PROVIDER = "ScheduledRuns"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -61,6 +72,8 @@ class ReconcileConfig:
 class ReconcileResult:
     run_id: str
     sources: int = 0
+    settings: int = 0
+    units: int = 0
     subscriptions: int = 0
     batches: int = 0
     ensured: int = 0
@@ -70,7 +83,94 @@ class ReconcileResult:
         return asdict(self)
 
 
-PROVIDERS = (SOURCES_PROVIDER, REPORTS_PROVIDER)
+@dataclass(frozen=True)
+class Page:
+    """One changed-since batch: what to plan, the BUs to lock and the keyset position of its
+    last entity (the next watermark)."""
+
+    count: int
+    units: set[UUID]
+    last: repo.Watermark
+    plan: Callable[[Planner, Any, datetime, datetime], Awaitable[Planned]]
+
+
+class RepairPath(Protocol):
+    """A provider's bounded, changed-since repair path."""
+
+    provider: str
+    counter: str  # the ReconcileResult field its entities are counted in
+
+    async def page(
+        self, conn: Any, units: Sequence[UUID], mark: repo.Watermark, until: datetime, limit: int
+    ) -> Page | None: ...
+
+
+class SourcePath:
+    provider, counter = SOURCES_PROVIDER, "sources"
+
+    async def page(
+        self, conn: Any, units: Sequence[UUID], mark: repo.Watermark, until: datetime, limit: int
+    ) -> Page | None:
+        rows = await repo.reconcile_sources_page(conn, units, mark, until, limit)
+        if not rows:
+            return None
+        refs = [ref(c.source) for c in rows]
+        last = rows[-1]
+        return Page(
+            len(rows),
+            {c.source.business_unit_id for c in rows},
+            repo.Watermark(self.provider, last.updated_on, *ref(last.source)),
+            lambda planner, conn, as_of, horizon: planner.for_sources(conn, refs, as_of, horizon),
+        )
+
+
+class SettingPath:
+    provider, counter = SETTINGS_PROVIDER, "settings"
+
+    async def page(
+        self, conn: Any, units: Sequence[UUID], mark: repo.Watermark, until: datetime, limit: int
+    ) -> Page | None:
+        rows = await repo.reconcile_settings_page(conn, units, mark, until, limit)
+        return _changed_page(self.provider, rows, lambda planner: planner.for_settings)
+
+
+class UnitPath:
+    provider, counter = UNITS_PROVIDER, "units"
+
+    async def page(
+        self, conn: Any, units: Sequence[UUID], mark: repo.Watermark, until: datetime, limit: int
+    ) -> Page | None:
+        rows = await repo.reconcile_units_page(conn, units, mark, until, limit)
+        return _changed_page(self.provider, rows, lambda planner: planner.for_units)
+
+
+# A planner entry of the event path: (conn, guids, as_of, horizon) → Planned.
+Entry = Callable[[Any, Sequence[UUID], datetime, datetime], Awaitable[Planned]]
+
+
+def _changed_page(
+    provider: str, rows: Sequence[repo.Changed], entry: Callable[[Planner], Entry]
+) -> Page | None:
+    if not rows:
+        return None
+    guids = [r.guid for r in rows]
+    last = rows[-1]
+
+    def plan(planner: Planner, conn: Any, as_of: datetime, horizon: datetime) -> Awaitable[Planned]:
+        return entry(planner)(conn, guids, as_of, horizon)
+
+    return Page(
+        len(rows),
+        {r.business_unit_id for r in rows},
+        repo.Watermark(provider, last.updated_on, "", last.guid),
+        plan,
+    )
+
+
+REPAIR_PATHS: dict[str, RepairPath] = {
+    p.provider: p for p in (SourcePath(), SettingPath(), UnitPath())
+}
+PROVIDERS = (SOURCES_PROVIDER, SETTINGS_PROVIDER, UNITS_PROVIDER, REPORTS_PROVIDER)
 
 
 class Reconciliation:
@@ -99,16 +199,20 @@ class Reconciliation:
 
     async def run_once(self, as_of: datetime) -> ReconcileResult:
         result = ReconcileResult(run_id=uuid.uuid4().hex[:12])
-        if self.config.units and SOURCES_PROVIDER in self.providers:
-            await self._sources(as_of, result)
-        if self.config.units and REPORTS_PROVIDER in self.providers:
-            await self._reports(as_of, result)
+        for provider in self.providers if self.config.units else ():
+            path = REPAIR_PATHS.get(provider)
+            if path is not None:
+                await self._changed_since(path, as_of, result)
+            else:
+                await self._reports(as_of, result)
         log.info(
-            "action=automation_reconcile run_id=%s providers=%s sources=%d subscriptions=%d "
-            "batches=%d ensured=%d deactivated=%d",
+            "action=automation_reconcile run_id=%s providers=%s sources=%d settings=%d "
+            "units=%d subscriptions=%d batches=%d ensured=%d deactivated=%d",
             result.run_id,
             ",".join(self.providers),
             result.sources,
+            result.settings,
+            result.units,
             result.subscriptions,
             result.batches,
             result.ensured,
@@ -123,7 +227,9 @@ class Reconciliation:
         if self.on_planned is not None:
             self.on_planned(planned)
 
-    async def _sources(self, as_of: datetime, result: ReconcileResult) -> None:
+    async def _changed_since(
+        self, path: RepairPath, as_of: datetime, result: ReconcileResult
+    ) -> None:
         cfg = self.config
         horizon = as_of + timedelta(days=cfg.window_days)
         pool = await self.runtime.pool()
@@ -131,32 +237,18 @@ class Reconciliation:
             if self.should_stop():
                 return
             async with transaction(pool) as conn:
-                mark = await repo.watermark_get(conn, SOURCES_PROVIDER) or repo.Watermark(
-                    SOURCES_PROVIDER, EPOCH
+                mark = await repo.watermark_get(conn, path.provider) or repo.Watermark(
+                    path.provider, EPOCH
                 )
-                page = await repo.reconcile_sources_page(
-                    conn, cfg.units, mark, as_of - cfg.settle, cfg.batch_size
-                )
-                if not page:
+                page = await path.page(conn, cfg.units, mark, as_of - cfg.settle, cfg.batch_size)
+                if page is None:
                     return
-                await repo.units_lock(conn, {c.source.business_unit_id for c in page})
-                planned = await self.planner.for_sources(
-                    conn, [ref(c.source) for c in page], as_of, horizon
-                )
-                last = page[-1]
-                await repo.watermark_put(
-                    conn,
-                    repo.Watermark(
-                        SOURCES_PROVIDER,
-                        last.updated_on,
-                        ref(last.source)[0],
-                        last.source.source_guid,
-                    ),
-                    as_of,
-                )
-            result.sources += len(page)
+                await repo.units_lock(conn, page.units)
+                planned = await page.plan(self.planner, conn, as_of, horizon)
+                await repo.watermark_put(conn, page.last, as_of)
+            setattr(result, path.counter, getattr(result, path.counter) + page.count)
             self._count(planned, result)
-            if len(page) < cfg.batch_size:
+            if page.count < cfg.batch_size:
                 return
 
     async def _reports(self, as_of: datetime, result: ReconcileResult) -> None:
