@@ -166,6 +166,9 @@ def test_day_of_month_or_day_of_week() -> None:
         "Mon 2026-06-22 09:00",
         "Mon 2026-06-29 09:00",
     ]
+    # The timer registry reads the same cron the same way (one implementation).
+    registry = slots_between(Cadence(cron="0 9 1 * 1"), utc(2026, 6, 1), utc(2026, 7, 1))
+    assert registry.count == 5
     got = runs_local("0 9 13 * 5", "UTC", utc(2026, 2, 1), 28)
     assert got == [
         "Fri 2026-02-06 09:00",
