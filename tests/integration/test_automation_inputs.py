@@ -416,3 +416,27 @@ async def test_a_subscription_state_with_cron_period_and_manual_run_is_planned(
     assert f"report-subscription:{sub}:manual:{run}" in found
     scheduled = sorted(r["scheduled_on"] for k, r in found.items() if ":scheduled:" in k)
     assert len(scheduled) == 7 and scheduled[0].hour == 9  # the Cron wins over the Period
+
+
+async def test_the_dispatched_threshold_lookup_reads_its_partial_index(
+    pool: asyncpg.Pool, inputs: Inputs
+) -> None:
+    from db.queries import sql
+
+    setting, source = uuid.uuid4(), uuid.uuid4()
+    await inputs.send(
+        unit_msg(), threshold_setting(setting, 80), source_msg(source, attributes={"Booked": 90})
+    )
+    async with pool.acquire() as conn:
+        await conn.execute("ANALYZE automation.scheduler")
+        await conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(
+            r[0]
+            for r in await conn.fetch(
+                "EXPLAIN " + sql("automation_threshold_rows_dispatched"),
+                [setting],
+                ["Doc"],
+                [source],
+            )
+        )
+    assert "ix_scheduler_threshold_dispatched" in plan
