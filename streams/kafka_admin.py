@@ -8,6 +8,7 @@ import asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.contracts import ALL_TOPICS, DLQ_SUFFIX
+from streams.kafka_client import client_options, topic_config
 from streams.settings import Settings
 
 
@@ -48,13 +49,16 @@ async def ensure_topics(
     so a worker started right after this call must find the topics ready.
     """
     wanted = names if names is not None else service_topic_names(settings)
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**client_options(settings))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
         missing = [n for n in wanted if n not in existing]
         if missing:
-            await admin.create_topics([NewTopic(n, settings.topic_partitions, 1) for n in missing])
+            rf, config = settings.kafka_replication_factor, topic_config(settings)
+            await admin.create_topics(
+                [NewTopic(n, settings.topic_partitions, rf, topic_configs=config) for n in missing]
+            )
             await _leaders_elected(admin, missing, timeout)
         return missing
     finally:
