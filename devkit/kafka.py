@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -15,9 +16,14 @@ from devkit.wait import NotWithin, eventually
 
 Header = tuple[str, bytes]
 
+# aiokafka security keyword arguments (streams.kafka_client.security_options); None = PLAINTEXT.
+Security = Mapping[str, Any] | None
 
-async def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 4) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+
+async def create_topics(
+    bootstrap: str, names: Iterable[str], partitions: int = 4, security: Security = None
+) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **(security or {}))
     await admin.start()
     try:
         for name in names:
@@ -32,8 +38,11 @@ async def produce(
     topic: str,
     records: Sequence[tuple[str | None, bytes | None]]
     | Sequence[tuple[str | None, bytes | None, list[Header]]],
+    security: Security = None,
 ) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, **(security or {})
+    )
     await producer.start()
     try:
         futures = []
@@ -54,7 +63,7 @@ async def produce(
 
 
 async def consume(
-    bootstrap: str, topic: str, *, count: int, timeout: float = 60.0
+    bootstrap: str, topic: str, *, count: int, timeout: float = 60.0, security: Security = None
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """Read ``topic`` from the beginning until ``count`` records arrived (or fail on timeout).
 
@@ -67,6 +76,7 @@ async def consume(
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,
+        **(security or {}),
     )
     await consumer.start()
     out: list[ConsumerRecord[bytes, bytes]] = []
@@ -89,13 +99,16 @@ async def consume(
 
 
 async def read_to_end(
-    bootstrap: str, topic: str, *, timeout: float = 60.0
+    bootstrap: str, topic: str, *, timeout: float = 60.0, security: Security = None
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """Every record on ``topic`` up to its end offsets taken at the call: a late duplicate
     cannot slip past, as it could past a fixed listening window. Call it once the producing
     side is known to be done (its rows marked published, its process exited)."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **(security or {}),
     )
     await consumer.start()
     try:

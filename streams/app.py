@@ -10,6 +10,7 @@ import faust
 from mode import Service
 
 from streams.agents.monitor import LeanMonitor
+from streams.kafka_client import faust_credentials
 from streams.maintenance.schedules import WORKER_HEARTBEAT
 from streams.outbox.config import RelayConfig
 from streams.outbox.relay import OutboxRelay
@@ -81,13 +82,14 @@ def create_context(
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
+        broker_credentials=faust_credentials(settings),
         store="rocksdb://",
         datadir=str(settings.worker_data_dir / f"{settings.app_id}-{settings.web_port}"),
         web_host=settings.web_host,
         web_port=settings.web_port,
         web_bind=settings.web_host,
         topic_partitions=settings.topic_partitions,
-        topic_replication_factor=1,
+        topic_replication_factor=settings.kafka_replication_factor,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         # Table changelog records come in bursts (a cache write per key after each commit):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from streams.demo_kit import DemoKafka
+from streams.kafka_client import security_options
 from streams.settings import Settings
 from streams.slices.automation import demo as automation_demo
 from streams.slices.calendar import demo as calendar_demo
@@ -12,7 +13,7 @@ WAIT_SECONDS = 90.0
 
 
 async def run_demo(settings: Settings, argv: list[str]) -> int:
-    kafka = DemoKafka(settings.kafka_bootstrap)
+    kafka = DemoKafka(settings.kafka_bootstrap, security_options(settings))
     calendar = await calendar_demo.send(settings, kafka)
     automation = await automation_demo.send(settings, kafka)
     profile = await profile_demo.send(settings, kafka)

@@ -12,11 +12,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 
 class DemoKafka:
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, options: dict[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap
+        self.options = options or {}
 
     async def send(self, topic: str, records: Sequence[tuple[str, bytes]]) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", **self.options)
         await producer.start()
         try:
             for key, value in records:
@@ -69,6 +70,7 @@ class DemoKafka:
         return AIOKafkaConsumer(
             topic,
             bootstrap_servers=self.bootstrap,
+            **self.options,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
         )

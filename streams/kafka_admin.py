@@ -4,11 +4,22 @@ stack, demo, tests)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import (
+    KafkaConnectionError,
+    NodeNotReadyError,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+)
 
 from streams.contracts import ALL_TOPICS, DLQ_SUFFIX
+from streams.kafka_client import client_options, topic_config
 from streams.settings import Settings
+
+T = TypeVar("T")
 
 
 def contract_topic_names(settings: Settings) -> list[str]:
@@ -48,17 +59,41 @@ async def ensure_topics(
     so a worker started right after this call must find the topics ready.
     """
     wanted = names if names is not None else service_topic_names(settings)
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    admin = AIOKafkaAdminClient(**client_options(settings))
     await admin.start()
     try:
-        existing = set(await admin.list_topics())
+        existing = set(await _retrying(admin.list_topics, deadline))
         missing = [n for n in wanted if n not in existing]
         if missing:
-            await admin.create_topics([NewTopic(n, settings.topic_partitions, 1) for n in missing])
+            rf, config = settings.kafka_replication_factor, topic_config(settings)
+            new = [
+                NewTopic(n, settings.topic_partitions, rf, topic_configs=config) for n in missing
+            ]
+            await _retrying(lambda: admin.create_topics(new), deadline)
             await _leaders_elected(admin, missing, timeout)
         return missing
     finally:
         await admin.close()
+
+
+async def _retrying(call: Callable[[], Awaitable[T]], deadline: float) -> T:
+    """``call()`` again while it fails for a node that is gone: the admin client sends each
+    request to a random broker of its metadata, which lists a broker that just died until
+    the cluster fences it (seconds), so one dead broker of three must not fail the call."""
+    loop = asyncio.get_running_loop()
+    delay = 0.1
+    while True:
+        try:
+            return await call()
+        except TopicAlreadyExistsError:
+            raise
+        except (NodeNotReadyError, KafkaConnectionError, RequestTimedOutError):
+            if loop.time() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 async def _leaders_elected(admin: AIOKafkaAdminClient, names: list[str], timeout: float) -> None:
@@ -66,7 +101,7 @@ async def _leaders_elected(admin: AIOKafkaAdminClient, names: list[str], timeout
     deadline = loop.time() + timeout
     pending = list(names)
     while True:
-        described = await admin.describe_topics(pending)
+        described = await _retrying(lambda p=pending: admin.describe_topics(p), deadline)  # type: ignore[misc]
         pending = [
             t["topic"]
             for t in described

@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streams.domain.profile import parse_thresholds
@@ -25,6 +25,20 @@ class Settings(BaseSettings):
 
     app_id: str = Field("reminders", min_length=1)
     kafka_bootstrap: str = Field("127.0.0.1:19092", min_length=1)
+    # How every Kafka client of the service connects (streams/kafka_client.py builds them).
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: SecretStr = SecretStr("")
+    # PEM files: the CA that signed the brokers' certificates (default: the system's), and a
+    # client certificate + key for brokers that require one (mutual TLS).
+    kafka_ssl_cafile: Path | None = None
+    kafka_ssl_certfile: Path | None = None
+    kafka_ssl_keyfile: Path | None = None
+    kafka_ssl_key_password: SecretStr = SecretStr("")
+    # Every topic the service creates (contract topics, DLQs, internal topics, changelogs).
+    kafka_replication_factor: int = Field(1, ge=1, le=32)
+    kafka_min_insync_replicas: int = Field(1, ge=1, le=32)
     database_url: str = "postgresql://reminders@127.0.0.1:55432/reminders"
     # Prefix for every topic name; empty in production (topic names are the contract),
     # set by tests so that each test run has topics of its own.
@@ -108,6 +122,40 @@ class Settings(BaseSettings):
                 raise ValueError(f"must be host:port[,host:port], got {entry!r}")
         return v
 
+    @field_validator("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile", mode="before")
+    @classmethod
+    def _pem_file(cls, v: object) -> object:
+        if v in (None, ""):
+            return None
+        path = Path(str(v))
+        if not path.is_file():
+            raise ValueError(f"no such file: {path}")
+        return path
+
+    @model_validator(mode="after")
+    def _kafka_client(self) -> Settings:
+        protocol = self.kafka_security_protocol
+        if protocol.startswith("SASL_") and not (
+            self.kafka_sasl_username and self.kafka_sasl_password.get_secret_value()
+        ):
+            raise ValueError(
+                f"KAFKA_SECURITY_PROTOCOL={protocol} needs KAFKA_SASL_USERNAME and"
+                " KAFKA_SASL_PASSWORD"
+            )
+        if (self.kafka_ssl_certfile is None) != (self.kafka_ssl_keyfile is None):
+            raise ValueError("KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE go together")
+        uses_tls = protocol in {"SSL", "SASL_SSL"}
+        if not uses_tls and (self.kafka_ssl_cafile or self.kafka_ssl_certfile):
+            raise ValueError(
+                f"KAFKA_SSL_* files are set but KAFKA_SECURITY_PROTOCOL={protocol} does not use TLS"
+            )
+        if self.kafka_min_insync_replicas > self.kafka_replication_factor:
+            raise ValueError(
+                f"KAFKA_MIN_INSYNC_REPLICAS={self.kafka_min_insync_replicas} exceeds"
+                f" KAFKA_REPLICATION_FACTOR={self.kafka_replication_factor}"
+            )
+        return self
+
     @field_validator("timer_document_expiry_thresholds_days")
     @classmethod
     def _thresholds(cls, v: str) -> str:
@@ -135,6 +183,8 @@ def load_settings() -> Settings:
     except ValidationError as exc:
         problems = "; ".join(
             f"setting {'.'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            if err["loc"]
+            else str(err["msg"]).removeprefix("Value error, ")
             for err in exc.errors()
         )
         raise ConfigError(f"invalid configuration: {problems}") from None

@@ -6,16 +6,19 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError, SaslAuthenticationFailed
 
 from streams.clock import Clock, SystemClock
+from streams.kafka_client import security_options
 from streams.settings import Settings
 
 log = logging.getLogger("streams.wait")
@@ -109,21 +112,105 @@ def _quiet(logger_name: str) -> Iterator[None]:
         logger.setLevel(before)
 
 
-def kafka_dependency(bootstrap: str, timeout_ms: int = 10_000) -> Dependency:
+class KafkaRefused(Exception):
+    """Kafka answered, and said no to this configuration; ``setting`` names what to fix."""
+
+    def __init__(self, setting: str, problem: str) -> None:
+        super().__init__(problem)
+        self.setting = setting
+
+
+class _ConnectErrors(logging.Handler):
+    """The reasons aiokafka logs for each failed bootstrap connection (it raises only a
+    generic "Unable to bootstrap" error after them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[BaseException] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if args and isinstance(args[-1], BaseException):
+            self.errors.append(args[-1])
+
+
+def _refusal(errors: Sequence[BaseException], mechanism: str) -> KafkaRefused | None:
+    for err in errors:
+        if isinstance(err, SaslAuthenticationFailed):
+            return KafkaRefused(
+                "KAFKA_SASL_PASSWORD",
+                f"the broker refused the login of KAFKA_SASL_USERNAME with {mechanism}"
+                " (wrong user name or password, or a mechanism the broker does not enable)",
+            )
+        if isinstance(err, ssl.SSLCertVerificationError):
+            return KafkaRefused(
+                "KAFKA_SSL_CAFILE",
+                f"the broker's TLS certificate is not trusted ({err.verify_message})",
+            )
+        if isinstance(err, ssl.SSLError):
+            return KafkaRefused(
+                "KAFKA_SECURITY_PROTOCOL", f"TLS with the broker failed ({err.reason})"
+            )
+    return None
+
+
+def kafka_dependency(
+    bootstrap: str,
+    timeout_ms: int = 10_000,
+    options: dict[str, Any] | None = None,
+    *,
+    replication_factor: int = 1,
+) -> Dependency:
+    """``options``: the clients' security settings (``streams.kafka_client``). A refused
+    login, an untrusted certificate, or a cluster with fewer brokers than
+    ``replication_factor`` is a configuration error, not an outage."""
+    options = options or {}
+
     async def probe() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms)
-        with _quiet("aiokafka"):
-            try:
-                await admin.start()  # bootstrap = a metadata request answered by a broker
-            finally:
-                await admin.close()
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms, **options
+        )
+        seen = _ConnectErrors()
+        client_log = logging.getLogger("aiokafka")  # aiokafka.client logs as "aiokafka"
+        client_log.addHandler(seen)
+        try:
+            with _propagating(client_log, False):
+                try:
+                    await admin.start()  # bootstrap = a metadata request answered by a broker
+                except KafkaConnectionError:
+                    refused = _refusal(seen.errors, str(options.get("sasl_mechanism", "")))
+                    if refused is not None:
+                        raise refused from None
+                    raise
+                brokers = len((await admin.describe_cluster())["brokers"])
+        finally:
+            client_log.removeHandler(seen)
+            await admin.close()
+        if brokers < replication_factor:
+            raise KafkaRefused(
+                "KAFKA_REPLICATION_FACTOR",
+                f"is {replication_factor}, but the cluster at KAFKA_BOOTSTRAP has"
+                f" {brokers} live broker(s)",
+            )
 
     def config_problem(exc: BaseException) -> str | None:
+        if isinstance(exc, KafkaRefused):
+            return str(exc)
         if isinstance(exc, ValueError):
             return f"{exc} ({type(exc).__name__})"
         return None
 
     return Dependency("kafka", "KAFKA_BOOTSTRAP", probe, config_problem)
+
+
+@contextlib.contextmanager
+def _propagating(logger: logging.Logger, on: bool) -> Iterator[None]:
+    before = logger.propagate
+    logger.propagate = on
+    try:
+        yield
+    finally:
+        logger.propagate = before
 
 
 async def wait_for(
@@ -151,7 +238,9 @@ async def wait_for(
             except Exception as exc:
                 problem = dep.config_problem(exc)
                 if problem is not None:
-                    raise DependencyConfigError(dep.setting, problem) from None
+                    raise DependencyConfigError(
+                        getattr(exc, "setting", dep.setting), problem
+                    ) from None
                 if not isinstance(exc, _TRANSIENT):
                     raise
                 attempt += 1
@@ -188,7 +277,14 @@ async def wait_for(
 async def wait_for_dependencies(settings: Settings) -> float:
     """The worker's startup gate: PostgreSQL first (the ledger), then Kafka."""
     return await wait_for(
-        [postgres_dependency(settings.database_url), kafka_dependency(settings.kafka_bootstrap)],
+        [
+            postgres_dependency(settings.database_url),
+            kafka_dependency(
+                settings.kafka_bootstrap,
+                options=security_options(settings),
+                replication_factor=settings.kafka_replication_factor,
+            ),
+        ],
         limit_s=settings.startup_wait_seconds,
     )
 

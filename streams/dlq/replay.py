@@ -24,6 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
 from streams.dlq.rules import SKIP_UNKNOWN_TOPIC, Decision, ReplayUsageError, decide, resolve_topic
+from streams.kafka_client import client_options
 from streams.settings import Settings
 
 
@@ -60,9 +61,9 @@ async def replay_dlq(
     fails midway: what was acked by then is committed, so a re-run resumes after it."""
     source, dlq = resolve_topic(settings, topic)
     result = ReplayResult(dlq, source, dry_run, since)
-    existing, partitions = await _topic_layout(settings.kafka_bootstrap, dlq)
+    existing, partitions = await _topic_layout(settings, dlq)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap,
+        **client_options(settings),
         group_id=f"{settings.app_id}.dlq-replay",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -98,7 +99,7 @@ async def replay_dlq(
                 pending.add(tp)
         if pending and not dry_run:
             producer = AIOKafkaProducer(
-                bootstrap_servers=settings.kafka_bootstrap,
+                **client_options(settings),
                 acks="all",
                 enable_idempotence=True,
             )
@@ -164,9 +165,10 @@ async def replay_dlq(
         await consumer.stop()
 
 
-async def _topic_layout(bootstrap: str, dlq: str) -> tuple[set[str], list[int]]:
+async def _topic_layout(settings: Settings, dlq: str) -> tuple[set[str], list[int]]:
     """The topics that exist, and the partitions of ``dlq`` (ReplayUsageError if it is missing)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    bootstrap = settings.kafka_bootstrap
+    admin = AIOKafkaAdminClient(**client_options(settings))
     try:
         await admin.start()
         existing = set(await admin.list_topics())

@@ -42,7 +42,8 @@ ProducerFactory = Callable[[], Producer]
 
 
 def kafka_producer_factory(bootstrap: str, **options: Any) -> ProducerFactory:
-    """Idempotent, acks=all producers: a retried send can neither duplicate nor reorder."""
+    """Idempotent, acks=all producers: a retried send can neither duplicate nor reorder.
+    ``options`` are more aiokafka settings (security: ``streams.kafka_client``)."""
 
     def make() -> Producer:
         config: dict[str, Any] = {

@@ -37,6 +37,7 @@ import db.outbox as repo
 from db.connector import SessionLimits, connection, create_pool
 from streams.asynctools import describe, wait_any
 from streams.clock import Clock, SystemClock
+from streams.kafka_client import security_options
 from streams.metrics import OutboxMetrics
 from streams.outbox.config import PublishTimeout, RelayConfig, RelayNotOpen, RelayResult
 from streams.outbox.lanes import LaneCooldown
@@ -66,6 +67,7 @@ class OutboxRelay:
         dsn: str,
         metrics: OutboxMetrics,
         bootstrap: str | None = None,
+        kafka_options: dict[str, Any] | None = None,
         producer_factory: ProducerFactory | None = None,
         pool: Any = None,
         config: RelayConfig | None = None,
@@ -76,7 +78,7 @@ class OutboxRelay:
         if producer_factory is None:
             if bootstrap is None:
                 raise ValueError("OutboxRelay needs bootstrap or producer_factory")
-            producer_factory = kafka_producer_factory(bootstrap)
+            producer_factory = kafka_producer_factory(bootstrap, **(kafka_options or {}))
         self.name = name or uuid.uuid4().hex[:8]
         self.config = config or RelayConfig()
         self._dsn = dsn
@@ -120,6 +122,7 @@ class OutboxRelay:
         return cls(
             dsn=settings.database_url,
             bootstrap=settings.kafka_bootstrap,
+            kafka_options=security_options(settings),
             metrics=metrics,
             pool=pool,
             config=RelayConfig.from_settings(settings),

@@ -13,6 +13,7 @@ from faust.web import Request, Response, View
 
 from streams.agents.consumer import ContractConsumer, Decoded
 from streams.contracts import Contract, TopicContract
+from streams.kafka_client import topic_config
 from streams.runtime import Runtime
 from streams.tables.cache import KeyCache
 from streams.timer_process.supervisor import TimerProcess
@@ -50,6 +51,7 @@ class SliceContext:
             partitions=self.runtime.settings.topic_partitions,
             schema=faust.Schema(key_serializer="json", value_serializer="json"),
             help=help,
+            extra_topic_configs=topic_config(self.runtime.settings),
         )
         cache = KeyCache(table, self.runtime.metrics.agents)
         self.caches.append(cache)

@@ -25,6 +25,7 @@ from pydantic import Field, field_validator
 from streams.contracts import DLQ_SUFFIX, TopicContract
 from streams.contracts.base import Contract, Instant
 from streams.domain.profile import normalize_thresholds
+from streams.kafka_client import client_options
 from streams.settings import Settings
 from streams.timers.slots import iso_utc
 
@@ -192,7 +193,7 @@ class KafkaFanout:
 
         await ensure_topics(self.settings, [self.topic, self.topic + DLQ_SUFFIX])
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
+            **client_options(self.settings),
             acks="all",
             enable_idempotence=True,
             linger_ms=5,
