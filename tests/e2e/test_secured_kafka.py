@@ -9,8 +9,6 @@ under a temporary DEV_DIR): what a platform team's cluster asks of a client, on 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -22,12 +20,13 @@ import pytest
 
 from devkit.kafka import produce, read_to_end
 from devkit.wait import eventually
-from devkit.workers import ROOT, WorkerProcess, worker_env
+from devkit.workers import WorkerProcess
 from streams.kafka_client import security_options
 from streams.settings import Settings
 from tests.support.db import scalar
 from tests.support.factories import calendar_event, encode
 from tests.support.private_stack import PrivateStack
+from tests.support.stack_shapes import service_env, shaped_stack, streams_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.deployment]
 
@@ -37,39 +36,9 @@ DUE = "pin.calendar.reminder-due.v1"
 
 @pytest.fixture(scope="module")
 def secured() -> Iterator[tuple[PrivateStack, dict[str, str]]]:
-    stack = PrivateStack()
-    stack.env.update({"STACK_KAFKA_SECURITY": "sasl_ssl", "STACK_PG_DURABLE": "1"})
-    try:
-        stack.up()
-        out = stack._stack("env")
-        client = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-        assert client["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL", out.stdout
+    with shaped_stack(STACK_KAFKA_SECURITY="sasl_ssl", STACK_PG_DURABLE="1") as (stack, client):
+        assert client["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL", client
         yield stack, client
-    finally:
-        stack.down()
-
-
-def _run(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streams", *args],
-        cwd=ROOT,
-        env={**env, "PYTHONUNBUFFERED": "1"},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def _env(client: dict[str, str], prefix: str, **extra: str) -> dict[str, str]:
-    import os
-
-    return {
-        **os.environ,
-        **worker_env(client["DATABASE_URL"], client["KAFKA_BOOTSTRAP"], prefix),
-        **{k: v for k, v in client.items() if k.startswith("KAFKA_")},
-        **extra,
-    }
 
 
 @pytest.mark.timeout(300)
@@ -78,7 +47,7 @@ async def test_a_worker_over_sasl_ssl_sends_each_due_reminder_once(
 ) -> None:
     _, client = secured
     prefix = f"t{uuid.uuid4().hex[:8]}."
-    env = _env(client, prefix)
+    env = service_env(client, prefix)
     settings = Settings(
         **{k.lower(): v for k, v in client.items() if k.startswith("KAFKA_")},
         topic_prefix=prefix,
@@ -88,7 +57,7 @@ async def test_a_worker_over_sasl_ssl_sends_each_due_reminder_once(
     assert await scalar(database, "SHOW fsync") == "on"
     assert await scalar(database, "SHOW synchronous_commit") == "on"
     for command in (["migrate"], ["topics"]):
-        done = _run(env, *command)
+        done = streams_cli(env, *command)
         assert done.returncode == 0, done.stdout + done.stderr
 
     worker = WorkerProcess(env, tmp_path, "secured").start()
@@ -139,9 +108,9 @@ def test_a_refused_login_an_untrusted_ca_or_too_few_brokers_stop_startup_naming_
     secured: tuple[PrivateStack, dict[str, str]], change: dict[str, str], setting: str
 ) -> None:
     _, client = secured
-    env = _env(client, f"t{uuid.uuid4().hex[:8]}.", **change)
+    env = service_env(client, f"t{uuid.uuid4().hex[:8]}.", **change)
     started = time.monotonic()
-    done = _run(env, "worker", timeout=120)
+    done = streams_cli(env, "worker", timeout=120)
     output = done.stdout + done.stderr
     assert done.returncode == 2, output[-3000:]
     assert f"setting {setting}" in output, output[-3000:]

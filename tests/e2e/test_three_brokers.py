@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -25,11 +23,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from devkit.kafka import produce, read_to_end
 from devkit.wait import eventually
-from devkit.workers import ROOT, WorkerProcess, free_port, worker_env
+from devkit.workers import ROOT, WorkerProcess
 from tests.support.db import scalar
 from tests.support.factories import calendar_event, encode
 from tests.support.private_stack import PrivateStack
 from tests.support.profile import person_document
+from tests.support.stack_shapes import service_env, shaped_stack, streams_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.deployment]
 
@@ -42,26 +41,9 @@ UNPUBLISHED = "SELECT count(*) FROM ops.outbox WHERE published_at IS NULL"
 
 @pytest.fixture
 def three_brokers() -> Iterator[tuple[PrivateStack, dict[str, str]]]:
-    stack = PrivateStack()
-    ports = [stack.kafka_port, free_port(), free_port()]
-    controllers = [stack.controller_port, free_port(), free_port()]
-    stack.env.update(
-        {
-            "STACK_KAFKA_BROKERS": "3",
-            "STACK_PG_DURABLE": "1",
-            "KAFKA_PORTS": ",".join(map(str, ports)),
-            "KAFKA_CONTROLLER_PORTS": ",".join(map(str, controllers)),
-            "KAFKA_HEAP": "-Xms128m -Xmx384m",
-        }
-    )
-    try:
-        stack.up()
-        out = stack._stack("env")
-        client = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-        assert client["KAFKA_REPLICATION_FACTOR"] == "3", out.stdout
+    with shaped_stack(STACK_KAFKA_BROKERS="3", STACK_PG_DURABLE="1") as (stack, client):
+        assert client["KAFKA_REPLICATION_FACTOR"] == "3", client
         yield stack, client
-    finally:
-        stack.down()
 
 
 def _node(stack: PrivateStack, command: str, n: int) -> None:
@@ -98,23 +80,11 @@ async def test_killing_two_brokers_in_turn_loses_and_doubles_nothing(
     stack, client = three_brokers
     bootstrap, database = client["KAFKA_BOOTSTRAP"], client["DATABASE_URL"]
     prefix = f"t{uuid.uuid4().hex[:8]}."
-    env = {
-        **os.environ,
-        **worker_env(database, bootstrap, prefix),
-        **{k: v for k, v in client.items() if k.startswith("KAFKA_")},
-        "TIMER_DOCUMENT_EXPIRY_ENABLED": "false",  # run by hand, mid-outage, below
-    }
+    # The document-expiry run is started by hand, mid-outage, below.
+    env = service_env(client, prefix, TIMER_DOCUMENT_EXPIRY_ENABLED="false")
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "streams", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
+        return streams_cli(env, *args)
 
     for command in (["migrate"], ["topics"]):
         done = cli(*command)
