@@ -91,7 +91,8 @@ class PgAutomationInputs:
 class AutomationHandler(Protocol):
     automation_type: AutomationType
     # Seed: only a handler approved as long-running retries daily after the ladder; every
-    # other one is put on support hold.
+    # other one is put on support hold. The approval is per AutomationType, by configuration
+    # (AUTOMATION_DAILY_RETRY_TYPES), never the handler's own say.
     daily_retry: bool
 
     async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
@@ -137,10 +138,10 @@ class ReminderHandler:
     """Reminders: the setting and the source must still yield the row's occurrence."""
 
     automation_type = AutomationType.REMINDER
-    daily_retry = False
 
-    def __init__(self, inputs: AutomationInputs) -> None:
+    def __init__(self, inputs: AutomationInputs, *, daily_retry: bool = False) -> None:
         self.inputs = inputs
+        self.daily_retry = daily_retry
 
     async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
         parsed, out = _occurrences(rows)
@@ -174,10 +175,10 @@ class ReportSubscriptionHandler:
     """Report runs: the subscription must still exist and be active."""
 
     automation_type = AutomationType.REPORT_SUBSCRIPTION
-    daily_retry = False
 
-    def __init__(self, inputs: AutomationInputs) -> None:
+    def __init__(self, inputs: AutomationInputs, *, daily_retry: bool = False) -> None:
         self.inputs = inputs
+        self.daily_retry = daily_retry
 
     async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
         parsed, out = _occurrences(rows)
@@ -199,7 +200,20 @@ class ReportSubscriptionHandler:
         return out
 
 
-def default_handlers(inputs: AutomationInputs | None = None) -> HandlerRegistry:
-    """The worker's registry: one handler per AutomationType over PostgreSQL."""
+def default_handlers(
+    inputs: AutomationInputs | None = None,
+    *,
+    daily_retry: Collection[AutomationType] = frozenset(),
+) -> HandlerRegistry:
+    """The worker's registry: one handler per AutomationType over PostgreSQL; the types in
+    ``daily_retry`` are approved as long-running (they retry daily after the ladder)."""
     port = inputs or PgAutomationInputs()
-    return HandlerRegistry([ReminderHandler(port), ReportSubscriptionHandler(port)])
+    approved = {AutomationType(t) for t in daily_retry}
+    return HandlerRegistry(
+        [
+            ReminderHandler(port, daily_retry=AutomationType.REMINDER in approved),
+            ReportSubscriptionHandler(
+                port, daily_retry=AutomationType.REPORT_SUBSCRIPTION in approved
+            ),
+        ]
+    )
