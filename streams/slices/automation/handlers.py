@@ -1,9 +1,11 @@
 """Execution handlers, registered by AutomationType (no switch), and the port they load the
 current source / setting / subscription state through.
 
-A handler only revalidates: given a batch of claimed rows of its type, it loads what those
-rows depend on (one statement per kind per batch) and returns a verdict per row. Building
-and writing the dispatch request is the runner's job and the same for every type.
+A handler revalidates: given a batch of claimed rows of its type, it loads what those rows
+depend on (one statement per kind per batch) and returns a verdict per row. A valid reminder
+also carries what the recipient provider and delivery policy resolve from the setting and
+source as they are now (``Resolved``). Building and writing the dispatch request is the
+runner's job and the same for every type.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
+from db import automation_delivery as delivery_repo
 from db import automation_inputs as repo
 from db.automation import ClaimedRow
 from streams.contracts.automation import AutomationType
@@ -23,11 +26,21 @@ from streams.domain.automation import (
     ReportScheduledInput,
     parse_scheduler_key,
 )
+from streams.domain.automation_delivery import (
+    Delivery,
+    DeliveryPolicy,
+    DeliverySettings,
+    RecipientProvider,
+    SettingDeliveryPolicy,
+    SourceAttributeRecipients,
+    resolve_delivery,
+)
 from streams.domain.automation_revalidation import (
     SettingState,
     SourceState,
     SubscriptionState,
     Verdict,
+    VerdictKind,
     revalidate_reminder,
     revalidate_report,
 )
@@ -49,7 +62,18 @@ class Failure:
     detail: str | None = None
 
 
+@dataclass(frozen=True)
+class Resolved(Verdict):
+    """A valid verdict with what execution resolved for the dispatch request."""
+
+    delivery: Delivery | None = None
+
+
 Outcome = Verdict | Failure
+
+
+def delivery_of(outcome: Outcome) -> Delivery | None:
+    return outcome.delivery if isinstance(outcome, Resolved) else None
 
 
 class AutomationInputs(Protocol):
@@ -67,6 +91,10 @@ class AutomationInputs(Protocol):
     async def report_subscriptions(
         self, conn: Any, guids: Collection[UUID]
     ) -> Mapping[UUID, SubscriptionState]: ...
+
+    async def delivery_settings(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, DeliverySettings]: ...
 
 
 class PgAutomationInputs:
@@ -86,6 +114,11 @@ class PgAutomationInputs:
         self, conn: Any, guids: Collection[UUID]
     ) -> Mapping[UUID, SubscriptionState]:
         return await repo.subscriptions_get(conn, guids)
+
+    async def delivery_settings(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, DeliverySettings]:
+        return await delivery_repo.settings_delivery_get(conn, guids)
 
 
 class AutomationHandler(Protocol):
@@ -135,13 +168,24 @@ def _occurrences(rows: Sequence[ClaimedRow]) -> tuple[dict[int, Any], dict[int, 
 
 
 class ReminderHandler:
-    """Reminders: the setting and the source must still yield the row's occurrence."""
+    """Reminders: the setting and the source must still yield the row's occurrence; a valid
+    one is addressed by the recipient provider and delivery policy (seed 003:
+    IReminderRecipientProvider / IReminderDeliveryPolicy) from their current state."""
 
     automation_type = AutomationType.REMINDER
 
-    def __init__(self, inputs: AutomationInputs, *, daily_retry: bool = False) -> None:
+    def __init__(
+        self,
+        inputs: AutomationInputs,
+        *,
+        daily_retry: bool = False,
+        recipients: RecipientProvider | None = None,
+        delivery: DeliveryPolicy | None = None,
+    ) -> None:
         self.inputs = inputs
         self.daily_retry = daily_retry
+        self.recipients: RecipientProvider = recipients or SourceAttributeRecipients()
+        self.delivery: DeliveryPolicy = delivery or SettingDeliveryPolicy()
 
     async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
         parsed, out = _occurrences(rows)
@@ -168,7 +212,39 @@ class ReminderHandler:
             out[row.scheduler_id] = revalidate_reminder(
                 occurrence, row.input_hash, settings.get(occurrence.setting_guid), source
             )
+        await self._address(conn, rows, wanted, sources, out)
         return out
+
+    async def _address(
+        self,
+        conn: Any,
+        rows: Sequence[ClaimedRow],
+        wanted: Mapping[int, ReminderDateInput | ReminderThresholdInput],
+        sources: Mapping[tuple[str, UUID], SourceState],
+        out: dict[int, Outcome],
+    ) -> None:
+        """Resolve recipients, template and channels of the valid rows (one statement)."""
+        valid = [
+            r
+            for r in rows
+            if isinstance(v := out.get(r.scheduler_id), Verdict) and v.kind is VerdictKind.VALID
+        ]
+        if not valid:
+            return
+        configs = await self.inputs.delivery_settings(
+            conn, {wanted[r.scheduler_id].setting_guid for r in valid}
+        )
+        for r in valid:
+            source = sources.get((r.source_type or "", r.source_guid or UUID(int=0)))
+            out[r.scheduler_id] = Resolved(
+                VerdictKind.VALID,
+                delivery=resolve_delivery(
+                    configs.get(wanted[r.scheduler_id].setting_guid),
+                    source.attributes if source is not None else {},
+                    self.recipients,
+                    self.delivery,
+                ),
+            )
 
 
 class ReportSubscriptionHandler:
