@@ -74,6 +74,7 @@ def _setting(r: Any) -> ReminderSettingChanged:
         threshold=threshold,
         active=r["active"],
         version=r["version"],
+        recurrence=r["recurrence"],
     )
 
 

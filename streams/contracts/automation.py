@@ -26,6 +26,11 @@ class TriggerType(StrEnum):
     MANUAL_RUN = "ManualRun"
 
 
+class Recurrence(StrEnum):
+    YEARLY = "Yearly"
+    MONTHLY = "Monthly"
+
+
 class DeliveryChannel(StrEnum):
     EMAIL = "Email"
     SMS = "Sms"
@@ -96,6 +101,9 @@ class ReminderSettingChanged(StateMessage):
     threshold: Threshold | None = None
     active: bool
     version: int = Field(ge=0, le=MAX_VERSION)
+    # TriggerType Recurring: the target date (the attribute TriggerKey names) recurs every year
+    # (a work anniversary) or every month (an invoice day); absent means Yearly. Optional.
+    recurrence: Recurrence | None = None
     # Resolved at execution (IReminderRecipientProvider / IReminderDeliveryPolicy), never part
     # of a SchedulerKey or InputHash: a change leaves Pending rows as they are. Optional, so
     # producers that do not send them are unaffected.

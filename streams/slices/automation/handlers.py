@@ -17,13 +17,21 @@ from uuid import UUID
 
 from db import automation_delivery as delivery_repo
 from db import automation_inputs as repo
-from db.automation import ClaimedRow
-from streams.contracts.automation import AutomationType
+from db import automation_planning as planning_repo
+from db.automation import ClaimedRow, rows_ensure
+from streams.clock import Clock, SystemClock
+from streams.contracts.automation import (
+    AutomationType,
+    ReminderSettingChanged,
+    SourceEntityChanged,
+    TriggerType,
+)
 from streams.domain.automation import (
     ReminderDateInput,
     ReminderThresholdInput,
     ReportManualInput,
     ReportScheduledInput,
+    SchedulerCandidate,
     parse_scheduler_key,
 )
 from streams.domain.automation_delivery import (
@@ -34,6 +42,12 @@ from streams.domain.automation_delivery import (
     SettingDeliveryPolicy,
     SourceAttributeRecipients,
     resolve_delivery,
+)
+from streams.domain.automation_recurring import (
+    ReminderRecurringInput,
+    as_recurring,
+    revalidate_recurring,
+    successors,
 )
 from streams.domain.automation_revalidation import (
     SettingState,
@@ -96,6 +110,18 @@ class AutomationInputs(Protocol):
         self, conn: Any, guids: Collection[UUID]
     ) -> Mapping[UUID, DeliverySettings]: ...
 
+    # Recurring rows are revalidated on the full states, and their successor is planned in
+    # the BU's zone with the provider's own helpers.
+    async def setting_states(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, ReminderSettingChanged]: ...
+
+    async def source_states(
+        self, conn: Any, refs: Collection[tuple[str, UUID]]
+    ) -> Mapping[tuple[str, UUID], SourceEntityChanged]: ...
+
+    async def unit_zones(self, conn: Any, units: Collection[UUID]) -> Mapping[UUID, str]: ...
+
 
 class PgAutomationInputs:
     """``AutomationInputs`` over the projections in the ``automation`` schema."""
@@ -119,6 +145,19 @@ class PgAutomationInputs:
         self, conn: Any, guids: Collection[UUID]
     ) -> Mapping[UUID, DeliverySettings]:
         return await delivery_repo.settings_delivery_get(conn, guids)
+
+    async def setting_states(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, ReminderSettingChanged]:
+        return await planning_repo.settings_load(conn, guids)
+
+    async def source_states(
+        self, conn: Any, refs: Collection[tuple[str, UUID]]
+    ) -> Mapping[tuple[str, UUID], SourceEntityChanged]:
+        return await planning_repo.sources_load(conn, refs)
+
+    async def unit_zones(self, conn: Any, units: Collection[UUID]) -> Mapping[UUID, str]:
+        return await planning_repo.units_get(conn, units)
 
 
 class AutomationHandler(Protocol):
@@ -181,13 +220,26 @@ class ReminderHandler:
         daily_retry: bool = False,
         recipients: RecipientProvider | None = None,
         delivery: DeliveryPolicy | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.inputs = inputs
         self.daily_retry = daily_retry
         self.recipients: RecipientProvider = recipients or SourceAttributeRecipients()
         self.delivery: DeliveryPolicy = delivery or SettingDeliveryPolicy()
+        self.clock: Clock = clock or SystemClock()
 
     async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+        recurring = [r for r in rows if r.trigger_type == TriggerType.RECURRING.value]
+        out = await self._dated(
+            conn, [r for r in rows if r.trigger_type != TriggerType.RECURRING.value]
+        )
+        if recurring:
+            out.update(await self._recurring(conn, recurring))
+        return out
+
+    async def _dated(self, conn: Any, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
+        if not rows:
+            return {}
         parsed, out = _occurrences(rows)
         wanted = {
             i: o
@@ -212,39 +264,87 @@ class ReminderHandler:
             out[row.scheduler_id] = revalidate_reminder(
                 occurrence, row.input_hash, settings.get(occurrence.setting_guid), source
             )
-        await self._address(conn, rows, wanted, sources, out)
+        await self._address(
+            conn,
+            {
+                r.scheduler_id: (wanted[r.scheduler_id].setting_guid, _ref(r))
+                for r in rows
+                if r.scheduler_id in wanted
+            },
+            {ref: src.attributes for ref, src in sources.items()},
+            out,
+        )
+        return out
+
+    async def _recurring(self, conn: Any, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
+        """Recurring rows: the occurrence must still be one of the source date's; a valid one
+        ensures its successor (the next occurrence, same offset) in this transaction, so the
+        chain goes on without a source event or a scan."""
+        parsed, out = _occurrences(rows)
+        wanted: dict[int, ReminderRecurringInput] = {}
+        for i, o in parsed.items():
+            if type(o) is ReminderDateInput:
+                wanted[i] = as_recurring(o)
+            else:
+                out[i] = Failure(UNKNOWN_KEY_FORMAT)
+        settings = await self.inputs.setting_states(conn, {o.setting_guid for o in wanted.values()})
+        sources = await self.inputs.source_states(
+            conn, {ref for r in rows if r.scheduler_id in wanted and (ref := _ref(r))[1].int}
+        )
+        zones = await self.inputs.unit_zones(conn, {s.business_unit_id for s in settings.values()})
+        following: list[SchedulerCandidate] = []
+        for row in rows:
+            occurrence = wanted.get(row.scheduler_id)
+            if occurrence is None:
+                continue
+            setting = settings.get(occurrence.setting_guid)
+            source = sources.get(_ref(row))
+            verdict = revalidate_recurring(occurrence, row.input_hash, setting, source)
+            out[row.scheduler_id] = verdict
+            zone = zones.get(setting.business_unit_id) if setting is not None else None
+            if verdict.kind is VerdictKind.VALID and setting and source and zone:
+                following += successors(setting, source, zone, occurrence)
+        if following:
+            await rows_ensure(conn, following, self.clock.now())
+        await self._address(
+            conn,
+            {i: (o.setting_guid, _ref(r)) for r in rows if (o := wanted.get(i := r.scheduler_id))},
+            {ref: src.attributes for ref, src in sources.items()},
+            out,
+        )
         return out
 
     async def _address(
         self,
         conn: Any,
-        rows: Sequence[ClaimedRow],
-        wanted: Mapping[int, ReminderDateInput | ReminderThresholdInput],
-        sources: Mapping[tuple[str, UUID], SourceState],
+        targets: Mapping[int, tuple[UUID, tuple[str, UUID]]],
+        attributes: Mapping[tuple[str, UUID], Mapping[str, Any]],
         out: dict[int, Outcome],
     ) -> None:
-        """Resolve recipients, template and channels of the valid rows (one statement)."""
-        valid = [
-            r
-            for r in rows
-            if isinstance(v := out.get(r.scheduler_id), Verdict) and v.kind is VerdictKind.VALID
-        ]
+        """Resolve recipients, template and channels of the valid rows (one statement);
+        ``targets``: scheduler_id → (its setting, its source)."""
+        valid = {
+            i: t
+            for i, t in targets.items()
+            if isinstance(v := out.get(i), Verdict) and v.kind is VerdictKind.VALID
+        }
         if not valid:
             return
-        configs = await self.inputs.delivery_settings(
-            conn, {wanted[r.scheduler_id].setting_guid for r in valid}
-        )
-        for r in valid:
-            source = sources.get((r.source_type or "", r.source_guid or UUID(int=0)))
-            out[r.scheduler_id] = Resolved(
+        configs = await self.inputs.delivery_settings(conn, {g for g, _ in valid.values()})
+        for i, (setting_guid, source) in valid.items():
+            out[i] = Resolved(
                 VerdictKind.VALID,
                 delivery=resolve_delivery(
-                    configs.get(wanted[r.scheduler_id].setting_guid),
-                    source.attributes if source is not None else {},
+                    configs.get(setting_guid),
+                    attributes.get(source, {}),
                     self.recipients,
                     self.delivery,
                 ),
             )
+
+
+def _ref(row: ClaimedRow) -> tuple[str, UUID]:
+    return (row.source_type or "", row.source_guid or UUID(int=0))
 
 
 class ReportSubscriptionHandler:
@@ -280,6 +380,7 @@ def default_handlers(
     inputs: AutomationInputs | None = None,
     *,
     daily_retry: Collection[AutomationType] = frozenset(),
+    clock: Clock | None = None,
 ) -> HandlerRegistry:
     """The worker's registry: one handler per AutomationType over PostgreSQL; the types in
     ``daily_retry`` are approved as long-running (they retry daily after the ladder)."""
@@ -287,7 +388,7 @@ def default_handlers(
     approved = {AutomationType(t) for t in daily_retry}
     return HandlerRegistry(
         [
-            ReminderHandler(port, daily_retry=AutomationType.REMINDER in approved),
+            ReminderHandler(port, daily_retry=AutomationType.REMINDER in approved, clock=clock),
             ReportSubscriptionHandler(
                 port, daily_retry=AutomationType.REPORT_SUBSCRIPTION in approved
             ),
