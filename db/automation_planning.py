@@ -75,6 +75,7 @@ def _setting(r: Any) -> ReminderSettingChanged:
         active=r["active"],
         version=r["version"],
         recurrence=r["recurrence"],
+        immediate_notification=r["immediate_notification"],
     )
 
 

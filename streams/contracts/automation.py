@@ -104,6 +104,10 @@ class ReminderSettingChanged(StateMessage):
     # TriggerType Recurring: the target date (the attribute TriggerKey names) recurs every year
     # (a work anniversary) or every month (an invoice day); absent means Yearly. Optional.
     recurrence: Recurrence | None = None
+    # Seed: "ensure immediate notification if needed". A DateBased setting that asks for it
+    # gets, besides its scheduled reminders, one dispatch request at once per source and
+    # target date (its own SchedulerKey, through the same outbox). Optional.
+    immediate_notification: bool = False
     # Resolved at execution (IReminderRecipientProvider / IReminderDeliveryPolicy), never part
     # of a SchedulerKey or InputHash: a change leaves Pending rows as they are. Optional, so
     # producers that do not send them are unaffected.
@@ -186,3 +190,5 @@ class DispatchRequested(Contract):
     recipient_user_ids: list[UUID] = Field(default_factory=list)
     template_id: UUID | None = None
     delivery_channels: list[DeliveryChannel] = Field(default_factory=list)
+    # True for the immediate notification a setting asked for (key ``...:{targetDate}:immediate``).
+    immediate: bool = False

@@ -12,19 +12,16 @@ from typing import Any
 
 import asyncpg
 import pytest
-from aiokafka import AIOKafkaConsumer
-from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from devkit.kafka import create_topics
-from devkit.wait import eventually
 from streams.clock import ManualClock
 from streams.contracts import DISPATCH_REQUESTED
 from streams.contracts.automation import DeliveryChannel, DispatchRequested
 from streams.metrics import Metrics
-from streams.outbox import OutboxRelay, RelayConfig
 from streams.runtime import Runtime
 from streams.settings import Settings
 from tests.integration.automation_inputs_support import Inputs, rows, unit_msg
+from tests.integration.automation_kafka_support import PARTITIONS, read_topic, relay_all
 from tests.integration.automation_support import (
     T0,
     TARGET,
@@ -37,7 +34,6 @@ from tests.integration.automation_support import (
 
 pytestmark = pytest.mark.integration
 
-PARTITIONS = 4
 OWNER, NEW_OWNER, MANAGER = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
 OLD_TEMPLATE, NEW_TEMPLATE = uuid.uuid4(), uuid.uuid4()
 # What Ensure and the claim look at, and what support sees of a row.
@@ -128,28 +124,6 @@ async def test_a_template_or_delivery_change_leaves_pending_rows_and_the_dispatc
     assert set(r["dispatch_result_json"]) == {"Topic", "Key", "RequestedAt", "Attempt", "RunId"}
 
 
-async def read_topic(bootstrap: str, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
-    """Everything on ``topic`` now, with a plain consumer (no group, from the beginning)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        ends = await consumer.end_offsets(partitions)
-        out: list[ConsumerRecord[bytes, bytes]] = []
-
-        async def caught_up() -> bool:
-            for batch in (await consumer.getmany(timeout_ms=500)).values():
-                out.extend(batch)
-            return all([await consumer.position(tp) >= end for tp, end in ends.items()])
-
-        await eventually(caught_up, timeout=30, what=f"the end of {topic}", interval=0)
-        return out
-    finally:
-        await consumer.stop()
-
-
 async def test_the_dispatch_request_on_the_topic_carries_what_execution_resolved(
     database_url: str, pool: asyncpg.Pool, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
@@ -160,23 +134,12 @@ async def test_the_dispatch_request_on_the_topic_carries_what_execution_resolved
     )
     topic = f"{topic_prefix}{DISPATCH_REQUESTED.name}"
     await create_topics(kafka_bootstrap, [topic], partitions=PARTITIONS)
-    relay = OutboxRelay(
-        dsn=database_url, bootstrap=kafka_bootstrap, metrics=Metrics().outbox, config=RelayConfig()
-    )
     try:
         key = await ensured_then_changed(Inputs(runtime), pool)
         assert (await runner(runtime).run_once(T0 + timedelta(seconds=1))).completed == 1
-        await relay.start()
-
-        async def published() -> bool:
-            return (
-                await pool.fetchval("SELECT count(*) FROM ops.outbox WHERE published_at IS NULL")
-            ) == 0
-
-        await eventually(published, timeout=60, what="the dispatch request published")
     finally:
-        await relay.stop()
         await runtime.close()
+    await relay_all(database_url, kafka_bootstrap, pool)
     [record] = await read_topic(kafka_bootstrap, topic)
     assert record.key == key.encode()
     assert record.value is not None

@@ -43,6 +43,8 @@ from streams.domain.automation_delivery import (
     SourceAttributeRecipients,
     resolve_delivery,
 )
+from streams.domain.automation_immediate import is_immediate_key, revalidate_immediate
+from streams.domain.automation_keys import ReminderImmediateInput
 from streams.domain.automation_recurring import (
     ReminderRecurringInput,
     as_recurring,
@@ -229,12 +231,10 @@ class ReminderHandler:
         self.clock: Clock = clock or SystemClock()
 
     async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
-        recurring = [r for r in rows if r.trigger_type == TriggerType.RECURRING.value]
-        out = await self._dated(
-            conn, [r for r in rows if r.trigger_type != TriggerType.RECURRING.value]
-        )
-        if recurring:
-            out.update(await self._recurring(conn, recurring))
+        full = [r for r in rows if _on_full_state(r)]
+        out = await self._dated(conn, [r for r in rows if not _on_full_state(r)])
+        if full:
+            out.update(await self._recurring(conn, full))
         return out
 
     async def _dated(self, conn: Any, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
@@ -277,14 +277,19 @@ class ReminderHandler:
         return out
 
     async def _recurring(self, conn: Any, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
-        """Recurring rows: the occurrence must still be one of the source date's; a valid one
-        ensures its successor (the next occurrence, same offset) in this transaction, so the
-        chain goes on without a source event or a scan."""
+        """Recurring and immediate rows, revalidated on the full setting and source states.
+        Recurring: the occurrence must still be one of the source date's; a valid one ensures
+        its successor (the next occurrence, same offset) in this transaction, so the chain
+        goes on without a source event or a scan. Immediate: the setting must still ask for
+        it and the source still have its date."""
         parsed, out = _occurrences(rows)
-        wanted: dict[int, ReminderRecurringInput] = {}
+        wanted: dict[int, ReminderRecurringInput | ReminderImmediateInput] = {}
+        recurring = {r.scheduler_id for r in rows if r.trigger_type == TriggerType.RECURRING.value}
         for i, o in parsed.items():
-            if type(o) is ReminderDateInput:
+            if i in recurring and type(o) is ReminderDateInput:
                 wanted[i] = as_recurring(o)
+            elif i not in recurring and isinstance(o, ReminderImmediateInput):
+                wanted[i] = o
             else:
                 out[i] = Failure(UNKNOWN_KEY_FORMAT)
         settings = await self.inputs.setting_states(conn, {o.setting_guid for o in wanted.values()})
@@ -299,6 +304,11 @@ class ReminderHandler:
                 continue
             setting = settings.get(occurrence.setting_guid)
             source = sources.get(_ref(row))
+            if isinstance(occurrence, ReminderImmediateInput):
+                out[row.scheduler_id] = revalidate_immediate(
+                    occurrence, row.input_hash, setting, source
+                )
+                continue
             verdict = revalidate_recurring(occurrence, row.input_hash, setting, source)
             out[row.scheduler_id] = verdict
             zone = zones.get(setting.business_unit_id) if setting is not None else None
@@ -341,6 +351,10 @@ class ReminderHandler:
                     self.delivery,
                 ),
             )
+
+
+def _on_full_state(row: ClaimedRow) -> bool:
+    return row.trigger_type == TriggerType.RECURRING.value or is_immediate_key(row.scheduler_key)
 
 
 def _ref(row: ClaimedRow) -> tuple[str, UUID]:

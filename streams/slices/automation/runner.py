@@ -20,6 +20,7 @@ from streams.contracts import DISPATCH_REQUESTED
 from streams.contracts.automation import AutomationType, DispatchRequested, TriggerType
 from streams.domain.automation import DEFAULT_BACKOFF, SchedulerStatus, retry_plan
 from streams.domain.automation_delivery import Delivery
+from streams.domain.automation_immediate import is_immediate_key
 from streams.domain.automation_revalidation import Verdict, VerdictKind
 from streams.outbox.records import OutboxRecord, insert_many, record_for
 from streams.runtime import Runtime
@@ -101,6 +102,7 @@ def dispatch_event(
         recipient_user_ids=list(resolved.recipient_user_ids),
         template_id=resolved.template_id,
         delivery_channels=list(resolved.channels),
+        immediate=is_immediate_key(row.scheduler_key),
     )
 
 
