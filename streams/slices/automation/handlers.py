@@ -234,7 +234,7 @@ class ReminderHandler:
         full = [r for r in rows if _on_full_state(r)]
         out = await self._dated(conn, [r for r in rows if not _on_full_state(r)])
         if full:
-            out.update(await self._recurring(conn, full))
+            out.update(await self._full_state(conn, full))
         return out
 
     async def _dated(self, conn: Any, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
@@ -276,7 +276,7 @@ class ReminderHandler:
         )
         return out
 
-    async def _recurring(self, conn: Any, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
+    async def _full_state(self, conn: Any, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
         """Recurring and immediate rows, revalidated on the full setting and source states.
         Recurring: the occurrence must still be one of the source date's; a valid one ensures
         its successor (the next occurrence, same offset) in this transaction, so the chain
