@@ -102,3 +102,17 @@ def test_a_dispatch_request_without_the_resolution_fields_still_decodes() -> Non
     }
     msg = decode(DISPATCH_REQUESTED, json.dumps(wire).encode())
     assert (msg.recipient_user_ids, msg.template_id, msg.delivery_channels) == ([], None, [])
+
+
+def test_recurrence_and_immediate_notification_decode_from_the_wire_and_default_off() -> None:
+    new = decode(
+        REMINDER_SETTINGS,
+        json.dumps(
+            SETTING | {"TriggerType": "Recurring", "Recurrence": "Monthly", "OffsetsDays": []}
+        ).encode(),
+    )
+    assert (new.recurrence, new.immediate_notification) == ("Monthly", False)
+    asking = decode(
+        REMINDER_SETTINGS, json.dumps(SETTING | {"ImmediateNotification": True}).encode()
+    )
+    assert (asking.recurrence, asking.immediate_notification) == (None, True)
