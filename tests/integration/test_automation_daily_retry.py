@@ -10,17 +10,24 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+import faust
 import pytest
 
 from db import automation as repo
 from db import automation_inputs as inputs_repo
 from db.connector import transaction
+from streams.clock import ManualClock
 from streams.domain.automation import DAILY_RETRY, ReportManualInput, SchedulerCandidate
 from streams.domain.automation_revalidation import SettingState, SourceState, SubscriptionState
+from streams.metrics import Metrics
 from streams.runtime import Runtime
 from streams.settings import Settings
+from streams.slices import SliceContext
+from streams.slices.automation import install_core
 from streams.slices.automation.config import AutomationConfig
 from streams.slices.automation.handlers import HandlerRegistry, PgAutomationInputs, default_handlers
+from streams.timers.jobs import build_registry
+from streams.topics import Topics
 from tests.integration.automation_support import (
     LEASE,
     T0,
@@ -142,3 +149,23 @@ async def test_an_expired_lease_of_an_approved_type_retries_daily(
         expired + DAILY_RETRY,
     )
     assert (r["failure_reason_code"], claimed.token + 1) == ("LeaseExpired", r["version"])
+
+
+async def test_the_worker_takes_the_approval_from_its_settings(database_url: str) -> None:
+    runtime = Runtime(
+        Settings(database_url=database_url, automation_daily_retry_types="ReportSubscription"),
+        metrics=Metrics(),
+        clock=ManualClock(T0),
+    )
+    app = faust.App(f"daily-{id(runtime)}", broker="kafka://127.0.0.1:9", autodiscover=False)
+    try:
+        core = install_core(
+            SliceContext(app, runtime, Topics(app, runtime.settings), build_registry(runtime))
+        )
+        report, reminder = core.handlers.get("ReportSubscription"), core.handlers.get("Reminder")
+        assert report is not None and reminder is not None
+        assert (report.daily_retry, reminder.daily_retry) == (True, False)
+        # The runner and stale cleanup decide with that same registry.
+        assert core.runner.handlers is core.handlers and core.cleanup.handlers is core.handlers
+    finally:
+        await runtime.close()
