@@ -12,9 +12,9 @@ the TriggerType, so the two never share a hash).
   day (29 Feb → 28 Feb, the 31st → 30 Apr). The anchor is not an occurrence (a hire date is no
   anniversary).
 - The planner ensures, per offset, the **next** occurrence whose reminder day (occurrence -
-  offset, at SendTimeLocal in the BU zone, the one DST rule of ``local_time``) is today or later; the
-  occurrences of the last year and the one after the next stay valid (an overdue row, or the
-  successor a completed occurrence ensured, is not deactivated as stale).
+  offset, at SendTimeLocal in the BU zone, the one DST rule of ``local_time``) is today or
+  later; the occurrences of the last year and the one after the next stay valid (an overdue
+  row, or the successor a completed occurrence ensured, is not deactivated as stale).
 - A completed occurrence ensures its successor in the execution transaction (``successors``),
   so the chain goes on without a source event and without a scan of the sources.
 - Empty OffsetsDays means on the day itself (offset 0); no Recurrence means Yearly.
