@@ -46,6 +46,11 @@ async def settings_upsert(
         [s.active for s in settings],
         [s.version for s in settings],
         now,
+        [s.template_id for s in settings],
+        [json.dumps([c.value for c in s.delivery_channels]) for s in settings],
+        [json.dumps(s.recipient_attributes) for s in settings],
+        [s.recurrence.value if s.recurrence else None for s in settings],
+        [s.immediate_notification for s in settings],
     )
     return {r["setting_guid"] for r in rows}
 

@@ -74,6 +74,8 @@ def _setting(r: Any) -> ReminderSettingChanged:
         threshold=threshold,
         active=r["active"],
         version=r["version"],
+        recurrence=r["recurrence"],
+        immediate_notification=r["immediate_notification"],
     )
 
 

@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     automation_lease_seconds: float = Field(120.0, gt=0, le=86_400)
     automation_backoff_seconds: str = "300,900,3600"
     automation_stale_batch_size: int = Field(500, ge=1, le=10_000)
+    # AutomationTypes whose handlers are approved as long-running: once the ladder is spent
+    # they retry daily instead of going on support hold (comma-separated, e.g.
+    # "ReportSubscription"; empty = none).
+    automation_daily_retry_types: str = ""
     # Automation inputs: how far ahead report runs are scheduled; bounded reconciliation's BU
     # allowlist (comma-separated GUIDs; empty = off), batch, due window and settle lag.
     automation_report_window_days: int = Field(7, ge=1, le=62)

@@ -274,21 +274,29 @@ RETURNING s.scheduler_id, s.scheduler_key, s.automation_type_id, s.trigger_type_
 
 -- name: automation_settings_upsert
 -- ReminderSetting states, each applied only when its Version is newer than the stored one.
+-- $15..$17: the delivery part execution reloads (template, channels and recipient attribute
+-- names as JSON arrays); $18 the Recurrence of a Recurring setting; $19 ImmediateNotification.
 INSERT INTO automation.reminder_settings AS t (
     setting_guid, business_unit_id, source_type, trigger_type, trigger_key, offsets_days,
     send_time_local, threshold_metric_key, threshold_value, threshold_comparator,
-    threshold_firing_policy, active, version, updated_on)
+    threshold_firing_policy, active, version, updated_on, template_id, delivery_channels,
+    recipient_attributes, recurrence, immediate_notification)
 SELECT u.setting_guid, u.business_unit_id, u.source_type, u.trigger_type, u.trigger_key,
        coalesce((SELECT array_agg(x::int) FROM unnest(string_to_array(u.offsets, ',')) x
                  WHERE x <> ''), '{}'),
        u.send_time_local, u.metric_key, u.threshold_value, u.comparator, u.firing_policy,
-       u.active, u.version, $14
+       u.active, u.version, $14, u.template_id,
+       ARRAY(SELECT jsonb_array_elements_text(u.channels::jsonb)),
+       ARRAY(SELECT jsonb_array_elements_text(u.recipient_attributes::jsonb)), u.recurrence,
+       u.immediate_notification
 FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
             $7::time[], $8::text[], $9::float8[], $10::text[], $11::text[], $12::bool[],
-            $13::bigint[])
+            $13::bigint[], $15::uuid[], $16::text[], $17::text[], $18::text[],
+            $19::bool[])
      AS u(setting_guid, business_unit_id, source_type, trigger_type, trigger_key, offsets,
           send_time_local, metric_key, threshold_value, comparator, firing_policy, active,
-          version)
+          version, template_id, channels, recipient_attributes, recurrence,
+          immediate_notification)
 ON CONFLICT (setting_guid) DO UPDATE SET
     business_unit_id = EXCLUDED.business_unit_id,
     source_type = EXCLUDED.source_type,
@@ -302,7 +310,12 @@ ON CONFLICT (setting_guid) DO UPDATE SET
     threshold_firing_policy = EXCLUDED.threshold_firing_policy,
     active = EXCLUDED.active,
     version = EXCLUDED.version,
-    updated_on = EXCLUDED.updated_on
+    updated_on = EXCLUDED.updated_on,
+    template_id = EXCLUDED.template_id,
+    delivery_channels = EXCLUDED.delivery_channels,
+    recipient_attributes = EXCLUDED.recipient_attributes,
+    recurrence = EXCLUDED.recurrence,
+    immediate_notification = EXCLUDED.immediate_notification
 WHERE t.version < EXCLUDED.version
 RETURNING t.setting_guid;
 

@@ -29,7 +29,7 @@ WHERE business_unit_id = ANY($1::uuid[]);
 -- Full ReminderSetting states by guid.
 SELECT setting_guid, business_unit_id, source_type, trigger_type, trigger_key, offsets_days,
        send_time_local, threshold_metric_key, threshold_value, threshold_comparator,
-       threshold_firing_policy, active, version
+       threshold_firing_policy, active, version, recurrence, immediate_notification
 FROM automation.reminder_settings
 WHERE setting_guid = ANY($1::uuid[]);
 
@@ -37,7 +37,7 @@ WHERE setting_guid = ANY($1::uuid[]);
 -- Active settings of the given BUs (every SourceType); ix_reminder_settings_bu.
 SELECT setting_guid, business_unit_id, source_type, trigger_type, trigger_key, offsets_days,
        send_time_local, threshold_metric_key, threshold_value, threshold_comparator,
-       threshold_firing_policy, active, version
+       threshold_firing_policy, active, version, recurrence, immediate_notification
 FROM automation.reminder_settings
 WHERE business_unit_id = ANY($1::uuid[]) AND active;
 

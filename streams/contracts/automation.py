@@ -26,6 +26,18 @@ class TriggerType(StrEnum):
     MANUAL_RUN = "ManualRun"
 
 
+class Recurrence(StrEnum):
+    YEARLY = "Yearly"
+    MONTHLY = "Monthly"
+
+
+class DeliveryChannel(StrEnum):
+    EMAIL = "Email"
+    SMS = "Sms"
+    PUSH = "Push"
+    IN_APP = "InApp"
+
+
 class Comparator(StrEnum):
     GTE = "GreaterThanOrEqual"
     GT = "GreaterThan"
@@ -89,6 +101,27 @@ class ReminderSettingChanged(StateMessage):
     threshold: Threshold | None = None
     active: bool
     version: int = Field(ge=0, le=MAX_VERSION)
+    # TriggerType Recurring: the target date (the attribute TriggerKey names) recurs every year
+    # (a work anniversary) or every month (an invoice day); absent means Yearly. Optional.
+    recurrence: Recurrence | None = None
+    # Seed: "ensure immediate notification if needed". A DateBased setting that asks for it
+    # gets, besides its scheduled reminders, one dispatch request at once per source and
+    # target date (its own SchedulerKey, through the same outbox). Optional.
+    immediate_notification: bool = False
+    # Resolved at execution (IReminderRecipientProvider / IReminderDeliveryPolicy), never part
+    # of a SchedulerKey or InputHash: a change leaves Pending rows as they are. Optional, so
+    # producers that do not send them are unaffected.
+    template_id: UUID | None = None
+    delivery_channels: list[DeliveryChannel] = Field(default_factory=list, max_length=8)
+    # Names of source attributes that hold the recipients' user ids (a GUID or a list of them).
+    recipient_attributes: list[str] = Field(default_factory=list, max_length=16)
+
+    @field_validator("recipient_attributes")
+    @classmethod
+    def _attribute_names(cls, v: list[str]) -> list[str]:
+        if any(not 0 < len(name) <= 128 for name in v):
+            raise ValueError("recipient attribute names must be 1..128 characters")
+        return v
 
     @model_validator(mode="after")
     def _trigger_fields(self) -> ReminderSettingChanged:
@@ -151,3 +184,11 @@ class DispatchRequested(Contract):
     requested_at: Instant
     # Attempts that failed or were abandoned before this one (RetryCount at completion).
     retry_count: int = Field(0, ge=0)
+    # What the recipient provider and delivery policy resolved at execution (from the
+    # setting and source as they are when the row is due, not when it was ensured).
+    # Identifiers only. Absent for automation types that resolve none (report runs).
+    recipient_user_ids: list[UUID] = Field(default_factory=list)
+    template_id: UUID | None = None
+    delivery_channels: list[DeliveryChannel] = Field(default_factory=list)
+    # True for the immediate notification a setting asked for (key ``...:{targetDate}:immediate``).
+    immediate: bool = False

@@ -7,6 +7,8 @@ SchedulerKey formats (the seed's, exactly; ``{x}`` is a normalized, encoded comp
   with ``thresholdKey = {metricKey}:{thresholdValue}:{firingPolicy}:{scopeKey}``
 - ``report-subscription:{guid}:scheduled:{periodStart}``
 - ``report-subscription:{guid}:manual:{manualRunGuid}``
+- ``reminder:{settingGuid}:{sourceType}:{sourceGuid}:{triggerKey}:{targetDate}:immediate``
+  (not in the seed's list: the immediate notification a setting can ask for, its own key)
 
 Normalization (shared by keys and InputHash, so an event, a retry and a reconciliation
 give the same key): text is Unicode NFC with surrounding whitespace removed, then
@@ -230,8 +232,53 @@ class ReportManualInput:
         }
 
 
+@dataclass(frozen=True)
+class ReminderImmediateInput:
+    """The immediate notification of a DateBased occurrence (seed 003: "ensure immediate
+    notification if needed"): one per setting, source and target date, beside its scheduled
+    reminders. Key: ``reminder:{settingGuid}:{sourceType}:{sourceGuid}:{triggerKey}:{targetDate}:immediate``."""
+
+    setting_guid: UUID
+    source_type: str
+    source_guid: UUID
+    trigger_key: str
+    target_date: date
+
+    automation_type = AutomationType.REMINDER
+    trigger_type = TriggerType.DATE_BASED
+
+    def key(self) -> str:
+        return ":".join(
+            [
+                "reminder",
+                _guid(self.setting_guid),
+                component(self.source_type),
+                _guid(self.source_guid),
+                component(self.trigger_key),
+                self.target_date.isoformat(),
+                IMMEDIATE,
+            ]
+        )
+
+    def fields(self) -> dict[str, object]:
+        return {
+            "SettingGuid": _guid(self.setting_guid),
+            "SourceType": norm_text(self.source_type),
+            "SourceGuid": _guid(self.source_guid),
+            "TriggerKey": norm_text(self.trigger_key),
+            "TargetDate": self.target_date.isoformat(),
+            "Immediate": True,
+        }
+
+
+IMMEDIATE = "immediate"
+
 AutomationInput = (
-    ReminderDateInput | ReminderThresholdInput | ReportScheduledInput | ReportManualInput
+    ReminderDateInput
+    | ReminderThresholdInput
+    | ReportScheduledInput
+    | ReportManualInput
+    | ReminderImmediateInput
 )
 
 
@@ -255,9 +302,17 @@ def input_hash(inp: AutomationInput) -> str:
 
 def parse_scheduler_key(key: str) -> AutomationInput:
     """The input a key was built from (exact inverse of ``scheduler_key``); ValueError if
-    ``key`` is not one of the four formats. A threshold value comes back as a float."""
+    ``key`` is not one of the five formats. A threshold value comes back as a float."""
     parts = key.split(":")
     try:
+        if parts[0] == "reminder" and len(parts) == 7 and parts[6] == IMMEDIATE:
+            return ReminderImmediateInput(
+                UUID(parts[1]),
+                unquote(parts[2]),
+                UUID(parts[3]),
+                unquote(parts[4]),
+                date.fromisoformat(parts[5]),
+            )
         if parts[0] == "reminder" and len(parts) == 7:
             return ReminderDateInput(
                 UUID(parts[1]),

@@ -322,4 +322,8 @@ def default_providers() -> ProviderRegistry:
     stale = StaleOccurrences()
     registry.register(DateBasedProvider(), stale)
     registry.register(ThresholdProvider(), stale)
+    # Imported here: the Recurring provider is built on this module's helpers.
+    from streams.domain.automation_recurring import RecurringInvalidation, RecurringProvider
+
+    registry.register(RecurringProvider(), RecurringInvalidation())
     return registry

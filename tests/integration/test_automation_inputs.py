@@ -212,9 +212,12 @@ async def test_template_or_delivery_change_leaves_pending_rows_unchanged(
     setting, _source = await start(inputs)
     before = await rows(pool)
     wire = setting_msg(setting, version=2).model_dump(mode="json", by_alias=True)
-    # Template and delivery are resolved at execution; the scheduler input does not carry them.
+    # Template and delivery are resolved at execution (test_automation_delivery.py checks
+    # that the dispatch request carries the new ones); the scheduler rows do not hold them.
     wire |= {"TemplateId": str(uuid.uuid4()), "DeliveryChannels": ["Email", "Push"]}
-    result = await inputs.send(ReminderSettingChanged.model_validate(wire))
+    changed = ReminderSettingChanged.model_validate(wire)
+    assert changed.template_id is not None and changed.delivery_channels  # not dropped
+    result = await inputs.send(changed)
     assert result.applied == 1  # the new Version was taken
     after = await rows(pool)
     for k, r in before.items():

@@ -328,10 +328,20 @@ def test_cli_candidate_spec_builds_keys_and_names_missing_fields() -> None:
     with pytest.raises(ValueError, match="SettingGuid, SourceType, SourceGuid, TriggerKey"):
         missing.candidate()
     recurring = CandidateSpec.model_validate(
-        {"TriggerType": "Recurring", "ScheduledOn": "2026-12-01T09:00:00Z"}, by_alias=True
-    )
-    with pytest.raises(ValueError, match="no SchedulerKey format"):
-        recurring.candidate()
+        {
+            "TriggerType": "Recurring",
+            "ScheduledOn": "2026-12-03T09:00:00Z",
+            "SettingGuid": str(UUID(int=1)),
+            "SourceType": "Employee",
+            "SourceGuid": str(UUID(int=2)),
+            "TriggerKey": "HireDate",
+            "TargetDate": "2026-12-10",
+            "OffsetDays": 7,
+        },
+        by_alias=True,
+    ).candidate()
+    assert recurring.key == f"reminder:{UUID(int=1)}:Employee:{UUID(int=2)}:HireDate:2026-12-10:7"
+    assert recurring.trigger_type is TriggerType.RECURRING
 
 
 # --- properties ------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from streams.contracts.automation import (
     TriggerType,
 )
 from streams.domain.automation import parse_scheduler_key
+from streams.domain.automation_recurring import RecurringInvalidation, RecurringProvider
 from streams.domain.automation_reports import check_cron, period_starts, scheduled_runs
 from streams.domain.automation_triggers import (
     DateBasedProvider,
@@ -351,7 +352,8 @@ def test_registry_routes_by_name_and_refuses_duplicates() -> None:
     registry = default_providers()
     assert isinstance(registry.trigger("DateBased"), DateBasedProvider)
     assert isinstance(registry.trigger("ThresholdCondition"), ThresholdProvider)
-    assert registry.trigger("Recurring") is None
+    assert isinstance(registry.trigger("Recurring"), RecurringProvider)
+    assert isinstance(registry.invalidation("Recurring"), RecurringInvalidation)
     assert isinstance(registry.invalidation("DateBased"), StaleOccurrences)
     with pytest.raises(ValueError):
         registry.register(DateBasedProvider(), StaleOccurrences())

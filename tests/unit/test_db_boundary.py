@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MIRRORED = {
     "calendar": ["calendar"],
     "outbox": ["outbox"],
-    "automation": ["automation", "automation_inputs", "automation_planning"],
+    "automation": ["automation", "automation_inputs", "automation_planning", "automation_delivery"],
     "workers": ["workers"],
     "profile": ["profile"],
 }

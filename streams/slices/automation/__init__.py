@@ -68,7 +68,7 @@ def install_core(ctx: SliceContext) -> AutomationCore:
     config = AutomationConfig.from_settings(runtime.settings)
     metrics = runtime.metrics.family(AutomationMetrics)
     inputs = PgAutomationInputs()
-    handlers = default_handlers(inputs)
+    handlers = default_handlers(inputs, daily_retry=config.daily_retry_types, clock=runtime.clock)
 
     def wake(at: datetime | None = None) -> None:
         registry.wake(AUTOMATION_SCHEDULER, at=at)

@@ -36,6 +36,7 @@ from streams.domain.automation import (
     ReportScheduledInput,
     SchedulerCandidate,
 )
+from streams.domain.automation_recurring import ReminderRecurringInput
 from streams.metrics import Metrics
 from streams.settings import Settings
 from streams.slices.automation.metrics import AutomationMetrics
@@ -85,6 +86,10 @@ class CandidateSpec(BaseModel):
 _REMINDER = ("setting_guid", "source_type", "source_guid", "trigger_key")
 _BUILDERS: dict[TriggerType, Callable[[CandidateSpec], AutomationInput]] = {
     TriggerType.DATE_BASED: lambda s: ReminderDateInput(
+        *s.need(*_REMINDER, "target_date", "offset_days")
+    ),
+    # One occurrence of a recurring date: TargetDate is the occurrence (the key's date).
+    TriggerType.RECURRING: lambda s: ReminderRecurringInput(
         *s.need(*_REMINDER, "target_date", "offset_days")
     ),
     TriggerType.THRESHOLD_CONDITION: lambda s: ReminderThresholdInput(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from streams.contracts.automation import AutomationType
 from streams.domain.automation import DEFAULT_BACKOFF, parse_ladder
 from streams.settings import ConfigError, Settings
 
@@ -19,6 +20,8 @@ class AutomationConfig:
     backoff: tuple[timedelta, ...] = DEFAULT_BACKOFF
     stale_batch_size: int = 500
     hold_view_limit: int = 100
+    # AutomationTypes approved as long-running: they retry daily after the ladder.
+    daily_retry_types: frozenset[AutomationType] = frozenset()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AutomationConfig:
@@ -28,11 +31,18 @@ class AutomationConfig:
             raise ConfigError(
                 f"invalid configuration: setting AUTOMATION_BACKOFF_SECONDS: {exc}"
             ) from None
+        try:
+            daily = parse_automation_types(settings.automation_daily_retry_types)
+        except ValueError as exc:
+            raise ConfigError(
+                f"invalid configuration: setting AUTOMATION_DAILY_RETRY_TYPES: {exc}"
+            ) from None
         return cls(
             batch_size=settings.automation_batch_size,
             lease=timedelta(seconds=settings.automation_lease_seconds),
             backoff=backoff,
             stale_batch_size=settings.automation_stale_batch_size,
+            daily_retry_types=daily,
         )
 
     def check_lease(self, max_duration: timedelta, schedule_setting: str) -> None:
@@ -44,3 +54,16 @@ class AutomationConfig:
                 f"{self.lease.total_seconds():g} s must exceed the scheduler run's max duration "
                 f"({max_duration.total_seconds():g} s, {schedule_setting})"
             )
+
+
+def parse_automation_types(text: str) -> frozenset[AutomationType]:
+    """``"ReportSubscription,Reminder"`` → the types; empty → none; ValueError on a name that
+    is not an AutomationType."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = {t.value: t for t in AutomationType}
+    unknown = sorted(n for n in names if n not in known)
+    if unknown:
+        raise ValueError(
+            f"unknown AutomationType {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+        )
+    return frozenset(known[n] for n in names)

@@ -1,9 +1,11 @@
 """Execution handlers, registered by AutomationType (no switch), and the port they load the
 current source / setting / subscription state through.
 
-A handler only revalidates: given a batch of claimed rows of its type, it loads what those
-rows depend on (one statement per kind per batch) and returns a verdict per row. Building
-and writing the dispatch request is the runner's job and the same for every type.
+A handler revalidates: given a batch of claimed rows of its type, it loads what those rows
+depend on (one statement per kind per batch) and returns a verdict per row. A valid reminder
+also carries what the recipient provider and delivery policy resolve from the setting and
+source as they are now (``Resolved``). Building and writing the dispatch request is the
+runner's job and the same for every type.
 """
 
 from __future__ import annotations
@@ -13,21 +15,48 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
+from db import automation_delivery as delivery_repo
 from db import automation_inputs as repo
-from db.automation import ClaimedRow
-from streams.contracts.automation import AutomationType
+from db import automation_planning as planning_repo
+from db.automation import ClaimedRow, rows_ensure
+from streams.clock import Clock, SystemClock
+from streams.contracts.automation import (
+    AutomationType,
+    ReminderSettingChanged,
+    SourceEntityChanged,
+    TriggerType,
+)
 from streams.domain.automation import (
     ReminderDateInput,
     ReminderThresholdInput,
     ReportManualInput,
     ReportScheduledInput,
+    SchedulerCandidate,
     parse_scheduler_key,
+)
+from streams.domain.automation_delivery import (
+    Delivery,
+    DeliveryPolicy,
+    DeliverySettings,
+    RecipientProvider,
+    SettingDeliveryPolicy,
+    SourceAttributeRecipients,
+    resolve_delivery,
+)
+from streams.domain.automation_immediate import is_immediate_key, revalidate_immediate
+from streams.domain.automation_keys import ReminderImmediateInput
+from streams.domain.automation_recurring import (
+    ReminderRecurringInput,
+    as_recurring,
+    revalidate_recurring,
+    successors,
 )
 from streams.domain.automation_revalidation import (
     SettingState,
     SourceState,
     SubscriptionState,
     Verdict,
+    VerdictKind,
     revalidate_reminder,
     revalidate_report,
 )
@@ -49,7 +78,18 @@ class Failure:
     detail: str | None = None
 
 
+@dataclass(frozen=True)
+class Resolved(Verdict):
+    """A valid verdict with what execution resolved for the dispatch request."""
+
+    delivery: Delivery | None = None
+
+
 Outcome = Verdict | Failure
+
+
+def delivery_of(outcome: Outcome) -> Delivery | None:
+    return outcome.delivery if isinstance(outcome, Resolved) else None
 
 
 class AutomationInputs(Protocol):
@@ -67,6 +107,22 @@ class AutomationInputs(Protocol):
     async def report_subscriptions(
         self, conn: Any, guids: Collection[UUID]
     ) -> Mapping[UUID, SubscriptionState]: ...
+
+    async def delivery_settings(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, DeliverySettings]: ...
+
+    # Recurring rows are revalidated on the full states, and their successor is planned in
+    # the BU's zone with the provider's own helpers.
+    async def setting_states(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, ReminderSettingChanged]: ...
+
+    async def source_states(
+        self, conn: Any, refs: Collection[tuple[str, UUID]]
+    ) -> Mapping[tuple[str, UUID], SourceEntityChanged]: ...
+
+    async def unit_zones(self, conn: Any, units: Collection[UUID]) -> Mapping[UUID, str]: ...
 
 
 class PgAutomationInputs:
@@ -87,11 +143,30 @@ class PgAutomationInputs:
     ) -> Mapping[UUID, SubscriptionState]:
         return await repo.subscriptions_get(conn, guids)
 
+    async def delivery_settings(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, DeliverySettings]:
+        return await delivery_repo.settings_delivery_get(conn, guids)
+
+    async def setting_states(
+        self, conn: Any, guids: Collection[UUID]
+    ) -> Mapping[UUID, ReminderSettingChanged]:
+        return await planning_repo.settings_load(conn, guids)
+
+    async def source_states(
+        self, conn: Any, refs: Collection[tuple[str, UUID]]
+    ) -> Mapping[tuple[str, UUID], SourceEntityChanged]:
+        return await planning_repo.sources_load(conn, refs)
+
+    async def unit_zones(self, conn: Any, units: Collection[UUID]) -> Mapping[UUID, str]:
+        return await planning_repo.units_get(conn, units)
+
 
 class AutomationHandler(Protocol):
     automation_type: AutomationType
     # Seed: only a handler approved as long-running retries daily after the ladder; every
-    # other one is put on support hold.
+    # other one is put on support hold. The approval is per AutomationType, by configuration
+    # (AUTOMATION_DAILY_RETRY_TYPES), never the handler's own say.
     daily_retry: bool
 
     async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
@@ -134,15 +209,37 @@ def _occurrences(rows: Sequence[ClaimedRow]) -> tuple[dict[int, Any], dict[int, 
 
 
 class ReminderHandler:
-    """Reminders: the setting and the source must still yield the row's occurrence."""
+    """Reminders: the setting and the source must still yield the row's occurrence; a valid
+    one is addressed by the recipient provider and delivery policy (seed 003:
+    IReminderRecipientProvider / IReminderDeliveryPolicy) from their current state."""
 
     automation_type = AutomationType.REMINDER
-    daily_retry = False
 
-    def __init__(self, inputs: AutomationInputs) -> None:
+    def __init__(
+        self,
+        inputs: AutomationInputs,
+        *,
+        daily_retry: bool = False,
+        recipients: RecipientProvider | None = None,
+        delivery: DeliveryPolicy | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.inputs = inputs
+        self.daily_retry = daily_retry
+        self.recipients: RecipientProvider = recipients or SourceAttributeRecipients()
+        self.delivery: DeliveryPolicy = delivery or SettingDeliveryPolicy()
+        self.clock: Clock = clock or SystemClock()
 
     async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+        full = [r for r in rows if _on_full_state(r)]
+        out = await self._dated(conn, [r for r in rows if not _on_full_state(r)])
+        if full:
+            out.update(await self._full_state(conn, full))
+        return out
+
+    async def _dated(self, conn: Any, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
+        if not rows:
+            return {}
         parsed, out = _occurrences(rows)
         wanted = {
             i: o
@@ -167,17 +264,111 @@ class ReminderHandler:
             out[row.scheduler_id] = revalidate_reminder(
                 occurrence, row.input_hash, settings.get(occurrence.setting_guid), source
             )
+        await self._address(
+            conn,
+            {
+                r.scheduler_id: (wanted[r.scheduler_id].setting_guid, _ref(r))
+                for r in rows
+                if r.scheduler_id in wanted
+            },
+            {ref: src.attributes for ref, src in sources.items()},
+            out,
+        )
         return out
+
+    async def _full_state(self, conn: Any, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
+        """Recurring and immediate rows, revalidated on the full setting and source states.
+        Recurring: the occurrence must still be one of the source date's; a valid one ensures
+        its successor (the next occurrence, same offset) in this transaction, so the chain
+        goes on without a source event or a scan. Immediate: the setting must still ask for
+        it and the source still have its date."""
+        parsed, out = _occurrences(rows)
+        wanted: dict[int, ReminderRecurringInput | ReminderImmediateInput] = {}
+        recurring = {r.scheduler_id for r in rows if r.trigger_type == TriggerType.RECURRING.value}
+        for i, o in parsed.items():
+            if i in recurring and type(o) is ReminderDateInput:
+                wanted[i] = as_recurring(o)
+            elif i not in recurring and isinstance(o, ReminderImmediateInput):
+                wanted[i] = o
+            else:
+                out[i] = Failure(UNKNOWN_KEY_FORMAT)
+        settings = await self.inputs.setting_states(conn, {o.setting_guid for o in wanted.values()})
+        sources = await self.inputs.source_states(
+            conn, {ref for r in rows if r.scheduler_id in wanted and (ref := _ref(r))[1].int}
+        )
+        zones = await self.inputs.unit_zones(conn, {s.business_unit_id for s in settings.values()})
+        following: list[SchedulerCandidate] = []
+        for row in rows:
+            occurrence = wanted.get(row.scheduler_id)
+            if occurrence is None:
+                continue
+            setting = settings.get(occurrence.setting_guid)
+            source = sources.get(_ref(row))
+            if isinstance(occurrence, ReminderImmediateInput):
+                out[row.scheduler_id] = revalidate_immediate(
+                    occurrence, row.input_hash, setting, source
+                )
+                continue
+            verdict = revalidate_recurring(occurrence, row.input_hash, setting, source)
+            out[row.scheduler_id] = verdict
+            zone = zones.get(setting.business_unit_id) if setting is not None else None
+            if verdict.kind is VerdictKind.VALID and setting and source and zone:
+                following += successors(setting, source, zone, occurrence)
+        if following:
+            await rows_ensure(conn, following, self.clock.now())
+        await self._address(
+            conn,
+            {i: (o.setting_guid, _ref(r)) for r in rows if (o := wanted.get(i := r.scheduler_id))},
+            {ref: src.attributes for ref, src in sources.items()},
+            out,
+        )
+        return out
+
+    async def _address(
+        self,
+        conn: Any,
+        targets: Mapping[int, tuple[UUID, tuple[str, UUID]]],
+        attributes: Mapping[tuple[str, UUID], Mapping[str, Any]],
+        out: dict[int, Outcome],
+    ) -> None:
+        """Resolve recipients, template and channels of the valid rows (one statement);
+        ``targets``: scheduler_id → (its setting, its source)."""
+        valid = {
+            i: t
+            for i, t in targets.items()
+            if isinstance(v := out.get(i), Verdict) and v.kind is VerdictKind.VALID
+        }
+        if not valid:
+            return
+        configs = await self.inputs.delivery_settings(conn, {g for g, _ in valid.values()})
+        for i, (setting_guid, source) in valid.items():
+            out[i] = Resolved(
+                VerdictKind.VALID,
+                delivery=resolve_delivery(
+                    configs.get(setting_guid),
+                    attributes.get(source, {}),
+                    self.recipients,
+                    self.delivery,
+                ),
+            )
+
+
+def _on_full_state(row: ClaimedRow) -> bool:
+    return row.trigger_type == TriggerType.RECURRING.value or is_immediate_key(row.scheduler_key)
+
+
+def _ref(row: ClaimedRow) -> tuple[str, UUID]:
+    return (row.source_type or "", row.source_guid or UUID(int=0))
 
 
 class ReportSubscriptionHandler:
     """Report runs: the subscription must still exist and be active."""
 
     automation_type = AutomationType.REPORT_SUBSCRIPTION
-    daily_retry = False
 
-    def __init__(self, inputs: AutomationInputs) -> None:
+    def __init__(self, inputs: AutomationInputs, *, daily_retry: bool = False) -> None:
         self.inputs = inputs
+        self.daily_retry = daily_retry
 
     async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
         parsed, out = _occurrences(rows)
@@ -199,7 +390,21 @@ class ReportSubscriptionHandler:
         return out
 
 
-def default_handlers(inputs: AutomationInputs | None = None) -> HandlerRegistry:
-    """The worker's registry: one handler per AutomationType over PostgreSQL."""
+def default_handlers(
+    inputs: AutomationInputs | None = None,
+    *,
+    daily_retry: Collection[AutomationType] = frozenset(),
+    clock: Clock | None = None,
+) -> HandlerRegistry:
+    """The worker's registry: one handler per AutomationType over PostgreSQL; the types in
+    ``daily_retry`` are approved as long-running (they retry daily after the ladder)."""
     port = inputs or PgAutomationInputs()
-    return HandlerRegistry([ReminderHandler(port), ReportSubscriptionHandler(port)])
+    approved = {AutomationType(t) for t in daily_retry}
+    return HandlerRegistry(
+        [
+            ReminderHandler(port, daily_retry=AutomationType.REMINDER in approved, clock=clock),
+            ReportSubscriptionHandler(
+                port, daily_retry=AutomationType.REPORT_SUBSCRIPTION in approved
+            ),
+        ]
+    )

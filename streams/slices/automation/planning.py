@@ -17,7 +17,7 @@ last sees the other two and ensures the rows (out-of-order arrival converges).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +32,13 @@ from streams.contracts.automation import (
     TriggerType,
 )
 from streams.domain.automation import SchedulerCandidate, norm_text, unique_by_key
+from streams.domain.automation_immediate import (
+    ImmediateNotificationProvider,
+    default_immediate,
+    immediate_reason,
+    is_immediate_key,
+)
+from streams.domain.automation_keys import ReminderImmediateInput, parse_scheduler_key
 from streams.domain.automation_reports import scheduled_runs
 from streams.domain.automation_revalidation import ReasonCode
 from streams.domain.automation_triggers import (
@@ -62,6 +69,14 @@ class Planned:
         return self
 
 
+def _immediate(key: str) -> ReminderImmediateInput | None:
+    try:
+        parsed = parse_scheduler_key(key)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, ReminderImmediateInput) else None
+
+
 def ref(source: SourceEntityChanged) -> SourceRef:
     return (norm_text(source.source_type), source.source_guid)
 
@@ -72,10 +87,14 @@ class Planner:
         rows: SchedulerRows,
         providers: ProviderRegistry,
         report_window: timedelta = timedelta(days=7),
+        immediate: Mapping[str, ImmediateNotificationProvider] | None = None,
     ) -> None:
         self.rows = rows
         self.providers = providers
         self.report_window = report_window
+        # IImmediateNotificationProvider by TriggerType: after the rows, "ensure immediate
+        # notification if needed" (an extra row due at once, its own key).
+        self.immediate = default_immediate() if immediate is None else immediate
 
     # --- reminders --------------------------------------------------------------------------
 
@@ -176,17 +195,18 @@ class Planner:
             if provider is None or zone is None:
                 continue  # no provider for the type, or the BU not known yet
             triple = (setting.setting_guid, *ref(source))
+            immediate = self.immediate.get(setting.trigger_type.value)
             try:
-                result = provider.evaluate(
-                    TriggerInput(
-                        setting,
-                        source,
-                        zone,
-                        as_of,
-                        memory.get(triple),
-                        dispatched.get(triple, frozenset()),
-                    )
+                trigger_input = TriggerInput(
+                    setting,
+                    source,
+                    zone,
+                    as_of,
+                    memory.get(triple),
+                    dispatched.get(triple, frozenset()),
                 )
+                result = provider.evaluate(trigger_input)
+                notes = immediate.notifications(trigger_input) if immediate else ()
             except (ValueError, OverflowError) as exc:
                 # A pair whose occurrence cannot be built (a date beyond the calendar, a key
                 # over 1024 characters) has no row; it must not refuse the whole message,
@@ -199,8 +219,8 @@ class Planner:
                     type(exc).__name__,
                 )
                 continue
-            valid |= result.valid
-            ensure += result.ensure
+            valid |= result.valid | {c.key for c in notes}
+            ensure += result.ensure + notes
             if result.memory is not None and result.memory != memory.get(triple):
                 new_memory[triple] = result.memory
         reasons: dict[str, str] = {}
@@ -215,6 +235,11 @@ class Planner:
             if invalidation is None:
                 continue
             active = row_source is not None and row_source.is_active
+            if is_immediate_key(r.scheduler_key):
+                reasons[r.scheduler_key] = immediate_reason(
+                    _immediate(r.scheduler_key), row_setting, active
+                ).value
+                continue
             reasons.update(invalidation.reasons([r.scheduler_key], row_setting, active))
         if horizon is not None:
             ensure = [c for c in ensure if c.scheduled_on <= horizon]

@@ -19,6 +19,8 @@ from streams.clock import Clock
 from streams.contracts import DISPATCH_REQUESTED
 from streams.contracts.automation import AutomationType, DispatchRequested, TriggerType
 from streams.domain.automation import DEFAULT_BACKOFF, SchedulerStatus, retry_plan
+from streams.domain.automation_delivery import Delivery
+from streams.domain.automation_immediate import is_immediate_key
 from streams.domain.automation_revalidation import Verdict, VerdictKind
 from streams.outbox.records import OutboxRecord, insert_many, record_for
 from streams.runtime import Runtime
@@ -29,6 +31,7 @@ from streams.slices.automation.handlers import (
     Failure,
     HandlerRegistry,
     Outcome,
+    delivery_of,
 )
 from streams.slices.automation.metrics import AutomationMetrics
 
@@ -76,8 +79,12 @@ class RunResult:
         return out
 
 
-def dispatch_event(row: ClaimedRow, requested_at: datetime) -> DispatchRequested:
-    """The DispatchRequested of a claimed row: identifiers and hashes only."""
+def dispatch_event(
+    row: ClaimedRow, requested_at: datetime, delivery: Delivery | None = None
+) -> DispatchRequested:
+    """The DispatchRequested of a claimed row: identifiers and hashes only, and what the
+    handler resolved at execution (recipients, template, channels)."""
+    resolved = delivery or Delivery()
     return DispatchRequested(
         scheduler_key=row.scheduler_key,
         automation_type=AutomationType(row.automation_type),
@@ -92,6 +99,10 @@ def dispatch_event(row: ClaimedRow, requested_at: datetime) -> DispatchRequested
         input_hash=row.input_hash,
         requested_at=requested_at,
         retry_count=row.retry_count,
+        recipient_user_ids=list(resolved.recipient_user_ids),
+        template_id=resolved.template_id,
+        delivery_channels=list(resolved.channels),
+        immediate=is_immediate_key(row.scheduler_key),
     )
 
 
@@ -261,7 +272,7 @@ class AutomationRunner:
                 try:
                     record = record_for(
                         DISPATCH_REQUESTED,
-                        dispatch_event(row, now),
+                        dispatch_event(row, now, delivery_of(outcome)),
                         topic_prefix=self.topic_prefix,
                         headers={"correlation-id": run_id},
                     )
