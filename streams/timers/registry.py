@@ -75,14 +75,18 @@ class TimerRegistry:
                 claim_retry=claim_retry,
             )
         )
+        self._stopping = asyncio.Event()
         self._executor = RunExecutor(
-            clock=self._clock, sleeper=self._sleeper, metrics=self._metrics, leases=self._leases
+            clock=self._clock,
+            sleeper=self._sleeper,
+            metrics=self._metrics,
+            leases=self._leases,
+            stopping=self._stopping.is_set,
         )
         self._entries: dict[str, ScheduleState] = {}
         self._frozen = False
         self._loaded = False
         self._started = False
-        self._stopping = asyncio.Event()
 
     # -- declaration -------------------------------------------------------------------------
 
