@@ -29,6 +29,9 @@ LEASE_MARGIN = timedelta(seconds=10)
 # Backoff between retries of a slot whose claim failed (store unavailable): first, at most.
 CLAIM_RETRY_FIRST = timedelta(seconds=1)
 CLAIM_RETRY_MAX = timedelta(seconds=30)
+# How often a cluster-once schedule looks for slots another worker released (a failure's
+# retry, a hand-back on a graceful stop) or abandoned, between its own fire times.
+RELEASED_POLL = timedelta(seconds=30)
 
 
 def claim_backoff(failures: int, first: timedelta = CLAIM_RETRY_FIRST) -> timedelta:
@@ -56,7 +59,9 @@ class SlotLeases:
         worker_id: str,
         lease_margin: timedelta = LEASE_MARGIN,
         claim_retry: timedelta = CLAIM_RETRY_FIRST,
+        released_poll: timedelta = RELEASED_POLL,
     ) -> None:
+        self._poll = released_poll
         self._store = store
         self._clock = clock
         self._metrics = metrics
@@ -272,7 +277,8 @@ class SlotLeases:
         not tried again."""
         spec = state.spec
         now = self._clock.now()
-        state.lease_check_at = None
+        # Look again after the poll (sooner when a lease runs out or a retry is due).
+        state.lease_check_at = now + self._poll
         try:
             return await self._store.unfinished_slots(
                 spec.name, reclaim_floor(spec, now), MAX_BACKLOG

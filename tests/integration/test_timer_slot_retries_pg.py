@@ -281,3 +281,45 @@ async def test_a_graceful_stop_hands_the_slot_back_to_another_worker(
         1,
         "w2",
     )
+
+
+async def test_a_running_worker_picks_up_a_handed_back_slot_within_its_poll(
+    pool: asyncpg.Pool,
+) -> None:
+    clock = ManualClock(T0 + timedelta(seconds=1))
+    sleeper = FakeSleeper(clock)
+    poll = timedelta(seconds=20)
+    w1 = registry(pool, clock, "w1", sleeper=sleeper, released_poll=poll)
+    gate = Gate()
+    w1.register(job(gate))
+    await w1.start()
+    await sleeper.advance_to(SLOT)
+    await asyncio.wait_for(gate.started.wait(), timeout=10)
+    # w2 comes up while w1 holds the slot (lease: 30 s + 10 s margin).
+    other = Flaky(failures=0)
+    w2 = registry(pool, clock, "w2", sleeper=sleeper, released_poll=poll)
+    w2.register(job(other))
+    await w2.start()
+    try:
+        await sleeper.advance(timedelta(seconds=1))
+        await asyncio.wait_for(w1.stop(timeout=0.1), timeout=10)
+        assert (await slot_row(pool))["released"]
+        # Not before w2's next look ...
+        await sleeper.advance(poll - timedelta(seconds=2))
+        assert other.calls == []
+        # ... which comes well before the old holder's lease would have run out.
+        await sleeper.advance(timedelta(seconds=1))
+        for _ in range(200):
+            if (await slot_row(pool))["finished"]:
+                break
+            await asyncio.sleep(0.01)
+        assert other.calls == [SLOT]
+        row = await slot_row(pool)
+        assert (row["finished"], row["result"], row["claimed_by"], row["handbacks"]) == (
+            True,
+            "ok",
+            "w2",
+            1,
+        )
+    finally:
+        await w2.stop(timeout=5)
