@@ -65,6 +65,11 @@ class TimerRepository:
             rows = await self._db.fetch(sql("timer_slot_unfinished"), name, since, limit)
         return [(r["slot"], r["lease_expires_at"]) for r in rows]
 
+    async def give_up_released(self, name: str, before: datetime) -> list[datetime]:
+        async with translating():
+            rows = await self._db.fetch(sql("timer_slot_give_up_released"), name, before)
+        return [r["slot"] for r in rows]
+
     async def slot_attempts(self, name: str, slot: datetime, run_id: str) -> int | None:
         async with translating():
             attempts = await self._db.fetchval(sql("timer_slot_attempts"), name, slot, run_id)

@@ -31,6 +31,14 @@ WHERE name = $1 AND finished_at IS NULL AND slot >= $2 AND lease_expires_at IS N
 ORDER BY slot
 LIMIT $3;
 
+-- name: timer_slot_give_up_released
+-- Released slots of one schedule older than $2 (the retry window's floor) are final: their
+-- last result stands. Each row is returned to exactly one caller, so it is counted once.
+UPDATE ops.timer_slots
+SET finished_at = now(), released_at = NULL, next_attempt_at = NULL
+WHERE name = $1 AND slot < $2 AND finished_at IS NULL AND released_at IS NOT NULL
+RETURNING slot;
+
 -- name: timer_slot_attempts
 -- Attempts that ended so far, for the holder of run $3 deciding whether its failure retries.
 SELECT attempts FROM ops.timer_slots WHERE name = $1 AND slot = $2 AND run_id = $3;

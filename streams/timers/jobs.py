@@ -62,6 +62,9 @@ class RuntimeTimerStore:
     async def advance_state(self, name: str, slot: datetime, worker: str) -> None:
         await (await self._repo()).advance_state(name, slot, worker)
 
+    async def give_up_released(self, name: str, before: datetime) -> list[datetime]:
+        return await (await self._repo()).give_up_released(name, before)
+
     async def slot_attempts(self, name: str, slot: datetime, run_id: str) -> int | None:
         return await (await self._repo()).slot_attempts(name, slot, run_id)
 

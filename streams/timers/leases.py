@@ -274,15 +274,19 @@ class SlotLeases:
         """(slot, lease) of the schedule's unfinished slots still worth running, oldest first:
         a dead claimant's, and released ones (their lease is their next attempt). The retry
         window is the misfire policy's (reclaim_floor): a released slot older than it is
-        not tried again."""
+        finished with its last result and counted as given up."""
         spec = state.spec
         now = self._clock.now()
         # Look again after the poll (sooner when a lease runs out or a retry is due).
         state.lease_check_at = now + self._poll
+        floor = reclaim_floor(spec, now)
         try:
-            return await self._store.unfinished_slots(
-                spec.name, reclaim_floor(spec, now), MAX_BACKLOG
-            )
+            for slot in await self._store.give_up_released(spec.name, floor):
+                # Released, and its retry window passed before an attempt succeeded.
+                state.stats.given_up += 1
+                self._metrics.given_up.labels(schedule=spec.name).inc()
+                event(logging.ERROR, "timer_slot_given_up", schedule=spec.name, slot=slot)
+            return await self._store.unfinished_slots(spec.name, floor, MAX_BACKLOG)
         except Exception as exc:
             event(
                 logging.WARNING,

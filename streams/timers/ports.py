@@ -54,6 +54,11 @@ class TimerStore(Protocol):
         """Remember ``slot`` as the latest started slot of ``name`` (never moves backwards)."""
         ...
 
+    async def give_up_released(self, name: str, before: datetime) -> list[datetime]:
+        """Finish the released slots of ``name`` older than ``before`` (past their retry
+        window) with their last result; each slot is returned to one caller only."""
+        ...
+
     async def slot_attempts(self, name: str, slot: datetime, run_id: str) -> int | None:
         """Attempts of (name, slot) that ended so far; None unless run ``run_id`` holds it."""
         ...

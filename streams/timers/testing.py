@@ -97,6 +97,14 @@ class InMemoryTimerStore:
         if name not in self.state or self.state[name] < slot:
             self.state[name] = slot
 
+    async def give_up_released(self, name: str, before: datetime) -> list[datetime]:
+        gone = []
+        for (n, slot), claim in self.slots.items():
+            if n == name and slot < before and claim.released and not claim.finished:
+                claim.finished, claim.released = True, False
+                gone.append(slot)
+        return sorted(gone)
+
     async def slot_attempts(self, name: str, slot: datetime, run_id: str) -> int | None:
         claim = self.slots.get((name, slot))
         return claim.attempts if claim is not None and claim.run_id == run_id else None

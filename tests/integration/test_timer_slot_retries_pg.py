@@ -184,7 +184,9 @@ async def test_the_attempt_bound_makes_the_slot_final_failed(pool: asyncpg.Pool)
     assert len(handler.calls) == 2
 
 
-async def test_a_released_slot_is_not_retried_past_its_misfire_window(pool: asyncpg.Pool) -> None:
+async def test_a_released_slot_past_its_misfire_window_is_given_up_not_retried(
+    pool: asyncpg.Pool,
+) -> None:
     # skip: a released slot is retried until the next slot fires, not after (that one does
     # the work); the retry window is the takeover's (reclaim_floor).
     clock = ManualClock(T0 + timedelta(seconds=1))
@@ -199,7 +201,15 @@ async def test_a_released_slot_is_not_retried_past_its_misfire_window(pool: asyn
     records = await reg.run_due()
     assert [(r.slot, r.result) for r in records] == []  # the next slot is missed (skip)
     assert handler.calls == [SLOT]
-    assert (await slot_row(pool))["released"]
+    # Final with its last result, and counted as given up.
+    row = await slot_row(pool)
+    assert (row["finished"], row["released"], row["result"], row["attempts"]) == (
+        True,
+        False,
+        "failed",
+        1,
+    )
+    assert counts(reg)["given_up"] == 1
 
 
 async def test_a_released_slot_is_claimable_by_a_manual_run_before_its_backoff(
