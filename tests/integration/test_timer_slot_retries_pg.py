@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from db.queries import sql
 from db.timers import TimerRepository
 from streams.clock import ManualClock
 from streams.timers import HandBack, Misfire, Mode, Schedule, TimerRegistry
@@ -333,3 +334,12 @@ async def test_a_running_worker_picks_up_a_handed_back_slot_within_its_poll(
         )
     finally:
         await w2.stop(timeout=5)
+
+
+async def test_giving_up_released_slots_reads_the_unfinished_index(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        plan = await conn.fetchval(
+            "EXPLAIN (FORMAT JSON) " + sql("timer_slot_give_up_released"), "job", SLOT
+        )
+    assert "ix_timer_slots_unfinished" in str(plan)
