@@ -42,10 +42,19 @@ class TimerRepository:
         run_id: str,
         lease_expires_at: datetime,
         now: datetime,
+        *,
+        released: bool = False,
     ) -> bool:
         async with translating():
             won = await self._db.fetchval(
-                sql("timer_slot_reclaim"), name, slot, claimed_by, run_id, lease_expires_at, now
+                sql("timer_slot_reclaim"),
+                name,
+                slot,
+                claimed_by,
+                run_id,
+                lease_expires_at,
+                now,
+                released,
             )
         return won is not None
 
@@ -56,12 +65,54 @@ class TimerRepository:
             rows = await self._db.fetch(sql("timer_slot_unfinished"), name, since, limit)
         return [(r["slot"], r["lease_expires_at"]) for r in rows]
 
+    async def give_up_released(self, name: str, before: datetime) -> list[datetime]:
+        async with translating():
+            rows = await self._db.fetch(sql("timer_slot_give_up_released"), name, before)
+        return [r["slot"] for r in rows]
+
+    async def slot_attempts(self, name: str, slot: datetime, run_id: str) -> int | None:
+        async with translating():
+            attempts = await self._db.fetchval(sql("timer_slot_attempts"), name, slot, run_id)
+        return None if attempts is None else int(attempts)
+
     async def finish_slot(
-        self, name: str, slot: datetime, run_id: str, result: str, duration_seconds: float
+        self,
+        name: str,
+        slot: datetime,
+        run_id: str,
+        result: str,
+        duration_seconds: float,
+        error: str | None = None,
     ) -> bool:
         async with translating():
             owned = await self._db.fetchval(
-                sql("timer_slot_finish"), name, slot, run_id, result, duration_seconds
+                sql("timer_slot_finish"), name, slot, run_id, result, duration_seconds, error
+            )
+        return owned is not None
+
+    async def release_slot(
+        self,
+        name: str,
+        slot: datetime,
+        run_id: str,
+        result: str,
+        duration_seconds: float,
+        next_attempt_at: datetime,
+        *,
+        counted: bool,
+        error: str | None,
+    ) -> bool:
+        async with translating():
+            owned = await self._db.fetchval(
+                sql("timer_slot_release"),
+                name,
+                slot,
+                run_id,
+                result,
+                duration_seconds,
+                next_attempt_at,
+                counted,
+                error,
             )
         return owned is not None
 

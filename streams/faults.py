@@ -2,7 +2,9 @@
 
 ``STREAMS_FAULT=<point>[:<n>]`` makes the n-th (default first) pass through ``hit(point)``
 SIGKILL the process, as an OOM kill or a power cut would, between two steps that are
-otherwise never separated. Unset (production), ``hit`` is one dictionary lookup.
+otherwise never separated. ``STREAMS_FAULT_RAISE=<point>[:<n>]`` makes that pass raise
+InjectedFault instead (a transient failure the process survives). Unset (production),
+``hit`` is one dictionary lookup.
 """
 
 from __future__ import annotations
@@ -16,8 +18,14 @@ POINTS = frozenset(
         "applier.after_commit",
         # The document-expiry owner worker committed owners and has not yet written its cache.
         "expiry_owners.after_commit",
+        # The document-expiry run is about to hand a batch of owners to the fan-out.
+        "expiry_run.fanout",
     }
 )
+
+
+class InjectedFault(RuntimeError):
+    """Raised at an armed point under STREAMS_FAULT_RAISE."""
 
 
 def _parse(spec: str) -> tuple[str, int] | None:
@@ -33,11 +41,17 @@ def _parse(spec: str) -> tuple[str, int] | None:
 
 
 _armed = _parse(os.environ.get("STREAMS_FAULT", ""))
+_raising = _parse(os.environ.get("STREAMS_FAULT_RAISE", ""))
 _passes: dict[str, int] = {}
 
 
 def hit(point: str) -> None:
     """Die here if this point is armed and this is its n-th pass."""
+    if _raising is not None and _raising[0] == point:
+        _passes[point] = seen = _passes.get(point, 0) + 1
+        if seen == _raising[1]:
+            raise InjectedFault(f"injected fault at {point}")
+        return
     if _armed is None or _armed[0] != point:
         return
     _passes[point] = seen = _passes.get(point, 0) + 1

@@ -3,6 +3,7 @@
 from streams.timers.metrics import TimerMetrics
 from streams.timers.ports import ClockSleeper, Sleeper, TimerStore
 from streams.timers.registry import TimerRegistry
+from streams.timers.retries import HandBack, RetryPolicy
 from streams.timers.runs import RunRecord, summarize
 from streams.timers.schedule import (
     Handler,
@@ -28,11 +29,13 @@ from streams.timers.slots import (
 __all__ = [
     "Cadence",
     "ClockSleeper",
+    "HandBack",
     "Handler",
     "Misfire",
     "Mode",
     "RegistrationError",
     "ResolvedSchedule",
+    "RetryPolicy",
     "RunRecord",
     "Schedule",
     "Sleeper",

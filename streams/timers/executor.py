@@ -11,10 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from streams.clock import Clock
-from streams.timers.leases import SlotLeases
+from streams.timers.leases import ClaimResult, SlotLeases
 from streams.timers.logfmt import event
 from streams.timers.metrics import TimerMetrics
 from streams.timers.ports import Sleeper
+from streams.timers.retries import HandBack
 from streams.timers.runs import RunRecord, summarize
 from streams.timers.schedule import Handler, Mode, ResolvedSchedule
 from streams.timers.state import ScheduleState
@@ -28,6 +29,11 @@ class Outcome:
     result: str
     value: object = None
     error: str | None = None
+    # What ops.timer_slots keeps of a run that did not end ok: the exception class, or
+    # timeout / cancelled (never the message: driver errors carry DETAIL text).
+    error_class: str | None = None
+    # The handler gave its slot back unfinished (HandBack): not an attempt.
+    handed_back: bool = False
 
 
 async def invoke(
@@ -72,14 +78,25 @@ async def invoke(
             max_duration=spec.max_duration.total_seconds(),
         )
         return Outcome(
-            "timeout", error=f"exceeded max duration {spec.max_duration.total_seconds():g}s"
+            "timeout",
+            error=f"exceeded max duration {spec.max_duration.total_seconds():g}s",
+            error_class="timeout",
         )
     if task.cancelled():
-        return Outcome("cancelled", error="cancelled (shutdown)")
+        return Outcome("cancelled", error="cancelled (shutdown)", error_class="cancelled")
     exc = task.exception()
+    if isinstance(exc, HandBack):
+        event(logging.INFO, "timer_run_handed_back", schedule=spec.name, run_id=run_id)
+        return Outcome(
+            "cancelled", error="handed back (stopping)", error_class="HandBack", handed_back=True
+        )
     if exc is not None:
         event(logging.ERROR, "timer_run_failed", schedule=spec.name, run_id=run_id, exc_info=exc)
-        return Outcome("failed", error=f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS])
+        return Outcome(
+            "failed",
+            error=f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS],
+            error_class=type(exc).__name__,
+        )
     return Outcome("ok", task.result())
 
 
@@ -97,7 +114,9 @@ class RunExecutor:
         sleeper: Sleeper,
         metrics: TimerMetrics,
         leases: SlotLeases | None,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
+        self._stopping = stopping
         self._clock = clock
         self._sleeper = sleeper
         self._metrics = metrics
@@ -121,6 +140,9 @@ class RunExecutor:
         if once and not claimed:
             assert self._leases is not None and slot is not None
             claim = await self._leases.claim(state, slot, run_id)
+            if not claim.won and claim.error is None and kind == "manual":
+                # A slot released after a failure is the operator's to run now.
+                claim = ClaimResult(await self._leases.retake(state, slot, run_id))
             if not claim.won:
                 if claim.error is not None:
                     self._ended(state, "failed", None, claim.error, None)
@@ -146,7 +168,16 @@ class RunExecutor:
         self._metrics.duration.labels(schedule=name).observe(duration)
         if once:
             assert self._leases is not None and slot is not None
-            await self._leases.finish(state, slot, run_id, result, duration)
+            await self._leases.finish(
+                state,
+                slot,
+                run_id,
+                result,
+                duration,
+                error=outcome.error_class,
+                stopping=self._stopping(),
+                handed_back=outcome.handed_back,
+            )
         event(
             logging.DEBUG if result == "ok" else logging.WARNING,
             "timer_run_end",

@@ -46,9 +46,13 @@ class RuntimeTimerStore:
         run_id: str,
         lease_expires_at: datetime,
         now: datetime,
+        *,
+        released: bool = False,
     ) -> bool:
         repo = await self._repo()
-        return await repo.reclaim_slot(name, slot, claimed_by, run_id, lease_expires_at, now)
+        return await repo.reclaim_slot(
+            name, slot, claimed_by, run_id, lease_expires_at, now, released=released
+        )
 
     async def unfinished_slots(
         self, name: str, since: datetime, limit: int
@@ -58,11 +62,47 @@ class RuntimeTimerStore:
     async def advance_state(self, name: str, slot: datetime, worker: str) -> None:
         await (await self._repo()).advance_state(name, slot, worker)
 
+    async def give_up_released(self, name: str, before: datetime) -> list[datetime]:
+        return await (await self._repo()).give_up_released(name, before)
+
+    async def slot_attempts(self, name: str, slot: datetime, run_id: str) -> int | None:
+        return await (await self._repo()).slot_attempts(name, slot, run_id)
+
     async def finish_slot(
-        self, name: str, slot: datetime, run_id: str, result: str, duration_seconds: float
+        self,
+        name: str,
+        slot: datetime,
+        run_id: str,
+        result: str,
+        duration_seconds: float,
+        error: str | None = None,
     ) -> bool:
         repo = await self._repo()
-        return await repo.finish_slot(name, slot, run_id, result, duration_seconds)
+        return await repo.finish_slot(name, slot, run_id, result, duration_seconds, error)
+
+    async def release_slot(
+        self,
+        name: str,
+        slot: datetime,
+        run_id: str,
+        result: str,
+        duration_seconds: float,
+        next_attempt_at: datetime,
+        *,
+        counted: bool,
+        error: str | None,
+    ) -> bool:
+        repo = await self._repo()
+        return await repo.release_slot(
+            name,
+            slot,
+            run_id,
+            result,
+            duration_seconds,
+            next_attempt_at,
+            counted=counted,
+            error=error,
+        )
 
     async def prune_slots(self, before: datetime, limit: int) -> int:
         return await (await self._repo()).prune_slots(before, limit)

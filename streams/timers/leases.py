@@ -19,6 +19,7 @@ from streams.timers.logfmt import event
 from streams.timers.metrics import TimerMetrics
 from streams.timers.misfire import MAX_BACKLOG, reclaim_floor
 from streams.timers.ports import TimerStore
+from streams.timers.retries import SlotEnd, slot_end
 from streams.timers.schedule import ResolvedSchedule
 from streams.timers.state import ScheduleState
 
@@ -28,6 +29,9 @@ LEASE_MARGIN = timedelta(seconds=10)
 # Backoff between retries of a slot whose claim failed (store unavailable): first, at most.
 CLAIM_RETRY_FIRST = timedelta(seconds=1)
 CLAIM_RETRY_MAX = timedelta(seconds=30)
+# How often a cluster-once schedule looks for slots another worker released (a failure's
+# retry, a hand-back on a graceful stop) or abandoned, between its own fire times.
+RELEASED_POLL = timedelta(seconds=30)
 
 
 def claim_backoff(failures: int, first: timedelta = CLAIM_RETRY_FIRST) -> timedelta:
@@ -55,7 +59,9 @@ class SlotLeases:
         worker_id: str,
         lease_margin: timedelta = LEASE_MARGIN,
         claim_retry: timedelta = CLAIM_RETRY_FIRST,
+        released_poll: timedelta = RELEASED_POLL,
     ) -> None:
+        self._poll = released_poll
         self._store = store
         self._clock = clock
         self._metrics = metrics
@@ -119,12 +125,40 @@ class SlotLeases:
             )
 
     async def finish(
-        self, state: ScheduleState, slot: datetime, run_id: str, result: str, duration: float
-    ) -> None:
-        """Record the end of run ``run_id``, unless its slot was taken over meanwhile."""
+        self,
+        state: ScheduleState,
+        slot: datetime,
+        run_id: str,
+        result: str,
+        duration: float,
+        *,
+        error: str | None = None,
+        stopping: bool = False,
+        handed_back: bool = False,
+    ) -> SlotEnd | None:
+        """Record the end of run ``run_id``, unless its slot was taken over meanwhile: final
+        (ok, or the attempt bound reached), or released for another attempt after the
+        backoff, or handed back at once on a graceful stop (``error``: the error class)."""
         name = state.spec.name
         try:
-            owned = await self._store.finish_slot(name, slot, run_id, result, duration)
+            if result == "ok":
+                end: SlotEnd | None = SlotEnd(True, True, 0)
+                owned = await self._store.finish_slot(name, slot, run_id, result, duration)
+            else:
+                attempts = await self._store.slot_attempts(name, slot, run_id)
+                end = None
+                if attempts is not None:
+                    end = slot_end(
+                        result,
+                        attempts,
+                        state.spec.retry,
+                        self._clock.now(),
+                        stopping=stopping,
+                        handed_back=handed_back,
+                    )
+                    owned = await self._end(state, slot, run_id, result, duration, end, error)
+                else:
+                    owned = False
         except Exception as exc:
             event(
                 logging.WARNING,
@@ -133,7 +167,7 @@ class SlotLeases:
                 run_id=run_id,
                 error=type(exc).__name__,
             )
-            return
+            return None
         if not owned:
             # Our lease ran out (paused or too slow) and another worker took the slot over:
             # its record stands, ours is not written.
@@ -147,16 +181,112 @@ class SlotLeases:
                 slot=slot,
                 result=result,
             )
+            return None
+        return end
+
+    async def _end(
+        self,
+        state: ScheduleState,
+        slot: datetime,
+        run_id: str,
+        result: str,
+        duration: float,
+        end: SlotEnd,
+        error: str | None,
+    ) -> bool:
+        name = state.spec.name
+        if end.final:
+            owned = await self._store.finish_slot(name, slot, run_id, result, duration, error)
+            if owned and end.given_up:
+                state.stats.given_up += 1
+                self._metrics.given_up.labels(schedule=name).inc()
+                event(
+                    logging.ERROR,
+                    "timer_slot_given_up",
+                    schedule=name,
+                    slot=slot,
+                    run_id=run_id,
+                    result=result,
+                    attempts=end.attempts,
+                    error=error,
+                )
+            return owned
+        assert end.next_attempt_at is not None
+        owned = await self._store.release_slot(
+            name,
+            slot,
+            run_id,
+            result,
+            duration,
+            end.next_attempt_at,
+            counted=end.counted,
+            error=error,
+        )
+        if not owned:
+            return False
+        if end.counted:
+            state.stats.retries += 1
+            self._metrics.retries.labels(schedule=name).inc()
+        else:
+            state.stats.handed_back += 1
+            self._metrics.handbacks.labels(schedule=name).inc()
+        # Look for the released slot again when its next attempt is due.
+        if state.lease_check_at is None or end.next_attempt_at < state.lease_check_at:
+            state.lease_check_at = end.next_attempt_at
+        event(
+            logging.WARNING,
+            "timer_slot_handed_back" if end.handed_back else "timer_slot_released",
+            schedule=name,
+            slot=slot,
+            run_id=run_id,
+            result=result,
+            attempts=end.attempts,
+            next_attempt_at=end.next_attempt_at,
+            error=error,
+        )
+        return True
+
+    async def retake(self, state: ScheduleState, slot: datetime, run_id: str) -> bool:
+        """Claim ``slot`` if it is released (waiting for its next attempt), before its backoff:
+        an operator's manual run of a slot that failed. False when it is held or finished."""
+        now = self._clock.now()
+        try:
+            return await self._store.reclaim_slot(
+                state.spec.name,
+                slot,
+                self._worker_id,
+                run_id,
+                self.lease(state.spec),
+                now,
+                released=True,
+            )
+        except Exception as exc:
+            event(
+                logging.WARNING,
+                "timer_reclaim_failed",
+                schedule=state.spec.name,
+                slot=slot,
+                error=type(exc).__name__,
+            )
+            return False
 
     async def unfinished(self, state: ScheduleState) -> list[tuple[datetime, datetime]]:
-        """(slot, lease) of the schedule's unfinished slots still worth running, oldest first."""
+        """(slot, lease) of the schedule's unfinished slots still worth running, oldest first:
+        a dead claimant's, and released ones (their lease is their next attempt). The retry
+        window is the misfire policy's (reclaim_floor): a released slot older than it is
+        finished with its last result and counted as given up."""
         spec = state.spec
         now = self._clock.now()
-        state.lease_check_at = None
+        # Look again after the poll (sooner when a lease runs out or a retry is due).
+        state.lease_check_at = now + self._poll
+        floor = reclaim_floor(spec, now)
         try:
-            return await self._store.unfinished_slots(
-                spec.name, reclaim_floor(spec, now), MAX_BACKLOG
-            )
+            for slot in await self._store.give_up_released(spec.name, floor):
+                # Released, and its retry window passed before an attempt succeeded.
+                state.stats.given_up += 1
+                self._metrics.given_up.labels(schedule=spec.name).inc()
+                event(logging.ERROR, "timer_slot_given_up", schedule=spec.name, slot=slot)
+            return await self._store.unfinished_slots(spec.name, floor, MAX_BACKLOG)
         except Exception as exc:
             event(
                 logging.WARNING,

@@ -76,6 +76,26 @@ class TimerMetrics:
             registry=registry,
         )
 
+        self.retries = Counter(
+            "timer_slot_retries_total",
+            "Cluster-once slots released after a failed, timed-out or cancelled run, for "
+            "another attempt after a backoff",
+            ["schedule"],
+            registry=registry,
+        )
+        self.handbacks = Counter(
+            "timer_slot_handbacks_total",
+            "Cluster-once slots handed back unfinished on a graceful stop (no attempt counted)",
+            ["schedule"],
+            registry=registry,
+        )
+        self.given_up = Counter(
+            "timer_slots_given_up_total",
+            "Cluster-once slots finished failed after their last attempt (the day is lost)",
+            ["schedule"],
+            registry=registry,
+        )
+
     def prime(self, schedule: str) -> None:
         """Create every series of a schedule at zero so dashboards and rate() see it at once."""
         for result in RESULTS:
@@ -88,3 +108,6 @@ class TimerMetrics:
         self.takeovers.labels(schedule=schedule)
         self.lease_lost.labels(schedule=schedule)
         self.claim_retries.labels(schedule=schedule)
+        self.retries.labels(schedule=schedule)
+        self.handbacks.labels(schedule=schedule)
+        self.given_up.labels(schedule=schedule)

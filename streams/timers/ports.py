@@ -35,9 +35,12 @@ class TimerStore(Protocol):
         run_id: str,
         lease_expires_at: datetime,
         now: datetime,
+        *,
+        released: bool = False,
     ) -> bool:
-        """Take over (name, slot) if its run never finished and its lease ran out by ``now``:
-        True for at most one caller."""
+        """Take over (name, slot) if its run never finished and its lease ran out by ``now``
+        (a released slot's lease is its next attempt), or with ``released`` any released
+        slot: True for at most one caller."""
         ...
 
     async def unfinished_slots(
@@ -51,10 +54,42 @@ class TimerStore(Protocol):
         """Remember ``slot`` as the latest started slot of ``name`` (never moves backwards)."""
         ...
 
+    async def give_up_released(self, name: str, before: datetime) -> list[datetime]:
+        """Finish the released slots of ``name`` older than ``before`` (past their retry
+        window) with their last result; each slot is returned to one caller only."""
+        ...
+
+    async def slot_attempts(self, name: str, slot: datetime, run_id: str) -> int | None:
+        """Attempts of (name, slot) that ended so far; None unless run ``run_id`` holds it."""
+        ...
+
     async def finish_slot(
-        self, name: str, slot: datetime, run_id: str, result: str, duration_seconds: float
+        self,
+        name: str,
+        slot: datetime,
+        run_id: str,
+        result: str,
+        duration_seconds: float,
+        error: str | None = None,
     ) -> bool:
-        """Record the end of run ``run_id``; False when the slot was taken over meanwhile."""
+        """Record the final end of run ``run_id`` (one more attempt); False when the slot was
+        taken over meanwhile."""
+        ...
+
+    async def release_slot(
+        self,
+        name: str,
+        slot: datetime,
+        run_id: str,
+        result: str,
+        duration_seconds: float,
+        next_attempt_at: datetime,
+        *,
+        counted: bool,
+        error: str | None,
+    ) -> bool:
+        """Leave (name, slot) unfinished and unheld until ``next_attempt_at`` (an attempt
+        more when ``counted``); False when run ``run_id`` no longer holds it."""
         ...
 
     async def prune_slots(self, before: datetime, limit: int) -> int: ...

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from streams.clock import Clock, SystemClock
 from streams.timers import slots
 from streams.timers.executor import RunExecutor
-from streams.timers.leases import CLAIM_RETRY_FIRST, LEASE_MARGIN, SlotLeases
+from streams.timers.leases import CLAIM_RETRY_FIRST, LEASE_MARGIN, RELEASED_POLL, SlotLeases
 from streams.timers.logfmt import event
 from streams.timers.metrics import TimerMetrics
 from streams.timers.misfire import PlannedRun
@@ -54,6 +54,7 @@ class TimerRegistry:
         tick_tolerance: timedelta = timedelta(0),
         lease_margin: timedelta = LEASE_MARGIN,
         claim_retry: timedelta = CLAIM_RETRY_FIRST,
+        released_poll: timedelta = RELEASED_POLL,
     ) -> None:
         self._clock: Clock = clock or SystemClock()
         self._sleeper: Sleeper = sleeper or ClockSleeper(self._clock)
@@ -73,16 +74,21 @@ class TimerRegistry:
                 worker_id=self.worker_id,
                 lease_margin=lease_margin,
                 claim_retry=claim_retry,
+                released_poll=released_poll,
             )
         )
+        self._stopping = asyncio.Event()
         self._executor = RunExecutor(
-            clock=self._clock, sleeper=self._sleeper, metrics=self._metrics, leases=self._leases
+            clock=self._clock,
+            sleeper=self._sleeper,
+            metrics=self._metrics,
+            leases=self._leases,
+            stopping=self._stopping.is_set,
         )
         self._entries: dict[str, ScheduleState] = {}
         self._frozen = False
         self._loaded = False
         self._started = False
-        self._stopping = asyncio.Event()
 
     # -- declaration -------------------------------------------------------------------------
 

@@ -45,6 +45,11 @@ class RunStats:
     claim_retries: int = 0
     reclaimed: int = 0
     lease_lost: int = 0
+    # Cluster-once slots released for another attempt, handed back on a graceful stop, and
+    # given up (the attempt bound reached).
+    retries: int = 0
+    handed_back: int = 0
+    given_up: int = 0
     last_slot: datetime | None = None
     last_started_at: datetime | None = None
     last_duration_seconds: float | None = None
@@ -86,6 +91,9 @@ class RunStats:
             "claim_retries": self.claim_retries,
             "reclaimed": self.reclaimed,
             "lease_lost": self.lease_lost,
+            "retries": self.retries,
+            "handed_back": self.handed_back,
+            "given_up": self.given_up,
         }
 
 

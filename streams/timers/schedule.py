@@ -6,7 +6,7 @@ import inspect
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
@@ -14,6 +14,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
+from streams.timers.retries import (
+    DEFAULT_ATTEMPTS,
+    DEFAULT_BACKOFF,
+    MAX_ATTEMPTS,
+    MAX_BACKOFF,
+    RetryPolicy,
+)
 from streams.timers.slots import Cadence, min_period, next_fire
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
@@ -65,7 +72,8 @@ class Schedule:
 
     Env overrides (all optional): ``<PREFIX>INTERVAL_SECONDS``, ``<PREFIX>CRON``,
     ``<PREFIX>TIMEZONE``, ``<PREFIX>MAX_DURATION_SECONDS``, ``<PREFIX>ENABLED``,
-    ``<PREFIX>MISFIRE``, ``<PREFIX>CATCH_UP_WINDOW_SECONDS``, ``<PREFIX>MISFIRE_GRACE_SECONDS``.
+    ``<PREFIX>MISFIRE``, ``<PREFIX>CATCH_UP_WINDOW_SECONDS``, ``<PREFIX>MISFIRE_GRACE_SECONDS``,
+    ``<PREFIX>RETRY_ATTEMPTS``, ``<PREFIX>RETRY_BACKOFF_SECONDS``.
     """
 
     name: str
@@ -87,6 +95,10 @@ class Schedule:
     # Runs in the worker's timer process (its own event loop and core, away from the
     # agents' input batches) when the worker has one: for timers with a lateness target.
     isolated: bool = False
+    # Cluster-once: attempts of one slot in all (a failed, timed-out or cancelled run is
+    # retried after the backoff, doubling), within the misfire policy's retry window.
+    retry_attempts: int = DEFAULT_ATTEMPTS
+    retry_backoff: timedelta = DEFAULT_BACKOFF
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,7 @@ class ResolvedSchedule:
     enabled: bool
     settings_prefix: str | None
     isolated: bool = False
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 class _Settings:
@@ -146,6 +159,15 @@ class _Settings:
         if not math.isfinite(seconds):
             raise self.fail(field, suffix, f"not a finite number of seconds: {value!r}")
         return timedelta(seconds=seconds)
+
+    def integer(self, field: str, suffix: str, default: int) -> int:
+        value = self.raw(suffix)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise self.fail(field, suffix, f"not an integer: {value!r}") from None
 
     def text(self, suffix: str, default: str | None) -> str | None:
         value = self.raw(suffix)
@@ -294,6 +316,20 @@ def resolve(
             f"must be > 0 and at most the period ({period.total_seconds():g}s)",
         )
 
+    attempts = env.integer("retry_attempts", "RETRY_ATTEMPTS", schedule.retry_attempts)
+    if not 1 <= attempts <= MAX_ATTEMPTS:
+        raise env.fail(
+            "retry_attempts", "RETRY_ATTEMPTS", f"must be in 1..{MAX_ATTEMPTS}, got {attempts}"
+        )
+    backoff = env.seconds("retry_backoff", "RETRY_BACKOFF_SECONDS", schedule.retry_backoff)
+    assert backoff is not None
+    if not timedelta(0) <= backoff <= MAX_BACKOFF:
+        raise env.fail(
+            "retry_backoff",
+            "RETRY_BACKOFF_SECONDS",
+            f"must be >= 0 and at most {MAX_BACKOFF.total_seconds():g}s",
+        )
+
     return ResolvedSchedule(
         name=name,
         handler=_handler(schedule, handlers),
@@ -306,4 +342,5 @@ def resolve(
         enabled=enabled,
         settings_prefix=prefix,
         isolated=schedule.isolated,
+        retry=RetryPolicy(attempts, backoff),
     )

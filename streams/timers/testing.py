@@ -19,6 +19,11 @@ class Claim:
     lease_expires_at: datetime | None
     result: str | None = None
     takeovers: int = 0
+    attempts: int = 0
+    handbacks: int = 0
+    released: bool = False
+    finished: bool = False
+    last_error: str | None = None
 
 
 class InMemoryTimerStore:
@@ -34,7 +39,7 @@ class InMemoryTimerStore:
 
     @property
     def finished(self) -> dict[tuple[str, datetime], str]:
-        return {k: c.result for k, c in self.slots.items() if c.result is not None}
+        return {k: c.result for k, c in self.slots.items() if c.finished and c.result is not None}
 
     async def last_slots(self, names: Sequence[str]) -> dict[str, datetime]:
         return {n: self.state[n] for n in names if n in self.state}
@@ -60,21 +65,22 @@ class InMemoryTimerStore:
         run_id: str,
         lease_expires_at: datetime,
         now: datetime,
+        *,
+        released: bool = False,
     ) -> bool:
         claim = self.slots.get((name, slot))
-        if (
-            claim is None
-            or claim.result is not None
-            or claim.lease_expires_at is None
-            or claim.lease_expires_at > now
-        ):
+        if claim is None or claim.finished or claim.lease_expires_at is None:
+            return False
+        if claim.lease_expires_at > now and not (released and claim.released):
             return False
         claim.claimed_by, claim.run_id, claim.lease_expires_at = (
             claimed_by,
             run_id,
             lease_expires_at,
         )
-        claim.takeovers += 1
+        if not claim.released:
+            claim.takeovers += 1
+        claim.released = False
         return True
 
     async def unfinished_slots(
@@ -83,7 +89,7 @@ class InMemoryTimerStore:
         found = sorted(
             (slot, c.lease_expires_at)
             for (n, slot), c in self.slots.items()
-            if n == name and slot >= since and c.result is None and c.lease_expires_at is not None
+            if n == name and slot >= since and not c.finished and c.lease_expires_at is not None
         )
         return found[:limit]
 
@@ -91,13 +97,56 @@ class InMemoryTimerStore:
         if name not in self.state or self.state[name] < slot:
             self.state[name] = slot
 
+    async def give_up_released(self, name: str, before: datetime) -> list[datetime]:
+        gone = []
+        for (n, slot), claim in self.slots.items():
+            if n == name and slot < before and claim.released and not claim.finished:
+                claim.finished, claim.released = True, False
+                gone.append(slot)
+        return sorted(gone)
+
+    async def slot_attempts(self, name: str, slot: datetime, run_id: str) -> int | None:
+        claim = self.slots.get((name, slot))
+        return claim.attempts if claim is not None and claim.run_id == run_id else None
+
     async def finish_slot(
-        self, name: str, slot: datetime, run_id: str, result: str, duration_seconds: float
+        self,
+        name: str,
+        slot: datetime,
+        run_id: str,
+        result: str,
+        duration_seconds: float,
+        error: str | None = None,
     ) -> bool:
         claim = self.slots.get((name, slot))
         if claim is None or claim.run_id != run_id:
             return False
-        claim.result = result
+        claim.result, claim.finished, claim.released = result, True, False
+        claim.attempts += 1
+        claim.last_error = error or claim.last_error
+        return True
+
+    async def release_slot(
+        self,
+        name: str,
+        slot: datetime,
+        run_id: str,
+        result: str,
+        duration_seconds: float,
+        next_attempt_at: datetime,
+        *,
+        counted: bool,
+        error: str | None,
+    ) -> bool:
+        claim = self.slots.get((name, slot))
+        if claim is None or claim.run_id != run_id or claim.finished:
+            return False
+        claim.result, claim.released, claim.last_error = result, True, error
+        claim.lease_expires_at = next_attempt_at
+        if counted:
+            claim.attempts += 1
+        else:
+            claim.handbacks += 1
         return True
 
     async def prune_slots(self, before: datetime, limit: int) -> int:

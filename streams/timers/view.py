@@ -28,6 +28,8 @@ def schedule_view(state: ScheduleState, now: datetime) -> dict[str, Any]:
         ),
         "misfire_grace_seconds": spec.misfire_grace.total_seconds(),
         "max_duration_seconds": spec.max_duration.total_seconds(),
+        "retry_attempts": spec.retry.attempts,
+        "retry_backoff_seconds": spec.retry.backoff.total_seconds(),
         "running": state.current is not None,
         "next_fire_at": iso(state.next_fire_at(now)),
         "last_slot": iso(stats.last_slot),

@@ -940,6 +940,9 @@ async def test_list_is_json_able_and_complete(world: World) -> None:
         "claim_retries": 0,
         "reclaimed": 0,
         "lease_lost": 0,
+        "retries": 0,
+        "handed_back": 0,
+        "given_up": 0,
     }
     assert rows["summary"]["last_summary"] == {"rows": 3}
     daily = rows["daily"]

@@ -14,6 +14,7 @@ from uuid import UUID
 
 from db import profile as repo
 from db.profile import RunRow
+from streams import faults
 from streams.clock import Clock
 from streams.domain.profile import (
     DEFAULT_THRESHOLDS,
@@ -27,6 +28,7 @@ from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.work import Fanout, RunOrder
+from streams.timers import HandBack
 
 log = logging.getLogger("streams.slices.profile.run")
 
@@ -155,6 +157,10 @@ class DocumentExpiryRun:
             await self._scan(result, deadline)
             await repo.expiry_runs_total_set(pool, result.run_id, result.owners_total)
             row = await self._wait(result, deadline)
+            if result.stopped:
+                # The worker stops with owners not handed out or not done: give the slot
+                # back so another worker runs it (the marks keep what was sent sent).
+                raise HandBack
             if row is not None:
                 result.absorb(row)
             result.pruned = await self._prune(today)
@@ -162,6 +168,8 @@ class DocumentExpiryRun:
             result.backlog = await repo.expiry_backlog_count(
                 pool, window.lo, window.hi, today, cfg.thresholds
             )
+        except HandBack:
+            raise
         except Exception:
             self.metrics.errors.inc()
             raise
@@ -217,6 +225,7 @@ class DocumentExpiryRun:
                     len(new),
                 )
                 if new:
+                    faults.hit("expiry_run.fanout")
                     await self.fanout.send(order, new)
                 result.owners_total = len(emitted)
                 if batch.last is None or batch.documents < cfg.batch_size:
@@ -246,6 +255,7 @@ class DocumentExpiryRun:
             if done or not self.fanout.waits:
                 return row
             if self.should_stop() or self.clock.monotonic() >= deadline:
+                result.stopped = result.stopped or self.should_stop()
                 log.warning(
                     "action=cycle_owners_pending run_id=%s owners=%d owners_done=%d",
                     result.run_id,
