@@ -24,7 +24,7 @@ from unittest.mock import MagicMock
 
 import asyncpg
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
 from streams.agents.applier import VersionedStateApplier
@@ -158,8 +158,14 @@ def _settings() -> Any:
     )
 
 
+# The sequence: v2 moved and committed, the cache rolled back to v1, v3 reverts.
+LAGGING_REVERT = [("send", 0, [1]), ("send", 0, [2]), ("rollback", 0, 0), ("send", 0, [3])]
+
+
 @_settings()
 @given(plan=plans(len(EVENT_CONTENTS)), script=steps(len(EVENT_CONTENTS)))
+@example(plan=[[0, 1, 0, 0, 0], [0] * VERSIONS], script=LAGGING_REVERT)
+@example(plan=[[0, 2, 0, 0, 0], [0] * VERSIONS], script=LAGGING_REVERT)  # un-cancelling
 async def test_calendar_events_stored_state_is_the_newest_versions(
     runtime: Runtime, examples: Counter[str], plan: list[list[int]], script: list[tuple[Any, ...]]
 ) -> None:
@@ -214,6 +220,7 @@ async def test_calendar_events_stored_state_is_the_newest_versions(
 
 @_settings()
 @given(plan=plans(len(DOCUMENT_CONTENTS)), script=steps(len(DOCUMENT_CONTENTS)))
+@example(plan=[[0, 1, 0, 0, 0], [0] * VERSIONS], script=LAGGING_REVERT)  # Active→Archived→Active
 async def test_person_documents_stored_state_is_the_newest_versions(
     runtime: Runtime, examples: Counter[str], plan: list[list[int]], script: list[tuple[Any, ...]]
 ) -> None:
