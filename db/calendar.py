@@ -12,6 +12,7 @@ import asyncpg
 
 from db.outbox import OutboxColumns
 from db.queries import sql
+from db.versioned import Advanced
 from streams.contracts.calendar import CalendarEventChanged
 from streams.domain.calendar import ReminderSlot
 
@@ -38,13 +39,15 @@ async def events_apply(
     insertable: Sequence[ReminderSlot],
     also_wanted: Sequence[UUID],
     now: datetime,
+    fingerprints: Sequence[str],
     sources: Mapping[UUID, Source] | None = None,
 ) -> EventsApplied:
     """Store newer event states and, for those stored, ensure the ``insertable`` reminders
     and skip the Pending ones they no longer want (with the event's reason, one per event
     in ``unwanted_reasons``); wanted are the ``insertable`` ones and ``also_wanted`` (those
     already due at the change: kept, never created). The event's input (partition, offset,
-    Version) is kept on it and on the reminders it creates; one statement for the batch."""
+    Version) is kept on it and on the reminders it creates, and each state's fingerprint (one
+    per event in ``fingerprints``) on the event; one statement for the batch."""
     if not events:
         return EventsApplied(set(), [], 0)
     src = [(sources or {}).get(e.event_id) for e in events]
@@ -71,6 +74,7 @@ async def events_apply(
         [s.event_id for s in insertable],
         [s.offset_minutes for s in insertable],
         [s.due_at for s in insertable],
+        list(fingerprints),
     )
     applied: set[UUID] = set()
     made: list[datetime] = []
@@ -86,19 +90,24 @@ async def events_apply(
 
 
 async def events_version_advance(
-    conn: asyncpg.Connection, events: Sequence[CalendarEventChanged], now: datetime
-) -> set[UUID]:
-    """Move Version/OccurredAt of unchanged states forward; returns the ids that moved."""
+    conn: asyncpg.Connection,
+    events: Sequence[CalendarEventChanged],
+    fingerprints: Sequence[str],
+    now: datetime,
+) -> Advanced:
+    """Move Version/OccurredAt forward where the stored fingerprint equals the state's (one
+    per event in ``fingerprints``); say which are stale. The rest need events_apply."""
     if not events:
-        return set()
+        return Advanced()
     rows = await conn.fetch(
         sql("calendar_events_version_advance"),
         [e.event_id for e in events],
         [e.version for e in events],
         [e.occurred_at for e in events],
+        list(fingerprints),
         now,
     )
-    return {r["event_id"] for r in rows}
+    return Advanced.from_rows(rows, "event_id")
 
 
 @dataclass(frozen=True, slots=True)

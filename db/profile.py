@@ -11,6 +11,7 @@ from uuid import UUID
 import asyncpg
 
 from db.queries import sql
+from db.versioned import Advanced
 from streams.contracts.profile import PersonDocumentChanged
 
 # Statements outside a transaction run on the pool; inside one, on its connection.
@@ -18,9 +19,13 @@ Executor: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
 async def documents_upsert(
-    conn: asyncpg.Connection, documents: Sequence[PersonDocumentChanged], now: datetime
+    conn: asyncpg.Connection,
+    documents: Sequence[PersonDocumentChanged],
+    fingerprints: Sequence[str],
+    now: datetime,
 ) -> set[UUID]:
-    """Store newer document states; returns the ids whose state was applied."""
+    """Store newer document states, each with its fingerprint (one per document in
+    ``fingerprints``); returns the ids whose state was applied."""
     if not documents:
         return set()
     rows = await conn.fetch(
@@ -36,24 +41,30 @@ async def documents_upsert(
         [d.version for d in documents],
         [d.occurred_at for d in documents],
         now,
+        list(fingerprints),
     )
     return {r["document_id"] for r in rows}
 
 
 async def documents_version_advance(
-    conn: asyncpg.Connection, documents: Sequence[PersonDocumentChanged], now: datetime
-) -> set[UUID]:
-    """Move Version/OccurredAt of unchanged states forward; returns the ids that moved."""
+    conn: asyncpg.Connection,
+    documents: Sequence[PersonDocumentChanged],
+    fingerprints: Sequence[str],
+    now: datetime,
+) -> Advanced:
+    """Move Version/OccurredAt forward where the stored fingerprint equals the state's (one
+    per document in ``fingerprints``); say which are stale. The rest need documents_upsert."""
     if not documents:
-        return set()
+        return Advanced()
     rows = await conn.fetch(
         sql("profile_documents_version_advance"),
         [d.document_id for d in documents],
         [d.version for d in documents],
         [d.occurred_at for d in documents],
+        list(fingerprints),
         now,
     )
-    return {r["document_id"] for r in rows}
+    return Advanced.from_rows(rows, "document_id")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,24 +15,26 @@
 -- Only an event that was stored before can have reminders to skip (a reminder needs its
 -- event, by foreign key): the probe is for updated events, not inserted ones (xmax = 0 on
 -- the row an INSERT ... ON CONFLICT inserted; the updated row carries its updater's lock).
--- Offsets come as an array literal ($9: '{15,60}', sorted and distinct).
+-- Offsets come as an array literal ($9: '{15,60}', sorted and distinct). $22 is each state's
+-- content fingerprint, stored with it (calendar_events_version_advance compares it).
 -- Returns one row per stored event (event_id), one per reminder made Pending (due_at, to
 -- wake the dispatcher) and one with the number of reminders Skipped.
 WITH up AS (
     INSERT INTO calendar.events AS e (
         event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone, status,
         reminder_offsets_minutes, appointment_id, version, occurred_at, updated_at,
-        source_partition, source_offset)
+        source_partition, source_offset, fingerprint)
     SELECT u.event_id, u.tenant_id, u.owner_user_id, u.client_user_id, u.kind, u.start_at,
            u.time_zone, u.status,
            u.offsets::int[],
-           u.appointment_id, u.version, u.occurred_at, $13, u.source_partition, u.source_offset
+           u.appointment_id, u.version, u.occurred_at, $13, u.source_partition, u.source_offset,
+           u.fingerprint
     FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::timestamptz[],
                 $7::text[], $8::text[], $9::text[], $10::uuid[], $11::bigint[],
-                $12::timestamptz[], $14::int[], $15::bigint[])
+                $12::timestamptz[], $14::int[], $15::bigint[], $22::text[])
          AS u(event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone,
               status, offsets, appointment_id, version, occurred_at, source_partition,
-              source_offset)
+              source_offset, fingerprint)
     ON CONFLICT (event_id) DO UPDATE SET
         tenant_id = EXCLUDED.tenant_id,
         owner_user_id = EXCLUDED.owner_user_id,
@@ -47,7 +49,8 @@ WITH up AS (
         occurred_at = EXCLUDED.occurred_at,
         updated_at = EXCLUDED.updated_at,
         source_partition = EXCLUDED.source_partition,
-        source_offset = EXCLUDED.source_offset
+        source_offset = EXCLUDED.source_offset,
+        fingerprint = EXCLUDED.fingerprint
     WHERE e.version < EXCLUDED.version
     RETURNING e.event_id, e.version, e.source_partition, e.source_offset,
               e.xmax = 0 AS inserted
@@ -85,13 +88,30 @@ UNION ALL
 SELECT NULL, NULL, count(*) FROM skipped;
 
 -- name: calendar_events_version_advance
--- States whose content equals what is stored (same fingerprint, per the cache) still move
--- the stored Version and OccurredAt forward, so the projection never lags the cache.
-UPDATE calendar.events e
-SET version = u.version, occurred_at = u.occurred_at, updated_at = $4
-FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS u(event_id, version, occurred_at)
-WHERE e.event_id = u.event_id AND e.version < u.version
-RETURNING e.event_id;
+-- States the cache believes unchanged or stale. The stored row decides, never the cache:
+-- a state whose fingerprint ($4) equals the STORED one and whose Version is newer only moves
+-- Version and OccurredAt forward (status 'advanced'); one not newer than the stored Version
+-- is stale (status 'stale', with the stored Version and fingerprint, so the caller can
+-- correct its cache). Every other state (no row, a different stored fingerprint, a stored
+-- NULL fingerprint) is returned as nothing: the caller stores it with calendar_events_apply
+-- in the same transaction. The 'stale' probe reads the statement's snapshot, so it never
+-- sees a row the UPDATE moved here; Versions only go up, so stale stays stale.
+WITH u AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[], $4::text[])
+        AS u(event_id, version, occurred_at, fingerprint)
+), advanced AS (
+    UPDATE calendar.events e
+    SET version = u.version, occurred_at = u.occurred_at, updated_at = $5
+    FROM u
+    WHERE e.event_id = u.event_id AND e.version < u.version AND e.fingerprint = u.fingerprint
+    RETURNING e.event_id
+)
+SELECT event_id, 'advanced' AS status, NULL::bigint AS version, NULL::text AS fingerprint
+FROM advanced
+UNION ALL
+SELECT e.event_id, 'stale', e.version, e.fingerprint
+FROM calendar.events e JOIN u ON u.event_id = e.event_id
+WHERE e.version >= u.version;
 
 -- name: calendar_reminders_claim_due
 -- Due Pending reminders, oldest first, with their parent event, locked for this

@@ -3,15 +3,16 @@
 -- name: profile_documents_upsert
 -- Applies each document state only when its Version is newer than the stored one; returns
 -- the documents that changed. Open columns only (PayloadCipher never reaches this service).
+-- $12 is each state's content fingerprint, stored with it (profile_documents_version_advance).
 INSERT INTO profile.person_documents AS d (
     document_id, owner_user_id, person_id, type, number_mask, expires_at, status, is_deleted,
-    version, occurred_at, updated_at)
+    version, occurred_at, updated_at, fingerprint)
 SELECT u.document_id, u.owner_user_id, u.person_id, u.type, u.number_mask, u.expires_at,
-       u.status, u.is_deleted, u.version, u.occurred_at, $11
+       u.status, u.is_deleted, u.version, u.occurred_at, $11, u.fingerprint
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::date[],
-            $7::text[], $8::boolean[], $9::bigint[], $10::timestamptz[])
+            $7::text[], $8::boolean[], $9::bigint[], $10::timestamptz[], $12::text[])
      AS u(document_id, owner_user_id, person_id, type, number_mask, expires_at, status,
-          is_deleted, version, occurred_at)
+          is_deleted, version, occurred_at, fingerprint)
 ON CONFLICT (document_id) DO UPDATE SET
     owner_user_id = EXCLUDED.owner_user_id,
     person_id = EXCLUDED.person_id,
@@ -22,18 +23,33 @@ ON CONFLICT (document_id) DO UPDATE SET
     is_deleted = EXCLUDED.is_deleted,
     version = EXCLUDED.version,
     occurred_at = EXCLUDED.occurred_at,
-    updated_at = EXCLUDED.updated_at
+    updated_at = EXCLUDED.updated_at,
+    fingerprint = EXCLUDED.fingerprint
 WHERE d.version < EXCLUDED.version
 RETURNING d.document_id;
 
 -- name: profile_documents_version_advance
--- States whose content equals what is stored (same fingerprint, per the cache) still move
--- the stored Version and OccurredAt forward, so the projection never lags the cache.
-UPDATE profile.person_documents d
-SET version = u.version, occurred_at = u.occurred_at, updated_at = $4
-FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS u(document_id, version, occurred_at)
-WHERE d.document_id = u.document_id AND d.version < u.version
-RETURNING d.document_id;
+-- States the cache believes unchanged or stale; the stored row decides, as in
+-- calendar_events_version_advance: same STORED fingerprint ($4) and newer → only Version and
+-- OccurredAt move ('advanced'); not newer than stored → 'stale' (with the stored Version and
+-- fingerprint); anything else comes back as nothing, for profile_documents_upsert.
+WITH u AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[], $4::text[])
+        AS u(document_id, version, occurred_at, fingerprint)
+), advanced AS (
+    UPDATE profile.person_documents d
+    SET version = u.version, occurred_at = u.occurred_at, updated_at = $5
+    FROM u
+    WHERE d.document_id = u.document_id AND d.version < u.version
+      AND d.fingerprint = u.fingerprint
+    RETURNING d.document_id
+)
+SELECT document_id, 'advanced' AS status, NULL::bigint AS version, NULL::text AS fingerprint
+FROM advanced
+UNION ALL
+SELECT d.document_id, 'stale', d.version, d.fingerprint
+FROM profile.person_documents d JOIN u ON u.document_id = d.document_id
+WHERE d.version >= u.version;
 
 -- name: profile_documents_scan
 -- One batch of the run's read-only scan: active, undeleted documents with ExpiresAt in

@@ -1,6 +1,14 @@
 """The versioned-state recipe every state input follows: newest Version per key in a batch,
 consult the cache, write in one transaction, remember in the cache only after the commit.
 
+The cache only picks the statement; the ledger decides. A cache entry that calls a state
+unchanged or stale sends it to the writer's cheap path, which moves the stored Version only
+when the STORED fingerprint equals the state's and calls it stale only when the STORED
+Version is not older; anything else takes the full write in the same transaction. So an
+entry that lags the database (a worker killed between commit and changelog), leads it (a
+changelog written for a transaction PostgreSQL lost, an older database restored) or is
+simply wrong costs at most a statement, never a state (docs/architecture.md).
+
 A slice supplies a ``StateWriter`` (its key, its content fingerprint and its SQL through a
 repository); everything else is here, so each new input is a writer and a few lines.
 """
@@ -38,11 +46,15 @@ class Written(Generic[D]):
     """What one transaction of a writer did."""
 
     applied: set[str]
-    """Keys whose new state was stored (the database's Version check let it in)."""
+    """Keys whose new state was stored (the database's Version check let it in), of
+    ``changed`` or ``unchanged`` states alike."""
     advanced: set[str]
-    """Keys of unchanged states whose stored Version moved forward."""
+    """Keys of unchanged states whose stored Version moved forward (same stored content)."""
     details: D
     """Whatever else the slice reports (rows made, earliest due time, ...)."""
+    stored: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    """Per key found stale by the database: the stored Version and fingerprint (None when
+    the row has none), so the cache can learn what the database says."""
 
 
 class StateWriter(Protocol[M_contra, D]):
@@ -63,9 +75,12 @@ class StateWriter(Protocol[M_contra, D]):
         now: datetime,
         origins: Mapping[str, Origin],
     ) -> Written[D]:
-        """Store ``changed`` states where newer (Version guard in SQL) and move the stored
-        Version of ``unchanged`` ones forward, in the caller's transaction. ``origins``
-        says, per key of ``changed``, which input message it is (to keep as lineage)."""
+        """Store ``changed`` states where newer (Version guard in SQL), in the caller's
+        transaction. ``unchanged`` are states the cache believes unchanged or stale: only
+        the stored row may confirm that. Move the stored Version forward where the stored
+        fingerprint equals the state's, report as stale (``stored``) those not newer than the
+        stored Version, and store every other one as a changed state. ``origins`` says, per
+        key, which input message it is (to keep as lineage)."""
         ...
 
 
@@ -74,7 +89,7 @@ class ApplyResult(Generic[D]):
     applied: int = 0
     """Messages whose state changed rows."""
     stale: int = 0
-    """Not newer than what is stored or cached, or superseded within the batch."""
+    """Not newer than what is stored, or superseded within the batch."""
     cache_skipped: int = 0
     """Newer Version with unchanged content: only the stored Version moved."""
     applied_keys: set[str] = field(default_factory=set)
@@ -87,9 +102,10 @@ class VersionedStateApplier(Generic[M, D]):
     """``apply`` for ContractConsumer: idempotent, so replays and redeliveries are no-ops.
 
     The cache (key → last Version + fingerprint) only saves work: a message it calls stale
-    changes nothing; one it calls unchanged only moves the stored Version; anything else
-    goes to PostgreSQL, whose Version check decides. The cache is written after the
-    commit and only for what the database accepted, so it may lag but never lead.
+    or unchanged goes to the writer's cheap path, checked against the stored row (which may
+    send it on to the full write); anything else goes to the full write. PostgreSQL decides
+    every time. The cache is written after the commit: what the database accepted, and
+    for a state it called stale, the Version and fingerprint it has stored.
     """
 
     def __init__(
@@ -141,19 +157,19 @@ class VersionedStateApplier(Generic[M, D]):
         result: ApplyResult[D] = ApplyResult(stale=size - len(newest))
         # (position, key, message): the key is worked out once per message, in __call__.
         changed: list[tuple[int, str, Decoded[M]]] = []
-        unchanged: list[tuple[str, Decoded[M]]] = []
+        unchanged: list[tuple[int, str, Decoded[M]]] = []
         fingerprints: dict[str, str] = {}
+        cached_entries: dict[str, Any] = {}
         for key, (i, d) in newest.items():
             cached = self.cache.lookup(d.event, key) if self.cache is not None else None
             if cached is None:
                 changed.append((i, key, d))
                 continue
-            if d.message.version <= cached["v"]:
-                result.stale += 1
-                continue
+            cached_entries[key] = cached
             fp = fingerprints[key] = writer.fingerprint(d.message)
-            if cached["fp"] == fp:
-                unchanged.append((key, d))
+            # Stale or unchanged per the cache: the cheap path, where the stored row decides.
+            if d.message.version <= cached["v"] or cached["fp"] == fp:
+                unchanged.append((i, key, d))
             else:
                 changed.append((i, key, d))
         if not changed and not unchanged:
@@ -163,28 +179,30 @@ class VersionedStateApplier(Generic[M, D]):
             written = await writer.write(
                 conn,
                 [d.message for _, _, d in changed],
-                [d.message for _, d in unchanged],
+                [d.message for _, _, d in unchanged],
                 self.runtime.clock.now(),
-                {key: _origin(d) for _, key, d in changed},
+                {key: _origin(d) for _, key, d in (*changed, *unchanged)},
             )
         # Committed: from here on the cache may learn what the database now says.
         faults.hit("applier.after_commit")
         result.details = written.details
         remember: list[tuple[Any, str, Any]] = []
-        for i, key, d in changed:
+        for i, key, d in (*changed, *unchanged):
             if key in written.applied:
                 result.applied += 1
                 result.applied_keys.add(key)
                 result.applied_positions.add(i)
                 remember.append(self._entry(d, key, fingerprints.get(key)))
-            else:
-                result.stale += 1
-        for key, d in unchanged:
-            if key in written.advanced:
+            elif key in written.advanced:
                 result.cache_skipped += 1
                 remember.append(self._entry(d, key, fingerprints.get(key)))
             else:
                 result.stale += 1
+                stored = written.stored.get(key)
+                if stored is not None and stored[1] is not None:
+                    value = {"v": stored[0], "fp": stored[1]}
+                    if cached_entries.get(key) != value:  # a cache behind or ahead learns
+                        remember.append((d.event, key, value))
         if self.cache is not None:
             await self.cache.put_many(remember)
         if self.after_commit is not None:

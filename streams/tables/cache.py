@@ -238,16 +238,16 @@ class OrderedSends:
         try:
             await send()
         except Exception as exc:
-            # The cache may lag the database, never lead it: a lost changelog batch only
-            # means those keys are asked of PostgreSQL again after a move or a restart.
+            # A lost changelog batch leaves the cache behind the database after a move or a
+            # restart; the applier checks what a cache says against the stored rows.
             log.warning("action=changelog_send_failed table=%s error=%s", self.name, exc)
 
 
 def _persisted(store: Any, topic: str, partition: int, count: int) -> Any:
     def done(fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
-            # The cache may lag the database, never lead it: a lost changelog batch only
-            # means those keys are asked of PostgreSQL again after a move or a restart.
+            # A lost changelog batch leaves the cache behind the database after a move or a
+            # restart; the applier checks what a cache says against the stored rows.
             log.warning("action=changelog_batch_failed topic=%s partition=%s", topic, partition)
             return
         tp = TopicPartition(topic, partition)

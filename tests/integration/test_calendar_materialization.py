@@ -221,7 +221,7 @@ async def test_the_stored_version_follows_an_unchanged_newer_state_and_the_cache
     assert changed.applied == 1
 
 
-async def test_an_unchanged_state_older_than_the_database_does_not_move_the_cache(
+async def test_an_unchanged_state_older_than_the_database_teaches_the_cache_the_stored_state(
     database_url: str, pool: asyncpg.Pool
 ) -> None:
     plain = CalendarEventsApplier(make_runtime(database_url))
@@ -235,7 +235,8 @@ async def test_an_unchanged_state_older_than_the_database_does_not_move_the_cach
     cached = CalendarEventsApplier(make_runtime(database_url), KeyCache(table, Metrics().agents))  # type: ignore[arg-type]
     result = await apply(cached, {**e, "Version": 2})  # same content as the stale entry
     assert result.stale == 1 and result.cache_skipped == 0
-    assert table[e["EventId"]]["v"] == 1
+    # The database said stale: the cache now holds what is stored (v5, the Call's content).
+    assert table[e["EventId"]] == {"v": 5, "fp": fingerprint(parsed({**e, "Kind": "Call"}))}
     assert await pool.fetchval("SELECT version FROM calendar.events") == 5
 
 

@@ -228,6 +228,7 @@ async def test_read_only_no_pii(
     assert columns == {
         "document_id", "owner_user_id", "person_id", "type", "number_mask", "expires_at",
         "status", "is_deleted", "version", "occurred_at", "updated_at",
+        "fingerprint",  # a digest of the open columns above (0010), for the applier
     }  # fmt: skip
     dumped = await pool.fetchval(
         "SELECT string_agg(t::text, ' ') FROM (SELECT * FROM profile.person_documents) t"

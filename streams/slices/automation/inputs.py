@@ -64,6 +64,7 @@ class SourcesWriter:
         now: datetime,
         origins: Mapping[str, Origin],
     ) -> Written[Planned]:
+        changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
         # The BU a source is in now and the one it may be leaving: both see this change.
         stored = await repo.sources_load(
             conn, {(norm_text(m.source_type), m.source_guid) for m in changed}
@@ -95,6 +96,7 @@ class SettingsWriter:
         now: datetime,
         origins: Mapping[str, Origin],
     ) -> Written[Planned]:
+        changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
         await repo.units_lock(conn, {m.business_unit_id for m in changed})
         applied = await projections.settings_upsert(conn, changed, now)
         planned = await self.planner.for_settings(conn, applied, now)
@@ -119,6 +121,7 @@ class UnitsWriter:
         now: datetime,
         origins: Mapping[str, Origin],
     ) -> Written[Planned]:
+        changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
         await repo.units_lock(conn, {m.business_unit_id for m in changed})
         applied = await repo.units_upsert(conn, changed, now)
         planned = await self.planner.for_units(conn, applied, now)
@@ -148,6 +151,7 @@ class SubscriptionsWriter:
         now: datetime,
         origins: Mapping[str, Origin],
     ) -> Written[Planned]:
+        changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
         await repo.units_lock(conn, {m.business_unit_id for m in changed})
         scheduled = [m for m in changed if not _manual_only(m)]
         applied = await projections.subscriptions_upsert(conn, scheduled, now)

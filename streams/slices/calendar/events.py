@@ -52,6 +52,13 @@ class CalendarEventsWriter:
         now: datetime,
         origins: Mapping[str, Origin],
     ) -> Written[CalendarWrite]:
+        # The stored rows decide about the states the cache thought unchanged or stale:
+        # those the database can neither advance nor call stale are stored in full.
+        probe = await repo.events_version_advance(
+            conn, unchanged, [fingerprint(e) for e in unchanged], now
+        )
+        settled = probe.advanced | probe.stale.keys()
+        changed = [*changed, *(e for e in unchanged if e.event_id not in settled)]
         sources = {
             e.event_id: (o.partition, o.offset)
             for e in changed
@@ -69,13 +76,22 @@ class CalendarEventsWriter:
             creatable.extend(slots)
             if len(slots) < len(wanted):
                 already_due.extend(s.reminder_id for s in wanted if s not in slots)
-        done = await repo.events_apply(conn, changed, reasons, creatable, already_due, now, sources)
-        advanced = await repo.events_version_advance(conn, unchanged, now)
+        done = await repo.events_apply(
+            conn,
+            changed,
+            reasons,
+            creatable,
+            already_due,
+            now,
+            [fingerprint(e) for e in changed],
+            sources,
+        )
         dues = done.made_pending
         return Written(
             applied={str(i) for i in done.applied},
-            advanced={str(i) for i in advanced},
+            advanced={str(i) for i in probe.advanced},
             details=CalendarWrite(len(dues), done.skipped, min(dues) if dues else None),
+            stored={str(k): v for k, v in probe.stale.items()},
         )
 
 

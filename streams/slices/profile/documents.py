@@ -49,12 +49,19 @@ class PersonDocumentsWriter:
         now: datetime,
         origins: Mapping[str, Origin],
     ) -> Written[int]:
-        applied = await repo.documents_upsert(conn, changed, now)
-        advanced = await repo.documents_version_advance(conn, unchanged, now)
+        # The stored rows decide about the states the cache thought unchanged or stale:
+        # those the database can neither advance nor call stale are stored in full.
+        probe = await repo.documents_version_advance(
+            conn, unchanged, [fingerprint(d) for d in unchanged], now
+        )
+        settled = probe.advanced | probe.stale.keys()
+        changed = [*changed, *(d for d in unchanged if d.document_id not in settled)]
+        applied = await repo.documents_upsert(conn, changed, [fingerprint(d) for d in changed], now)
         return Written(
             applied={str(i) for i in applied},
-            advanced={str(i) for i in advanced},
+            advanced={str(i) for i in probe.advanced},
             details=len(applied),
+            stored={str(k): v for k, v in probe.stale.items()},
         )
 
 
