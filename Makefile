@@ -12,7 +12,7 @@ export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
 export DATABASE_URL ?= postgresql://reminders@127.0.0.1:$(PG_PORT)/reminders
 
 .PHONY: help install stack-up stack-down stack-status migrate topics worker demo lint typecheck \
-        test test-unit test-integration test-e2e test-chaos bench schema contracts clean
+        test test-unit test-integration test-e2e test-faults bench schema contracts clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -66,8 +66,8 @@ test-integration: install stack-up
 test-e2e: install stack-up
 	$(VENV)/bin/pytest tests/e2e
 
-test-chaos: install stack-up ## only the chaos run (its own Kafka + PostgreSQL; about 7 minutes)
-	$(VENV)/bin/pytest tests/e2e -m chaos -s
+test-faults: install stack-up ## only the fault matrix (its own Kafka + durable PostgreSQL; about 6 minutes)
+	$(VENV)/bin/pytest tests/e2e -m faults -s
 
 bench: migrate ## benchmarks: one summary table, bench/results/latest.json (BENCH_ARGS="ingest --compare old.json")
 	$(PY) -m bench $(BENCH_ARGS)

@@ -210,7 +210,10 @@ class CalendarLoad:
     """Steady calendar traffic: new events, reschedules, cancellations, replays, stale versions.
 
     ``rate`` new events per second; changes (reschedule/cancel) are planned only for events
-    created in the first ``change_window`` seconds. Randomness comes from ``seed``.
+    created in the first ``change_window`` seconds. ``reverts`` is the share of new events
+    that go back to their first state: half are moved and moved back (same StartAt and
+    offsets), half are cancelled and planned again, each with a newer Version. Randomness
+    comes from ``seed``.
     """
 
     def __init__(
@@ -220,11 +223,14 @@ class CalendarLoad:
         rate: float = 4.0,
         change_window: float = 90.0,
         margin: float = 75.0,
+        reverts: float = 0.0,
     ) -> None:
         self.rng = random.Random(seed)
         self.rate = rate
         self.change_window = change_window
         self.margin = margin
+        self.reverts = reverts
+        self._storm_back = 20.0
         self.events: dict[str, EventState] = {}
         self.acked: list[Acked] = []
         self.stats = LoadStats()
@@ -251,6 +257,7 @@ class CalendarLoad:
         )
         self.events[ev.event_id] = ev
         plan = rng.random() if in_window else 1.0
+        plan_reverts = 0.28 + self.reverts / 2
         if plan < 0.12:  # rescheduled once
             start, offsets = now_wall + timedelta(seconds=rng.uniform(150, 190)), [0, 1]
             self._plan(rng.uniform(1, 5), ev.event_id, "reschedule-near", now)
@@ -263,6 +270,12 @@ class CalendarLoad:
         elif plan < 0.28:
             start, offsets = now_wall + timedelta(seconds=rng.uniform(150, 190)), [0, 1]
             self._plan(rng.uniform(1, 5), ev.event_id, "complete", now)
+        elif plan < plan_reverts:  # moved, then moved back to the first start time
+            start, offsets = now_wall + timedelta(seconds=rng.uniform(150, 190)), [0, 1]
+            self._plan(rng.uniform(1, 4), ev.event_id, "move-then-back", now)
+        elif plan < plan_reverts + self.reverts / 2:  # Planned -> Cancelled -> Planned
+            start, offsets = now_wall + timedelta(seconds=rng.uniform(150, 190)), [0, 1]
+            self._plan(rng.uniform(1, 4), ev.event_id, "cancel-then-back", now)
         else:  # plain: due during the run; offset 5 (and 1 for a near start) is already past
             start = now_wall + timedelta(seconds=rng.uniform(20, 140))
             offsets = rng.choice([[0], [1], [0, 1], [1, 5], [0, 1, 5], [5]])
@@ -309,15 +322,19 @@ class CalendarLoad:
             if action.kind == "replay-same":
                 return dict(cur)
             return dict(ev.history[0])
-        if action.kind == "reschedule-far":
+        if action.kind in {"reschedule-far", "move-then-back", "storm-move"}:
             start, offsets = now_wall + timedelta(seconds=rng.uniform(150, 190)), [0, 1]
             status = cur["Status"]
+        elif action.kind == "back":  # the first state again, under a newer Version
+            first = ev.history[0]
+            start, offsets = parse_time(first["StartAt"]), first["ReminderOffsetsMinutes"]
+            status = first["Status"]
         elif action.kind == "reschedule-near":
             start = now_wall + timedelta(seconds=rng.uniform(25, 110))
             offsets, status = rng.choice([[0], [0, 1], [1]]), cur["Status"]
         else:  # cancel / complete: same time, closed
             start, offsets = parse_time(cur["StartAt"]), cur["ReminderOffsetsMinutes"]
-            status = "Cancelled" if action.kind == "cancel" else "Completed"
+            status = "Completed" if action.kind == "complete" else "Cancelled"
         candidate = {**cur, "StartAt": wire_time(start), "ReminderOffsetsMinutes": offsets}
         made = set().union(*(insertable(h) for h in ev.history))
         removed = made - wanted({**candidate, "Status": status})
@@ -327,6 +344,10 @@ class CalendarLoad:
         msg = self._state(ev, start, offsets, version, now_wall, status)
         if action.kind == "reschedule-far":
             self._plan(rng.uniform(1, 3), ev.event_id, "reschedule-near", now)
+        elif action.kind in {"move-then-back", "cancel-then-back"}:
+            self._plan(rng.uniform(1, 4), ev.event_id, "back", now)
+        elif action.kind == "storm-move":
+            self._plan(self._storm_back + rng.uniform(0, 5), ev.event_id, "back", now)
         if rng.random() < 0.5:
             self._plan(rng.uniform(2, 10), ev.event_id, "replay-old", now)
         return msg
@@ -349,6 +370,25 @@ class CalendarLoad:
             if msg is not None:
                 out.append((action.kind, msg))
         return out
+
+    def storm(self, now: float, count: int, over: float, back_after: float = 20.0) -> int:
+        """Plan ``count`` moves spread over ``over`` seconds from ``now`` (monotonic), for the
+        newest open events not changed yet, each moved back ``back_after`` seconds (plus up
+        to 5) later: a worker killed between the commit of a move and its cache write has
+        its revert come after it restarted. Returns how many were planned (each is still
+        subject to the margin when it is sent)."""
+        soonest = datetime.now(UTC) + timedelta(seconds=self.margin + over + 5)
+        fresh = [
+            ev
+            for ev in reversed(self.events.values())
+            if len(ev.history) == 1
+            and ev.current["Status"] in OPEN
+            and all(i.due_at > soonest for i in insertable(ev.current))
+        ][:count]
+        self._storm_back = back_after
+        for i, ev in enumerate(fresh):
+            self._plan(over * i / max(1, len(fresh)), ev.event_id, "storm-move", now)
+        return len(fresh)
 
     def flush_pending_actions(
         self, now: float, now_wall: datetime

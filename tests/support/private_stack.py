@@ -4,6 +4,12 @@ restart the database (the shared stack must never be touched by them).
 Everything lives under a temporary ``DEV_DIR`` on free ports; the Kafka jars already
 resolved for the main stack are linked in, so no Maven run is needed when they exist.
 ``down()`` (and an ``atexit`` hook, in case a test runner dies half-way) stops both.
+
+``PrivateStack(durable=True)`` runs PostgreSQL with fsync, synchronous_commit and
+full_page_writes on (stack.sh turns them off for speed; with them off a crash may forget
+committed transactions, so a fault test could not tell a lost effect from a lost commit).
+It asks stack.sh with ``STACK_PG_DURABLE=1`` and, whatever stack.sh did with it, restarts
+the server once with the three settings last on its command line, then checks them.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import atexit
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -44,7 +51,10 @@ def _process_gone(pid: int) -> bool:
 class PrivateStack:
     """Kafka (KRaft, one JVM) and PostgreSQL of this test only."""
 
-    def __init__(self, base: Path | None = None) -> None:
+    DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+
+    def __init__(self, base: Path | None = None, *, durable: bool = False) -> None:
+        self.durable = durable
         self.dev_dir = Path(tempfile.mkdtemp(prefix="private-stack-", dir=base))
         self.kafka_port = free_port()
         self.controller_port = free_port()
@@ -56,6 +66,7 @@ class PrivateStack:
             "KAFKA_CONTROLLER_PORT": str(self.controller_port),
             "PG_PORT": str(self.pg_port),
             "READY_TIMEOUT": "120",
+            **({"STACK_PG_DURABLE": "1"} if durable else {}),
         }
         self.bootstrap = f"127.0.0.1:{self.kafka_port}"
         self.database_url = f"postgresql://reminders@127.0.0.1:{self.pg_port}/reminders"
@@ -90,7 +101,46 @@ class PrivateStack:
         out = self._stack("up")
         if out.returncode != 0:
             raise AssertionError(f"private stack did not start:\n{out.stderr[-3000:]}")
+        if self.durable:
+            self._make_durable()
         return self
+
+    def _make_durable(self) -> None:
+        """Restart PostgreSQL with the durable settings after stack.sh's own options (the last
+        ``-c`` of a name wins); ``pg_ctl restart`` keeps them in postmaster.opts, so the
+        immediate restarts of a test come back durable too."""
+        opts = self.dev_dir / "postgres" / "data" / "postmaster.opts"
+        args = shlex.split(opts.read_text())[1:]  # without the server binary
+        if "-D" in args:
+            i = args.index("-D")
+            del args[i : i + 2]
+        args += [x for k, v in self.DURABLE.items() for x in ("-c", f"{k}={v}")]
+        log = self.dev_dir / "postgres" / "postgres.log"
+        out = self.pg_ctl(
+            "-m", "fast", "-w", "-t", "120", "-l", str(log), "-o", shlex.join(args), "restart"
+        )
+        if out.returncode != 0:
+            raise AssertionError(f"pg_ctl restart (durable) failed: {out.stdout}\n{out.stderr}")
+        got = self.settings(*self.DURABLE)
+        if got != self.DURABLE:
+            raise AssertionError(f"PostgreSQL is not durable: {got}")
+
+    def settings(self, *names: str) -> dict[str, str]:
+        """``SHOW name`` for each name, as the server runs now."""
+        return {name: self.psql(f"SHOW {name}").strip() for name in names}
+
+    def psql(self, sql: str, database: str = "postgres") -> str:
+        psql = [str(self._pg_bin() / "psql"), "-h", "127.0.0.1", "-p", str(self.pg_port)]
+        out = subprocess.run(
+            [*psql, "-U", "reminders", "-d", database, "-tA", "-v", "ON_ERROR_STOP=1", "-c", sql],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise AssertionError(f"psql failed: {out.stderr}")
+        return out.stdout
 
     def down(self) -> None:
         if not self._up:
