@@ -1,7 +1,9 @@
 """``python -m streams timers run NAME [--as-of ISO-8601] [--rerun]``: run one slot of any
 registered job now, through the registry's own claim and run path, and print what it did.
 
-Exit codes: 0 the run succeeded; 1 it failed, timed out or was cancelled; 2 a usage or
+SIGTERM or SIGINT stops the run and hands its slot back, as a worker's stop does.
+
+Exit codes: 0 the run succeeded; 1 it failed, timed out or was cancelled (or stopped); 2 a usage or
 configuration problem (unknown name, bad or future ``--as-of``); 3 the slot was already
 claimed (it ran, or runs, elsewhere) and ``--rerun`` was not given.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +27,8 @@ from streams.timers.schedule import RegistrationError
 from streams.timers.slots import iso_utc
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DEDUPED = 0, 1, 2, 3
+# After SIGTERM, how long a run may take to hand its slot back before it is cancelled.
+STOP_GRACE_SECONDS = 10.0
 USAGE = "python -m streams timers run NAME [--as-of ISO-8601] [--rerun]"
 
 
@@ -140,9 +145,23 @@ def run_cli(settings: Settings, argv: Sequence[str]) -> int:
         return EXIT_USAGE
 
     async def once() -> RunRecord:
+        # SIGTERM / SIGINT stop the run as a worker's stop does: the slot is handed back
+        # (claimable at once by the next `timers run` or any worker), never left claimed.
+        loop = asyncio.get_running_loop()
+        stops: list[asyncio.Task[None]] = []
+
+        def on_signal() -> None:
+            if not stops:
+                stops.append(loop.create_task(ctx.registry.interrupt(STOP_GRACE_SECONDS)))
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
         try:
             return await run_manual(ctx, args.name, args.as_of, rerun=args.rerun)
         finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await asyncio.gather(*stops, return_exceptions=True)
             await ctx.runtime.close()
 
     try:

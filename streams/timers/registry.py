@@ -213,6 +213,22 @@ class TimerRegistry:
             task.cancel()
         event(logging.INFO, "timer_registry_stopped", worker=self.worker_id)
 
+    async def interrupt(self, grace: float) -> None:
+        """Stop a manual run (``run_slot``) as a worker's stop would: handlers see
+        ``stopping`` and may hand their slot back; whatever still runs after ``grace`` s is
+        cancelled, which hands a cluster-once slot back too (no attempt counted)."""
+        self._stopping.set()
+        running = [
+            e.current
+            for e in self._entries.values()
+            if e.current is not None and not e.current.done()
+        ]
+        if not running:
+            return
+        _, pending = await asyncio.wait(running, timeout=grace)
+        for task in pending:
+            task.cancel()
+
     async def _load(self) -> None:
         if self._loaded:
             return
