@@ -150,6 +150,9 @@ class CalendarReminderDispatcher:
         self.on_next_due = on_next_due
         self.should_stop = should_stop
         self.topic_prefix = runtime.settings.topic_prefix
+        # Rows the run's batches hold right now: another lane's claim leaves them out, so
+        # they are not counted as passed over (they are this run's own work).
+        self._inflight: set[UUID] = set()
 
     async def run_once(self, as_of: datetime) -> DispatchResult:
         result = DispatchResult(run_id=uuid.uuid4().hex[:12])
@@ -209,6 +212,7 @@ class CalendarReminderDispatcher:
         finally:
             result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
             self.metrics.cycle_duration.observe(result.duration_ms / 1000)
+        self.metrics.skip_locked.inc(result.skipped_locked_count)
         self.metrics.backlog.set(result.backlog)
         overdue = (as_of - due.oldest_due).total_seconds() if due.oldest_due else 0.0
         self.metrics.oldest_due_age.set(max(0.0, overdue))
@@ -243,60 +247,69 @@ class CalendarReminderDispatcher:
         lateness: list[float] = []
         poison: list[tuple[UUID, datetime, str]] = []
         cfg = self.config
-        async with transaction(pool) as conn:
-            claim = await repo.reminders_claim_due(conn, as_of, n, result.poison)
-            rows = claim.rows
-            for row in rows:
-                reason = dispatch_skip_reason(EventStatus(row.event_status))
-                if reason is not None:
-                    skipped.append((row.reminder_id, "Skipped", reason))
-                    continue
-                try:
-                    record = record_for(
-                        REMINDER_DUE,
-                        build_event(row),
-                        topic_prefix=self.topic_prefix,
-                        headers={"correlation-id": result.run_id},
-                    )
-                except Exception as exc:  # poison: this row only; the batch goes on
-                    retry_at = poison_retry_at(
-                        as_of, row.attempts, cfg.poison_backoff, cfg.poison_backoff_max
-                    )
-                    poison.append((row.reminder_id, retry_at, type(exc).__name__))
-                    # Left out of every later claim of this run at once (not after the
-                    # commit): the other lane's next claim may come before this commits.
-                    result.poison.append(row.reminder_id)
-                    log.error(
-                        "action=item_failed run_id=%s reminder_id=%s event_id=%s error=%s "
-                        "attempts=%d retry_at=%s",
-                        result.run_id,
-                        row.reminder_id,
-                        row.event_id,
-                        type(exc).__name__,
-                        row.attempts + 1,
-                        retry_at.isoformat(),
-                    )
-                    continue
-                sent.append((row.reminder_id, "Sent", None))
-                records.append(record)
-                lateness.append((as_of - row.due_at).total_seconds())
-            await repo.reminders_mark_dispatched(
-                conn, sent + skipped, as_of, columns(records), poison
-            )
+        held: set[UUID] = set()
+        try:
+            async with transaction(pool) as conn:
+                claim = await repo.reminders_claim_due(
+                    conn, as_of, n, [*result.poison, *self._inflight]
+                )
+                rows = claim.rows
+                held = {row.reminder_id for row in rows}
+                self._inflight |= held
+                for row in rows:
+                    reason = dispatch_skip_reason(EventStatus(row.event_status))
+                    if reason is not None:
+                        skipped.append((row.reminder_id, "Skipped", reason))
+                        continue
+                    try:
+                        record = record_for(
+                            REMINDER_DUE,
+                            build_event(row),
+                            topic_prefix=self.topic_prefix,
+                            headers={"correlation-id": result.run_id},
+                        )
+                    except Exception as exc:  # poison: this row only; the batch goes on
+                        retry_at = poison_retry_at(
+                            as_of, row.attempts, cfg.poison_backoff, cfg.poison_backoff_max
+                        )
+                        poison.append((row.reminder_id, retry_at, type(exc).__name__))
+                        # Left out of every later claim of this run at once (not after the
+                        # commit): the other lane's next claim may come before this commits.
+                        result.poison.append(row.reminder_id)
+                        log.error(
+                            "action=item_failed run_id=%s reminder_id=%s event_id=%s error=%s "
+                            "attempts=%d retry_at=%s",
+                            result.run_id,
+                            row.reminder_id,
+                            row.event_id,
+                            type(exc).__name__,
+                            row.attempts + 1,
+                            retry_at.isoformat(),
+                        )
+                        continue
+                    sent.append((row.reminder_id, "Sent", None))
+                    records.append(record)
+                    lateness.append((as_of - row.due_at).total_seconds())
+                await repo.reminders_mark_dispatched(
+                    conn, sent + skipped, as_of, columns(records), poison
+                )
+        finally:
+            self._inflight -= held  # committed or rolled back: no longer held
         # Counted only once the transaction has committed.
         result.batches += 1
         result.sent_count += len(sent)
         result.skipped_count += len(skipped)
         result.failed_count += len(poison)
-        # Counted from the rows the claim's scan went through, not capped at the batch
-        # size: a full batch under contention passes over the most.
+        # From the rows the claim's scan went through, not capped at the batch size (a
+        # full batch under contention passes over the most). Each claim of a run passes
+        # over the same rows held elsewhere again: the run's count is the most any of its
+        # claims passed over, not their sum.
         locked = claim.passed_over
-        result.skipped_locked_count += locked
+        result.skipped_locked_count = max(result.skipped_locked_count, locked)
         m = self.metrics
         m.items.labels("sent").inc(len(sent))
         m.items.labels("skipped").inc(len(skipped))
         m.errors.inc(len(poison))
-        m.skip_locked.inc(locked)
         for seconds in lateness:
             m.lateness.observe(seconds)
         whole = len(rows) < n and locked == 0 and not result.poison
