@@ -147,12 +147,11 @@ FROM seen s CROSS JOIN waiting w LEFT JOIN claimed c ON true
 ORDER BY c.due_at, c.reminder_id;
 
 -- name: calendar_reminders_mark_dispatched
--- Terminal transitions of one claimed batch: Sent (SentAt = AsOf) or Skipped with reason,
--- the batch's ReminderDueEvents on the outbox, and the retry state of its poison rows
--- (still Pending: attempts + 1, the retry time the backoff gives, the error's name), in one
--- round trip on the batch's transaction. $1..$3 the transitions, $4 AsOf; $5..$8 the
--- outbox records column-wise, inserted as outbox_insert_many does (ids follow the input
--- order); $9..$11 the poison rows (reminder id, retry time, error code).
+-- One claimed batch, one round trip: Sent (SentAt = AsOf) or Skipped with reason ($1..$3,
+-- $4 AsOf), its ReminderDueEvents on the outbox ($5..$8 column-wise, as outbox_insert_many;
+-- ids follow the input order), and its poison rows' retry state ($9..$11: id, retry time,
+-- error code; they stay Pending). Keep "INSERT INTO ops.outbox" within the first 1024
+-- bytes: pg_stat_activity shows no more, and tests find a held batch by it.
 WITH marked AS (
     UPDATE calendar.event_reminders r
     SET status = m.status,
@@ -162,19 +161,19 @@ WITH marked AS (
     FROM unnest($1::uuid[], $2::text[], $3::text[]) AS m(reminder_id, status, reason)
     WHERE r.reminder_id = m.reminder_id AND r.status = 'Pending'
     RETURNING 1
-), failed AS (
-    UPDATE calendar.event_reminders r
-    SET attempts = r.attempts + 1, next_attempt_at = f.retry_at, last_error_code = f.code,
-        updated_at = $4
-    FROM unnest($9::uuid[], $10::timestamptz[], $11::text[]) AS f(reminder_id, retry_at, code)
-    WHERE r.reminder_id = f.reminder_id AND r.status = 'Pending'
-    RETURNING 1
 ), queued AS (
     INSERT INTO ops.outbox (topic, key, payload, headers)
     SELECT o.topic, o.key, o.payload::json, o.headers::jsonb
     FROM unnest($5::text[], $6::text[], $7::text[], $8::text[])
         WITH ORDINALITY AS o(topic, key, payload, headers, ord)
     ORDER BY o.ord
+    RETURNING 1
+), failed AS (
+    UPDATE calendar.event_reminders r
+    SET attempts = r.attempts + 1, next_attempt_at = f.retry_at, last_error_code = f.code,
+        updated_at = $4
+    FROM unnest($9::uuid[], $10::timestamptz[], $11::text[]) AS f(reminder_id, retry_at, code)
+    WHERE r.reminder_id = f.reminder_id AND r.status = 'Pending'
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM marked)::int AS marked,
