@@ -196,3 +196,20 @@ async def test_skip_locked_counts_the_rows_a_full_batch_passed_over(
     )
     assert cut.next_due == T0  # cut short with a backlog: the drain goes on
     assert whole.next_due is None  # the locked rows are left to the next regular cycle
+
+
+async def test_a_lone_dispatcher_draining_a_backlog_in_two_lanes_counts_nothing_as_locked(
+    runtime: Runtime, pool: asyncpg.Pool
+) -> None:
+    """The run's other lane holds its own batch: that is not contention. (Claims running
+    side by side passed over each other's batch: a batch, 100 here.)"""
+    async with pool.acquire() as conn:
+        await repo.reminders_seed(
+            conn, events=2000, offsets=[0], start=T0 - timedelta(minutes=50), spread_ms=10
+        )
+    d = CalendarReminderDispatcher(
+        runtime, DispatchConfig(batch_size=100, lanes=2, max_duration=timedelta(minutes=5))
+    )
+    result = await d.run_once(T0)
+    assert result.sent_count == 2000 and result.batches > 20
+    assert result.skipped_locked_count == 0

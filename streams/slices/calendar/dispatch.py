@@ -75,8 +75,9 @@ class DispatchResult:
     batches: int = 0
     duration_ms: float = 0.0
     backlog: int = 0
-    # Where the run asks to be woken next (never before AsOf unless its budget ran out with
-    # claimable rows left): the earliest DueAt or retry time after AsOf.
+    # Where the run asks to be woken next (never before AsOf unless it was cut short, by its
+    # budget or a shutdown, with claimable rows left): the earliest DueAt or retry time
+    # after AsOf.
     next_due: datetime | None = None
     poison: list[UUID] = field(default_factory=list)
     # True when the run stopped with due rows left because its time budget ran out.
@@ -153,6 +154,9 @@ class CalendarReminderDispatcher:
         # Rows the run's batches hold right now: another lane's claim leaves them out, so
         # they are not counted as passed over (they are this run's own work).
         self._inflight: set[UUID] = set()
+        # One claim at a time across the lanes (the rest of a batch still overlaps): a claim
+        # running beside another would pass over rows whose ids the run does not know yet.
+        self._claiming = asyncio.Lock()
 
     async def run_once(self, as_of: datetime) -> DispatchResult:
         result = DispatchResult(run_id=uuid.uuid4().hex[:12])
@@ -250,12 +254,13 @@ class CalendarReminderDispatcher:
         held: set[UUID] = set()
         try:
             async with transaction(pool) as conn:
-                claim = await repo.reminders_claim_due(
-                    conn, as_of, n, [*result.poison, *self._inflight]
-                )
-                rows = claim.rows
-                held = {row.reminder_id for row in rows}
-                self._inflight |= held
+                async with self._claiming:
+                    claim = await repo.reminders_claim_due(
+                        conn, as_of, n, [*result.poison, *self._inflight]
+                    )
+                    rows = claim.rows
+                    held = {row.reminder_id for row in rows}
+                    self._inflight |= held
                 for row in rows:
                     reason = dispatch_skip_reason(EventStatus(row.event_status))
                     if reason is not None:
