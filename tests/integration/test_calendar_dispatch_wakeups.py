@@ -4,13 +4,16 @@ number of runs per minute; skip-locked counts the rows passed over, also in a fu
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
 
 from db import calendar as repo
+from db.queries import sql
 from streams.clock import ManualClock
 from streams.runtime import Runtime
 from streams.settings import Settings
@@ -213,3 +216,49 @@ async def test_a_lone_dispatcher_draining_a_backlog_in_two_lanes_counts_nothing_
     result = await d.run_once(T0)
     assert result.sent_count == 2000 and result.batches > 20
     assert result.skipped_locked_count == 0
+
+
+def reminder_rows_read(plan: dict[str, Any]) -> int:
+    """Rows the plan's scans of calendar.event_reminders returned (EXPLAIN ANALYZE JSON)."""
+    found, stack = 0, [plan]
+    while stack:
+        node = stack.pop()
+        if node.get("Relation Name") == "event_reminders" and "Scan" in node["Node Type"]:
+            found += int(node["Actual Rows"]) * int(node.get("Actual Loops", 1))
+        stack.extend(node.get("Plans", []))
+    return found
+
+
+async def test_the_claim_and_its_count_read_only_the_range_they_need(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    """20,000 rows not yet due, 300 due with the 50 oldest locked elsewhere: a full claim of
+    100 and its skip-locked count read about the 150 rows its scan went through (twice),
+    not the due backlog and never the rows not yet due."""
+    async with pool.acquire() as conn:
+        await repo.reminders_seed(conn, events=20_000, offsets=[0], start=T0 + timedelta(days=1))
+        await repo.reminders_seed(
+            conn, events=300, offsets=[0], start=T0 - timedelta(minutes=50), spread_ms=10
+        )
+        await repo.tables_analyze(conn)
+    holder = await asyncpg.connect(database_url)
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute(
+            "SELECT 1 FROM calendar.event_reminders ORDER BY due_at LIMIT 50 FOR UPDATE"
+        )
+        async with pool.acquire() as conn, conn.transaction():
+            [(raw,)] = await conn.fetch(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + sql("calendar_reminders_claim_due"), T0, 100, []
+            )
+        async with pool.acquire() as conn, conn.transaction():
+            claim = await repo.reminders_claim_due(conn, T0, 100, [])
+        await tx.rollback()
+    finally:
+        await holder.close()
+    assert (len(claim.rows), claim.passed_over) == (100, 50)
+    read = reminder_rows_read(json.loads(raw)[0]["Plan"])
+    print(f"claim of 100 with 50 locked: {read} reminder rows read")
+    # 150 by the claim, the same 150 by its count, one for the next wake-up.
+    assert read <= 2 * 150 + 10, read
