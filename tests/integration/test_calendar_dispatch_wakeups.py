@@ -130,6 +130,9 @@ async def test_a_poison_row_gets_a_retry_time_and_the_registry_does_not_spin(
     assert (row["attempts"], row["last_error_code"]) == (2, "ValidationError")
     assert row["next_attempt_at"] > T0 + timedelta(seconds=60 + 119)
     assert sum(r.failed_count for r in metered.results) == 2
+    registry = runtime.metrics.registry
+    assert registry.get_sample_value("calendar_reminder_dispatch_backing_off") == 1
+    assert registry.get_sample_value("calendar_reminder_dispatch_backlog") == 1
     assert all(r.next_due is None or r.next_due > T0 for r in metered.results)
 
 

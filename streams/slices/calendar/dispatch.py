@@ -218,6 +218,7 @@ class CalendarReminderDispatcher:
             self.metrics.cycle_duration.observe(result.duration_ms / 1000)
         self.metrics.skip_locked.inc(result.skipped_locked_count)
         self.metrics.backlog.set(result.backlog)
+        self.metrics.backing_off.set(due.backlog - due.ready)
         overdue = (as_of - due.oldest_due).total_seconds() if due.oldest_due else 0.0
         self.metrics.oldest_due_age.set(max(0.0, overdue))
         if result.next_due is not None and self.on_next_due is not None:
