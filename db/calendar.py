@@ -112,10 +112,16 @@ async def events_version_advance(
 
 @dataclass(frozen=True, slots=True)
 class DueState:
-    """Due Pending reminders left after a dispatch run, and the earliest Pending DueAt."""
+    """Pending reminders after a dispatch run, as of its AsOf."""
 
     backlog: int
-    next_due: datetime | None
+    """Due Pending rows (claimable or backing off after a failed attempt)."""
+    ready: int
+    """Of those, the rows claimable at AsOf (locked elsewhere, or beyond the run's budget)."""
+    oldest_due: datetime | None
+    """The earliest Pending DueAt."""
+    next_wake: datetime | None
+    """The earliest time after AsOf at which a Pending row becomes claimable."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,8 @@ class ClaimedReminder:
     event_id: UUID
     offset_minutes: int
     due_at: datetime
+    attempts: int
+    """Failed dispatch attempts before this claim (poison rows)."""
     tenant_id: UUID
     owner_user_id: UUID
     client_user_id: UUID | None
@@ -144,22 +152,36 @@ class DueClaim:
     """What one dispatch claim locked, and what it saw around it."""
 
     rows: list[ClaimedReminder]
-    visible: int
-    """Due rows the claim could see (locked or not), at most the batch size."""
-    next_pending: datetime | None
-    """The earliest Pending DueAt not yet due at the claim's AsOf."""
+    seen: int
+    """Claimable rows the claim's scan went through (claimed, or locked elsewhere)."""
+    waiting: int
+    """Due rows backing off (not claimable at the claim's AsOf)."""
+    waiting_oldest: datetime | None
+    next_wake: datetime | None
+    """The earliest time after AsOf at which a Pending row becomes claimable."""
+
+    @property
+    def passed_over(self) -> int:
+        """Rows SKIP LOCKED passed over: held by another transaction (row or its event)."""
+        return max(0, self.seen - len(self.rows))
 
 
 async def reminders_claim_due(
     conn: asyncpg.Connection, as_of: datetime, batch_size: int, exclude: Sequence[UUID]
 ) -> DueClaim:
-    """Lock up to ``batch_size`` due reminders (with their event)."""
+    """Lock up to ``batch_size`` claimable reminders (with their event)."""
     rows = await conn.fetch(sql("calendar_reminders_claim_due"), as_of, batch_size, list(exclude))
     claimed = [
         ClaimedReminder(*(r[f] for f in _CLAIMED)) for r in rows if r["reminder_id"] is not None
     ]
     head = rows[0]  # the statement always returns a row (an empty claim: reminder_id NULL)
-    return DueClaim(claimed, int(head["visible_due"]), head["next_pending"])
+    return DueClaim(
+        claimed,
+        int(head["seen_due"]),
+        int(head["waiting"]),
+        head["waiting_oldest"],
+        head["next_wake"],
+    )
 
 
 async def reminders_mark_dispatched(
@@ -167,11 +189,13 @@ async def reminders_mark_dispatched(
     transitions: Sequence[tuple[UUID, str, str | None]],
     as_of: datetime,
     outbox: OutboxColumns = ((), (), (), ()),
+    failures: Sequence[tuple[UUID, datetime, str]] = (),
 ) -> tuple[int, int]:
-    """Apply (reminder_id, 'Sent'|'Skipped', reason) to claimed rows and insert the batch's
-    outbox rows (topics, keys, payloads, headers JSON), in one statement; returns (rows
-    changed, outbox rows inserted)."""
-    if not transitions and not outbox[0]:
+    """Apply (reminder_id, 'Sent'|'Skipped', reason) to claimed rows, insert the batch's
+    outbox rows (topics, keys, payloads, headers JSON) and record the failed attempts of
+    its poison rows (reminder_id, retry time, error code; they stay Pending), in one
+    statement; returns (rows changed, outbox rows inserted)."""
+    if not transitions and not outbox[0] and not failures:
         return 0, 0
     row = await conn.fetchrow(
         sql("calendar_reminders_mark_dispatched"),
@@ -180,13 +204,21 @@ async def reminders_mark_dispatched(
         [t[2] for t in transitions],
         as_of,
         *(list(column) for column in outbox),
+        [f[0] for f in failures],
+        [f[1] for f in failures],
+        [f[2] for f in failures],
     )
     return int(row["marked"]), int(row["queued"])
 
 
 async def reminders_due_state(conn: asyncpg.Connection, as_of: datetime) -> DueState:
     row = await conn.fetchrow(sql("calendar_reminders_due_state"), as_of)
-    return DueState(backlog=int(row["backlog"]), next_due=row["next_due"])
+    return DueState(
+        backlog=int(row["backlog"]),
+        ready=int(row["ready"]),
+        oldest_due=row["oldest_due"],
+        next_wake=row["next_wake"],
+    )
 
 
 async def events_count(conn: asyncpg.Connection, event_ids: Sequence[UUID]) -> int:

@@ -83,6 +83,11 @@ class Settings(BaseSettings):
     outbox_max_lanes_per_pass: int = Field(16, ge=1, le=64)
     outbox_retention_hours: float = Field(24.0, ge=0)
 
+    # Calendar dispatch (seed 000): a poison row stays Pending and is retried after this,
+    # doubling per failed attempt up to the max (DispatchConfig validates the pair).
+    calendar_dispatch_poison_backoff_seconds: float = Field(60.0, ge=1, le=86_400)
+    calendar_dispatch_poison_backoff_max_seconds: float = Field(3600.0, ge=1, le=86_400)
+
     # Automation scheduler (seed 003): rows per claim, how long a claim holds its rows, the
     # backoff ladder (seconds) before support hold, rows per stale-cleanup pass.
     automation_batch_size: int = Field(200, ge=1, le=10_000)

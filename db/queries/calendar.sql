@@ -114,44 +114,64 @@ FROM calendar.events e JOIN u ON u.event_id = e.event_id
 WHERE e.version >= u.version;
 
 -- name: calendar_reminders_claim_due
--- Due Pending reminders, oldest first, with their parent event, locked for this
--- transaction. SKIP LOCKED passes over rows another instance holds and events an
--- in-flight change (reschedule/cancel) holds; FOR SHARE on the event lets two
--- dispatchers work on reminders of the same event. ``visible_due`` (a lock-free look
--- at the same range) tells how many due rows were passed over as locked.
--- ``next_pending`` is the earliest DueAt not yet due at $1: when the batch took every due
--- row it saw (no lock passed over, not full), it is where the dispatcher wakes next, without
--- a round trip of its own after the run (calendar_reminders_due_state).
+-- Claimable reminders (Pending, due, not backing off after a failed attempt), oldest first
+-- (ties by id: a total order), with their parent event, locked for this transaction.
+-- SKIP LOCKED passes over rows another instance holds and events an in-flight change
+-- (reschedule/cancel) holds; FOR SHARE on the event lets two dispatchers work on reminders
+-- of the same event.
+-- ``seen_due`` counts (lock-free, same snapshot) the claimable rows the claim's scan went
+-- through: all of them when the batch came back short, else those up to its last claimed
+-- key. ``seen_due`` minus the rows claimed is what SKIP LOCKED passed over, also when the
+-- batch is full (a count capped at the batch size is then always the batch size).
+-- ``waiting``/``waiting_oldest``: due rows backing off (not claimable at $1).
+-- ``next_wake`` is the earliest time after $1 at which a Pending row becomes claimable (its
+-- DueAt, or its retry time): when the batch took every due row it saw (none passed over,
+-- no poison, not full), the dispatcher wakes there without asking
+-- calendar_reminders_due_state after the run.
 -- $1 as_of, $2 batch size, $3 reminder ids to leave out (poison rows seen this run).
 WITH claimed AS (
-    SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at,
+    SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.attempts,
            e.tenant_id, e.owner_user_id, e.client_user_id, e.kind, e.start_at, e.time_zone,
            e.status AS event_status, e.appointment_id
     FROM calendar.event_reminders r
     JOIN calendar.events e ON e.event_id = r.event_id
-    WHERE r.status = 'Pending' AND r.due_at < $1 AND r.reminder_id <> ALL($3::uuid[])
-    ORDER BY r.due_at
+    WHERE r.status = 'Pending' AND r.due_at < $1 AND r.next_attempt_at <= $1
+      AND r.reminder_id <> ALL($3::uuid[])
+    ORDER BY r.due_at, r.reminder_id
     LIMIT $2
     FOR NO KEY UPDATE OF r SKIP LOCKED
     FOR SHARE OF e SKIP LOCKED
-), visible AS (
-    SELECT count(*) AS n FROM (
-        SELECT 1 FROM calendar.event_reminders
-        WHERE status = 'Pending' AND due_at < $1 AND reminder_id <> ALL($3::uuid[])
-        ORDER BY due_at LIMIT $2
-    ) x
+), bound AS (
+    -- The last key the scan reached: the last claimed one when the batch is full, else
+    -- past every due row.
+    SELECT CASE WHEN count(*) < $2 THEN $1::timestamptz ELSE max(due_at) END AS due_at,
+           CASE WHEN count(*) < $2 THEN 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid
+                ELSE (SELECT reminder_id FROM claimed
+                      ORDER BY due_at DESC, reminder_id DESC LIMIT 1) END AS reminder_id
+    FROM claimed
+), seen AS (
+    SELECT count(*) AS n FROM calendar.event_reminders
+    WHERE status = 'Pending' AND due_at < $1 AND next_attempt_at <= $1
+      AND reminder_id <> ALL($3::uuid[])
+      AND (due_at, reminder_id) <= ((SELECT due_at FROM bound), (SELECT reminder_id FROM bound))
+), waiting AS (
+    SELECT count(*) AS n, min(due_at) AS oldest FROM calendar.event_reminders
+    WHERE status = 'Pending' AND attempts > 0 AND next_attempt_at > $1 AND due_at < $1
 )
-SELECT c.*, v.n AS visible_due,
-       (SELECT min(due_at) FROM calendar.event_reminders
-        WHERE status = 'Pending' AND due_at >= $1) AS next_pending
-FROM visible v LEFT JOIN claimed c ON true
-ORDER BY c.due_at;
+SELECT c.*, s.n AS seen_due, w.n AS waiting, w.oldest AS waiting_oldest,
+       least((SELECT min(due_at) FROM calendar.event_reminders
+              WHERE status = 'Pending' AND due_at >= $1 AND attempts = 0),
+             (SELECT min(greatest(due_at, next_attempt_at)) FROM calendar.event_reminders
+              WHERE status = 'Pending' AND attempts > 0 AND next_attempt_at > $1)) AS next_wake
+FROM seen s CROSS JOIN waiting w LEFT JOIN claimed c ON true
+ORDER BY c.due_at, c.reminder_id;
 
 -- name: calendar_reminders_mark_dispatched
--- Terminal transitions of one claimed batch: Sent (SentAt = AsOf) or Skipped with reason,
--- and the batch's ReminderDueEvents on the outbox, in one round trip on the batch's
--- transaction. $1..$3 the transitions, $4 AsOf; $5..$8 the outbox records column-wise,
--- inserted as outbox_insert_many does (ids follow the input order).
+-- One claimed batch, one round trip: Sent (SentAt = AsOf) or Skipped with reason ($1..$3,
+-- $4 AsOf), its ReminderDueEvents on the outbox ($5..$8 column-wise, as outbox_insert_many;
+-- ids follow the input order), and its poison rows' retry state ($9..$11: id, retry time,
+-- error code; they stay Pending). Keep "INSERT INTO ops.outbox" within the first 1024
+-- bytes: pg_stat_activity shows no more, and tests find a held batch by it.
 WITH marked AS (
     UPDATE calendar.event_reminders r
     SET status = m.status,
@@ -168,17 +188,33 @@ WITH marked AS (
         WITH ORDINALITY AS o(topic, key, payload, headers, ord)
     ORDER BY o.ord
     RETURNING 1
+), failed AS (
+    UPDATE calendar.event_reminders r
+    SET attempts = r.attempts + 1, next_attempt_at = f.retry_at, last_error_code = f.code,
+        updated_at = $4
+    FROM unnest($9::uuid[], $10::timestamptz[], $11::text[]) AS f(reminder_id, retry_at, code)
+    WHERE r.reminder_id = f.reminder_id AND r.status = 'Pending'
+    RETURNING 1
 )
 SELECT (SELECT count(*) FROM marked)::int AS marked,
-       (SELECT count(*) FROM queued)::int AS queued;
+       (SELECT count(*) FROM queued)::int AS queued,
+       (SELECT count(*) FROM failed)::int AS failed;
 
 -- name: calendar_reminders_due_state
 -- After a dispatch run, in one round trip: the due and still Pending rows (the seed's backlog
--- gauge; a range scan on the partial index) and the earliest Pending DueAt (to wake the
--- dispatcher exactly then). $1 as_of.
-SELECT (SELECT count(*) FROM calendar.event_reminders
-        WHERE status = 'Pending' AND due_at < $1) AS backlog,
-       (SELECT min(due_at) FROM calendar.event_reminders WHERE status = 'Pending') AS next_due;
+-- gauge; a range scan on the partial index), how many of them are claimable at $1 (not
+-- backing off: left by this run, i.e. locked elsewhere or beyond its budget), the earliest
+-- Pending DueAt (the oldest-due-age gauge) and the earliest time after $1 at which a Pending
+-- row becomes claimable (its DueAt, or its retry time: where the dispatcher wakes next, as
+-- in calendar_reminders_claim_due). $1 as_of.
+SELECT b.backlog, b.ready,
+       (SELECT min(due_at) FROM calendar.event_reminders WHERE status = 'Pending') AS oldest_due,
+       least((SELECT min(due_at) FROM calendar.event_reminders
+              WHERE status = 'Pending' AND due_at >= $1 AND attempts = 0),
+             (SELECT min(greatest(due_at, next_attempt_at)) FROM calendar.event_reminders
+              WHERE status = 'Pending' AND attempts > 0 AND next_attempt_at > $1)) AS next_wake
+FROM (SELECT count(*) AS backlog, count(*) FILTER (WHERE next_attempt_at <= $1) AS ready
+      FROM calendar.event_reminders WHERE status = 'Pending' AND due_at < $1) b;
 
 -- name: calendar_events_count
 -- How many of the given events are in the projection (demo and operators' checks).

@@ -503,7 +503,8 @@ async def test_backlog_gauge_counts_due_pending_rows_left(
     stopped = await d.run_once(AFTER_DUE)
     assert (stopped.sent_count, stopped.batches) == (1, 1)
     assert gauge() == 2
-    assert stopped.next_due == DUE
+    # Cut short with claimable rows left: the drain goes on at once (AsOf, not a past DueAt).
+    assert stopped.next_due == AFTER_DUE
     stop = False
     drained = await d.run_once(AFTER_DUE)
     assert drained.sent_count == 2
@@ -586,9 +587,12 @@ async def test_the_state_after_a_run_comes_from_its_last_claim_when_that_saw_eve
     monkeypatch: pytest.MonkeyPatch,
     left_behind: str,
 ) -> None:
-    """Backlog and next DueAt after a run: a short last claim that took every due row it
+    """Backlog and next wake-up after a run: a short last claim that took every due row it
     saw knows them (no backlog; the earliest DueAt not yet due), so no statement of its own
-    asks; a row left Pending and due (poison, or locked elsewhere) makes the run ask."""
+    asks; a row left Pending and due (poison, or locked elsewhere) makes the run ask. The
+    wake-up is never in the past for a row the run could not take: a poison row's is its
+    retry time (the backoff), a locked row's is left to the next regular cycle, so the run
+    wakes at the next DueAt."""
     events = [calendar_event(StartAt=START, ReminderOffsetsMinutes=[60, 10]) for _ in range(3)]
     for e in events:
         await apply(applier, e)
@@ -625,11 +629,15 @@ async def test_the_state_after_a_run_comes_from_its_last_claim_when_that_saw_eve
     if left_behind == "nothing":
         assert (result.sent_count, result.backlog, result.next_due) == (3, 0, later)
         assert asked == []
+    elif left_behind == "poison":
+        retry = AFTER_DUE + DispatchConfig().poison_backoff
+        assert (result.sent_count, result.backlog, result.next_due) == (2, 1, retry)
+        assert asked == [AFTER_DUE]
     else:
-        # The row left behind is due and Pending: the next wake-up is now, not later.
-        assert (result.sent_count, result.backlog, result.next_due) == (2, 1, DUE)
+        assert (result.sent_count, result.backlog, result.next_due) == (2, 1, later)
+        assert result.skipped_locked_count == 1
         assert asked == [AFTER_DUE]
     # Either way the run's figures are what the statement says after it.
     async with pool.acquire() as conn:
         state = await real(conn, AFTER_DUE)
-    assert (state.backlog, state.next_due) == (result.backlog, result.next_due)
+    assert (state.backlog, state.next_wake) == (result.backlog, result.next_due)

@@ -40,9 +40,15 @@ def dispatch_waker(registry: TimerRegistry) -> Callable[[datetime], None]:
 def install(ctx: SliceContext) -> None:
     registry, runtime = ctx.registry, ctx.runtime
     waker = dispatch_waker(registry)
+    settings = runtime.settings
     dispatcher = CalendarReminderDispatcher(
         runtime,
-        DispatchConfig(),
+        DispatchConfig(
+            poison_backoff=timedelta(seconds=settings.calendar_dispatch_poison_backoff_seconds),
+            poison_backoff_max=timedelta(
+                seconds=settings.calendar_dispatch_poison_backoff_max_seconds
+            ),
+        ),
         metrics=runtime.metrics.family(CalendarDispatchMetrics),
         on_next_due=waker,
         should_stop=lambda: registry.stopping,

@@ -40,6 +40,10 @@ class DispatchConfig:
     lanes: int = 2
     # Part of the budget kept free at the end (besides the longest batch seen so far).
     reserve: float = 0.1
+    # A poison row stays Pending (seed 000) and is tried again after this, doubling with
+    # each failed attempt up to ``poison_backoff_max``: the first retry is the next cycle.
+    poison_backoff: timedelta = timedelta(seconds=60)
+    poison_backoff_max: timedelta = timedelta(hours=1)
 
     def __post_init__(self) -> None:
         if not 1 <= self.lanes <= 8:
@@ -48,6 +52,15 @@ class DispatchConfig:
             raise ValueError(f"batch_size must be in 1..10000, got {self.batch_size}")
         if self.max_duration <= timedelta(0):
             raise ValueError("max_duration must be positive")
+        if not timedelta(seconds=1) <= self.poison_backoff <= self.poison_backoff_max:
+            raise ValueError(
+                "poison_backoff must be at least 1 s and at most poison_backoff_max, got "
+                f"{self.poison_backoff} / {self.poison_backoff_max}"
+            )
+        if self.poison_backoff_max > timedelta(days=1):
+            raise ValueError(
+                f"poison_backoff_max must be at most 1 day, got {self.poison_backoff_max}"
+            )
 
 
 @dataclass
@@ -62,6 +75,9 @@ class DispatchResult:
     batches: int = 0
     duration_ms: float = 0.0
     backlog: int = 0
+    # Where the run asks to be woken next (never before AsOf unless it was cut short, by its
+    # budget or a shutdown, with claimable rows left): the earliest DueAt or retry time
+    # after AsOf.
     next_due: datetime | None = None
     poison: list[UUID] = field(default_factory=list)
     # True when the run stopped with due rows left because its time budget ran out.
@@ -72,6 +88,24 @@ class DispatchResult:
         out["next_due"] = self.next_due.isoformat() if self.next_due else None
         out["poison"] = [str(p) for p in self.poison]
         return out
+
+
+def poison_retry_at(as_of: datetime, attempts: int, base: timedelta, cap: timedelta) -> datetime:
+    """When a row that failed for the ``attempts + 1``-th time is tried again: ``base``
+    doubled per earlier failed attempt, at most ``cap``."""
+    delay: timedelta = base * (1 << min(max(attempts, 0), 20))
+    return as_of + min(cap, delay)
+
+
+def wake_after(as_of: datetime, state: DueState, cut_short: bool) -> datetime | None:
+    """Where the dispatcher wakes after a run. Never into the past for rows it could not
+    take: rows still claimable at AsOf are either beyond a run cut short with a full batch
+    (its budget ran out, or a shutdown: wake now, the drain goes on) or held by another
+    transaction (the next regular cycle takes them); otherwise the earliest time a row
+    becomes claimable (a DueAt or a retry time)."""
+    if cut_short and state.ready:
+        return as_of
+    return state.next_wake
 
 
 def build_event(row: ClaimedReminder) -> ReminderDueEvent:
@@ -117,6 +151,12 @@ class CalendarReminderDispatcher:
         self.on_next_due = on_next_due
         self.should_stop = should_stop
         self.topic_prefix = runtime.settings.topic_prefix
+        # Rows the run's batches hold right now: another lane's claim leaves them out, so
+        # they are not counted as passed over (they are this run's own work).
+        self._inflight: set[UUID] = set()
+        # One claim at a time across the lanes (the rest of a batch still overlaps): a claim
+        # running beside another would pass over rows whose ids the run does not know yet.
+        self._claiming = asyncio.Lock()
 
     async def run_once(self, as_of: datetime) -> DispatchResult:
         result = DispatchResult(run_id=uuid.uuid4().hex[:12])
@@ -126,12 +166,13 @@ class CalendarReminderDispatcher:
         longest = 0.0
         # What the run's last claim saw, when that settles the state after the run.
         seen: DueState | None = None
+        cut_short = False
         log.debug("action=cycle_started run_id=%s as_of=%s", result.run_id, as_of.isoformat())
         pool = await self.runtime.pool()
         lanes: list[asyncio.Task[None]] = []
 
         async def drain() -> None:
-            nonlocal longest, seen
+            nonlocal longest, seen, cut_short
             while True:
                 began = self.clock.monotonic()
                 claimed, seen = await self._batch(pool, as_of, result)
@@ -145,6 +186,8 @@ class CalendarReminderDispatcher:
                 ):
                     if claimed == self.config.batch_size and ended + longest >= deadline:
                         result.budget_exhausted = True
+                    elif claimed == self.config.batch_size:
+                        cut_short = True  # stopped for a shutdown with a backlog left
                     return
                 if len(lanes) < self.config.lanes:
                     # A full batch: there is a backlog. Another batch in its own transaction
@@ -162,7 +205,8 @@ class CalendarReminderDispatcher:
             if due is None:
                 async with connection(pool) as conn:
                     due = await repo.reminders_due_state(conn, as_of)
-            result.backlog, result.next_due = due.backlog, due.next_due
+            result.backlog = due.backlog
+            result.next_due = wake_after(as_of, due, result.budget_exhausted or cut_short)
         except BaseException:
             for lane in lanes:
                 lane.cancel()  # a failed batch ends the run; the others roll back too
@@ -172,8 +216,10 @@ class CalendarReminderDispatcher:
         finally:
             result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
             self.metrics.cycle_duration.observe(result.duration_ms / 1000)
+        self.metrics.skip_locked.inc(result.skipped_locked_count)
         self.metrics.backlog.set(result.backlog)
-        overdue = (as_of - result.next_due).total_seconds() if result.next_due else 0.0
+        self.metrics.backing_off.set(due.backlog - due.ready)
+        overdue = (as_of - due.oldest_due).total_seconds() if due.oldest_due else 0.0
         self.metrics.oldest_due_age.set(max(0.0, overdue))
         if result.next_due is not None and self.on_next_due is not None:
             self.on_next_due(result.next_due)
@@ -196,59 +242,82 @@ class CalendarReminderDispatcher:
         self, pool: Pool, as_of: datetime, result: DispatchResult
     ) -> tuple[int, DueState | None]:
         """One claimed batch in one transaction. Returns how many rows were claimed and,
-        when the claim took every due row there was (none locked elsewhere, none poison,
-        room left in the batch), the state after it: no backlog, the next DueAt."""
+        when the claim took every claimable row there was (none locked elsewhere, none
+        poison, room left in the batch), the state after it: only the rows backing off are
+        due, the next wake-up is the claim's."""
         n = self.config.batch_size
         sent: list[tuple[UUID, str, str | None]] = []
         skipped: list[tuple[UUID, str, str | None]] = []
         records: list[OutboxRecord] = []
         lateness: list[float] = []
-        poison: list[UUID] = []
-        async with transaction(pool) as conn:
-            claim = await repo.reminders_claim_due(conn, as_of, n, result.poison)
-            rows, visible = claim.rows, claim.visible
-            for row in rows:
-                reason = dispatch_skip_reason(EventStatus(row.event_status))
-                if reason is not None:
-                    skipped.append((row.reminder_id, "Skipped", reason))
-                    continue
-                try:
-                    record = record_for(
-                        REMINDER_DUE,
-                        build_event(row),
-                        topic_prefix=self.topic_prefix,
-                        headers={"correlation-id": result.run_id},
+        poison: list[tuple[UUID, datetime, str]] = []
+        cfg = self.config
+        held: set[UUID] = set()
+        try:
+            async with transaction(pool) as conn:
+                async with self._claiming:
+                    claim = await repo.reminders_claim_due(
+                        conn, as_of, n, [*result.poison, *self._inflight]
                     )
-                except Exception as exc:  # poison: this row only; the batch goes on
-                    poison.append(row.reminder_id)
-                    # Left out of every later claim of this run at once (not after the
-                    # commit): the other lane's next claim may come before this commits.
-                    result.poison.append(row.reminder_id)
-                    log.error(
-                        "action=item_failed run_id=%s reminder_id=%s event_id=%s error=%s",
-                        result.run_id,
-                        row.reminder_id,
-                        row.event_id,
-                        type(exc).__name__,
-                    )
-                    continue
-                sent.append((row.reminder_id, "Sent", None))
-                records.append(record)
-                lateness.append((as_of - row.due_at).total_seconds())
-            await repo.reminders_mark_dispatched(conn, sent + skipped, as_of, columns(records))
+                    rows = claim.rows
+                    held = {row.reminder_id for row in rows}
+                    self._inflight |= held
+                for row in rows:
+                    reason = dispatch_skip_reason(EventStatus(row.event_status))
+                    if reason is not None:
+                        skipped.append((row.reminder_id, "Skipped", reason))
+                        continue
+                    try:
+                        record = record_for(
+                            REMINDER_DUE,
+                            build_event(row),
+                            topic_prefix=self.topic_prefix,
+                            headers={"correlation-id": result.run_id},
+                        )
+                    except Exception as exc:  # poison: this row only; the batch goes on
+                        retry_at = poison_retry_at(
+                            as_of, row.attempts, cfg.poison_backoff, cfg.poison_backoff_max
+                        )
+                        poison.append((row.reminder_id, retry_at, type(exc).__name__))
+                        # Left out of every later claim of this run at once (not after the
+                        # commit): the other lane's next claim may come before this commits.
+                        result.poison.append(row.reminder_id)
+                        log.error(
+                            "action=item_failed run_id=%s reminder_id=%s event_id=%s error=%s "
+                            "attempts=%d retry_at=%s",
+                            result.run_id,
+                            row.reminder_id,
+                            row.event_id,
+                            type(exc).__name__,
+                            row.attempts + 1,
+                            retry_at.isoformat(),
+                        )
+                        continue
+                    sent.append((row.reminder_id, "Sent", None))
+                    records.append(record)
+                    lateness.append((as_of - row.due_at).total_seconds())
+                await repo.reminders_mark_dispatched(
+                    conn, sent + skipped, as_of, columns(records), poison
+                )
+        finally:
+            self._inflight -= held  # committed or rolled back: no longer held
         # Counted only once the transaction has committed.
         result.batches += 1
         result.sent_count += len(sent)
         result.skipped_count += len(skipped)
         result.failed_count += len(poison)
-        locked = max(0, min(visible, n) - len(rows))
-        result.skipped_locked_count += locked
+        # From the rows the claim's scan went through, not capped at the batch size (a
+        # full batch under contention passes over the most). Each claim of a run passes
+        # over the same rows held elsewhere again: the run's count is the most any of its
+        # claims passed over, not their sum.
+        locked = claim.passed_over
+        result.skipped_locked_count = max(result.skipped_locked_count, locked)
         m = self.metrics
         m.items.labels("sent").inc(len(sent))
         m.items.labels("skipped").inc(len(skipped))
         m.errors.inc(len(poison))
-        m.skip_locked.inc(locked)
         for seconds in lateness:
             m.lateness.observe(seconds)
-        whole = len(rows) < n and visible == len(rows) and not result.poison
-        return len(rows), DueState(0, claim.next_pending) if whole else None
+        whole = len(rows) < n and locked == 0 and not result.poison
+        after = DueState(claim.waiting, 0, claim.waiting_oldest, claim.next_wake)
+        return len(rows), after if whole else None

@@ -28,6 +28,11 @@ class CalendarDispatchMetrics:
             "Pending reminders already due (DueAt < now) after the last run",
             registry=registry,
         )
+        self.backing_off = Gauge(
+            "calendar_reminder_dispatch_backing_off",
+            "Due Pending reminders waiting for their retry time after failed attempts (poison)",
+            registry=registry,
+        )
         self.oldest_due_age = Gauge(
             "calendar_reminder_dispatch_oldest_due_age_seconds",
             "How long the oldest Pending reminder has been due after the last run (0 when none)",
