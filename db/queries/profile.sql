@@ -53,7 +53,8 @@ WHERE d.version >= u.version;
 
 -- name: profile_documents_scan
 -- One batch of the run's read-only scan: active, undeleted documents with ExpiresAt in
--- [$1, $2], in (ExpiresAt, DocumentId) order after the keyset ($3, $4), at most $5. No
+-- [$1, $2] (the lower bound never below the prune horizon, as in every statement that reads
+-- the window: markers below it are gone), in (ExpiresAt, DocumentId) order after the keyset ($3, $4), at most $5. No
 -- lock: the worker never changes documents and never holds up an investor's own edit.
 -- One row back: how many documents, the last one's keyset, and their owners in the order
 -- of their first document (a million documents need not cross the wire one by one).
@@ -62,7 +63,7 @@ WITH batch AS (
            row_number() OVER (ORDER BY d.expires_at, d.document_id) AS n
     FROM profile.person_documents d
     WHERE d.expires_at IS NOT NULL
-      AND d.expires_at BETWEEN $1 AND $2
+      AND d.expires_at BETWEEN greatest($1::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $2
       AND (d.expires_at, d.document_id) > ($3::date, $4::uuid)
       AND d.status = 'Active' AND NOT d.is_deleted
     ORDER BY d.expires_at, d.document_id
@@ -92,7 +93,7 @@ SELECT d.document_id, d.owner_user_id, d.expires_at - $4::date AS days_left,
 FROM profile.person_documents d
 WHERE d.owner_user_id = ANY($1::uuid[])
   AND d.expires_at IS NOT NULL
-  AND d.expires_at BETWEEN $2 AND $3
+  AND d.expires_at BETWEEN greatest($2::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $3
   AND d.status = 'Active' AND NOT d.is_deleted;
 
 -- name: profile_expiry_marks_claim
@@ -112,7 +113,7 @@ WITH docs AS MATERIALIZED (
     FROM profile.person_documents d
     WHERE d.owner_user_id = ANY($1::uuid[])
       AND d.expires_at IS NOT NULL
-      AND d.expires_at BETWEEN $2 AND $3
+      AND d.expires_at BETWEEN greatest($2::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $3
       AND d.status = 'Active' AND NOT d.is_deleted
 ), locked AS MATERIALIZED (
     SELECT r.document_id, r.threshold_days
@@ -152,8 +153,15 @@ GROUP BY o.document_id, o.owner_user_id
 ORDER BY o.owner_user_id, max(o.expires_at), o.document_id;
 
 -- name: profile_expiry_marks_prune
--- Markers of documents that expired before $1, at most $2 per call (the caller repeats).
-WITH doomed AS (
+-- Markers of documents that expired before $1, at most $2 per call (the caller repeats),
+-- and the prune horizon raised to $1 in the same transaction (never lowered: a replayed
+-- day prunes below an older date), so no statement reads the window below it again.
+WITH horizon AS (
+    INSERT INTO profile.document_expiry_prune_horizon AS h (singleton, pruned_before)
+    VALUES (true, $1)
+    ON CONFLICT (singleton) DO UPDATE
+    SET pruned_before = greatest(h.pruned_before, EXCLUDED.pruned_before)
+), doomed AS (
     SELECT id FROM profile.document_expiry_reminders
     WHERE expires_at < $1
     ORDER BY expires_at
@@ -176,7 +184,7 @@ SELECT count(*) FROM (
     FROM profile.person_documents d
     CROSS JOIN unnest($4::int[]) AS t(days)
     WHERE d.expires_at IS NOT NULL
-      AND d.expires_at BETWEEN $1 AND $2
+      AND d.expires_at BETWEEN greatest($1::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $2
       AND d.status = 'Active' AND NOT d.is_deleted
       AND d.expires_at - $3::date <= t.days
       AND NOT EXISTS (

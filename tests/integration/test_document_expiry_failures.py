@@ -4,7 +4,10 @@ unwell database fails owners (inline) or holds the batch for a retry (agent), ne
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import AsyncIterator
+from datetime import date
+from typing import Any
 
 import asyncpg
 import pytest
@@ -13,6 +16,7 @@ from db.connector import DatabaseUnavailable
 from tests.support.profile import (
     MASK,
     SLOT,
+    TODAY,
     Harness,
     items,
     marks,
@@ -94,3 +98,68 @@ async def test_an_unwell_database_fails_the_owners_inline_and_the_agent_retries(
         await agent.close()
     await pool.execute("DROP TRIGGER refuse_owner ON profile.document_expiry_reminders")
     assert (await h.run().run_once(SLOT)).reminders_sent == 2
+
+
+async def hold_marker_of(database_url: str, document: dict[str, Any]) -> asyncpg.Connection:
+    """Another session inserts the 30-day marker of ``document`` and keeps its transaction
+    open: a claim of that document waits on the row until its lock_timeout (55P03)."""
+    conn = await asyncpg.connect(database_url)
+    await conn.execute("BEGIN")
+    await conn.execute(
+        "INSERT INTO profile.document_expiry_reminders (id, document_id, owner_user_id, type,"
+        " threshold_days, expires_at, reminded_at) VALUES (gen_random_uuid(), $1, $2, $3, 30,"
+        " $4, $5)",
+        uuid.UUID(document["DocumentId"]),
+        uuid.UUID(document["OwnerUserId"]),
+        document["Type"],
+        date.fromisoformat(document["ExpiresAt"]),
+        SLOT,
+    )
+    return conn
+
+
+@pytest.mark.parametrize("mode", ["inline", "kafka"])
+@pytest.mark.parametrize("fault", ["permanent", "transient"])
+async def test_one_failing_owner_among_500_leaves_the_others_reminded_in_the_same_run(
+    database_url: str, pool: asyncpg.Pool, mode: str, fault: str
+) -> None:
+    """Permanent: a data error on the owner's marker insert. Transient: the owner's marker
+    held by another session, the claim waiting past lock_timeout. ``kafka`` is the agent's
+    apply (what the owner-work consumer calls), ``inline`` the run's own fan-out."""
+    h = Harness(database_url, cache=mode == "kafka", db_lock_timeout_seconds=0.2)
+    holder: asyncpg.Connection | None = None
+    try:
+        docs = [person_document(DaysLeft=5 + i % 20) for i in range(500)]
+        bad = docs[137]
+        await h.apply(*docs)
+        if fault == "permanent":
+            await refuse_markers_of(pool, bad["OwnerUserId"], "22023")
+        else:
+            holder = await hold_marker_of(database_url, bad)
+        result = await h.run().run_once(SLOT)
+        assert (result.owners_total, result.owners_done, result.owners_failed) == (500, 500, 1)
+        assert result.reminders_sent == 499 and result.owners_notified == 499
+        row = await pool.fetchrow(
+            "SELECT owners_failed, reminders_sent FROM profile.document_expiry_runs"
+            " WHERE run_id = $1",
+            result.run_id,
+        )
+        assert tuple(row) == (1, 499)
+        assert h.metrics.owners.labels("failed")._value.get() == 1
+        sent = {d for d, _, _ in items(await reminder_events(pool))}
+        assert sent == {d["DocumentId"] for d in docs} - {bad["DocumentId"]}
+        # The fault gone, the next cycle reminds the failed owner, and only it.
+        if holder is not None:
+            await holder.execute("ROLLBACK")
+        else:
+            await pool.execute("DROP TRIGGER refuse_owner ON profile.document_expiry_reminders")
+        again = await h.run().run_once(SLOT)
+        assert (again.owners_failed, again.reminders_sent) == (0, 1)
+        events = await reminder_events(pool)
+        assert len(events) == 500
+        left = (date.fromisoformat(bad["ExpiresAt"]) - TODAY).days
+        assert (bad["DocumentId"], 30, left) in items(events)
+    finally:
+        if holder is not None:
+            await holder.close()
+        await h.close()

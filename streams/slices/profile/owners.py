@@ -2,8 +2,9 @@
 DocumentExpiryReminderEvent in one transaction, with the owner's known marks cached.
 
 Owners are committed up to OWNERS_PER_TRANSACTION per transaction; a group that fails for
-anything but an unwell database is halved until the failing owner is alone (logged,
-skipped), so every other owner commits whole. The cache (a changelog table keyed by
+anything but an unwell database (bad data, or a lock timeout, serialization failure or
+deadlock on one owner's rows) is halved until the failing owner is alone (logged, counted,
+skipped: the next cycle takes it), so every other owner commits whole in the same run. The cache (a changelog table keyed by
 OwnerUserId: document → marked thresholds) only saves work: an owner it says is settled is
 settled only once one read of the ledger finds every one of those marks; otherwise the
 ledger decides. It is written after the commit. Design: docs/architecture.md.
@@ -45,6 +46,13 @@ log = logging.getLogger("streams.slices.profile.owners")
 
 # Owners per transaction (group commit): a million documents cannot afford one each.
 OWNERS_PER_TRANSACTION = 500
+# Transient SQLSTATEs that one owner's rows can cause while the database is well: a
+# serialization failure, a deadlock, a lock wait past lock_timeout (a marker held by another
+# session). A group failing with one of these is split like one failing on bad data, so the
+# other owners commit in the same run; the owner left alone is failed, counted, and taken by
+# the next cycle. Anything else transient (connection lost, disk full, shutdown) is the
+# database being unwell for every owner: the batch raises (or fails whole, inline).
+OWNER_SCOPED_STATES = frozenset({"40001", "40P01", "55P03"})
 # Transactions of one batch in flight at once: while PostgreSQL runs one claim, the worker
 # builds the events of another (their owners are disjoint, so they never wait on each other).
 TRANSACTIONS_IN_FLIGHT = 2
@@ -87,6 +95,11 @@ class OwnerBatchResult:
 
 # The counters of a batch that add up into the worker's totals (/status).
 TOTALS = [f.name for f in fields(OwnerBatchResult) if f.type == "int"]
+
+
+def owner_scoped(exc: BaseException) -> bool:
+    """A transient error that one owner's rows can cause (``OWNER_SCOPED_STATES``)."""
+    return getattr(exc, "sqlstate", None) in OWNER_SCOPED_STATES
 
 
 class OwnerWorker:
@@ -272,16 +285,17 @@ class OwnerWorker:
     async def _commit(
         self, plans: list[OwnerPlan], as_of: datetime, thresholds: tuple[int, ...]
     ) -> set[int]:
-        """One transaction for ``plans``; if it fails for anything but an unwell database,
-        each half again in a transaction of its own, down to single owners, so one bad owner
-        is logged and skipped while the others commit. Returns the failed positions."""
+        """One transaction for ``plans``; if it fails for anything but an unwell database
+        (bad data, or a transient error one owner's rows can cause: ``owner_scoped``), each
+        half again in a transaction of its own, down to single owners, so one bad owner is
+        logged and skipped while the others commit. Returns the failed positions."""
         pool = await self.runtime.pool()
         try:
             async with transaction(pool) as conn:
                 await self._claim(conn, plans, as_of, thresholds)
             return set()
         except Exception as exc:
-            if is_transient(exc):
+            if is_transient(exc) and not owner_scoped(exc):
                 raise
             if len(plans) == 1:
                 self._owner_failed(plans[0].work, exc)
