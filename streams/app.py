@@ -115,7 +115,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
     if settings.worker_timer_process:
         registry = ctx.registry
         isolated = [name for name in registry.names if registry.get(name).isolated]
-        ctx.timer_process = TimerProcess(ctx.runtime.metrics, registry.worker_id, isolated)
+        ctx.timer_process = TimerProcess(
+            ctx.runtime.metrics,
+            registry.worker_id,
+            isolated,
+            stall_seconds=settings.worker_timer_process_stall_seconds,
+            kill_after=settings.worker_timer_process_kill_seconds,
+        )
         registry.delegate(isolated, ctx.timer_process.wake)
     views.register(ctx)
     ctx.app.service(WorkerServices(ctx))  # type: ignore[arg-type]

@@ -72,6 +72,11 @@ class Settings(BaseSettings):
     # the worker, on their own event loop and core (streams/timer_process); false = all in
     # the worker's own process.
     worker_timer_process: bool = True
+    # The timer process reports progress (a heartbeat) several times within this; silent this
+    # long (stopped, deadlocked) it makes /health not ready, and silent for
+    # worker_timer_process_kill_seconds it is killed and started again.
+    worker_timer_process_stall_seconds: float = Field(30.0, gt=0, le=3600)
+    worker_timer_process_kill_seconds: float = Field(120.0, gt=0, le=7200)
 
     # Transactional outbox relay.
     outbox_batch_size: int = Field(500, ge=1, le=10_000)

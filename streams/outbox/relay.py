@@ -45,6 +45,7 @@ from streams.outbox.listener import NotifyListener
 from streams.outbox.producer import (
     ProducerFactory,
     ProducerSlot,
+    ProducerUnavailable,
     kafka_producer_factory,
     producer_fault,
 )
@@ -146,8 +147,10 @@ class OutboxRelay:
         ``stop()`` starts another pass."""
         return self._idle
 
-    async def open(self) -> None:
-        """Connect to PostgreSQL (unless given a pool) and Kafka, without starting the loop."""
+    async def open(self, *, require_producer: bool = True) -> None:
+        """Connect to PostgreSQL (unless given a pool) and Kafka, without starting the loop.
+        ``start()`` opens without ``require_producer``: a Kafka that is down at start-up does
+        not stop the relay (nor its process); its passes retry the producer."""
         if self._open:
             return
         if self._pool is None:
@@ -160,6 +163,16 @@ class OutboxRelay:
             )
         try:
             await self._producers.start()
+        except ProducerUnavailable as exc:
+            if require_producer:
+                await self._close_pool()
+                raise
+            # Kafka is down: the loop's passes start a producer (with backoff) once it is back.
+            log.warning(
+                "action=outbox_relay_start_without_kafka relay=%s error=%s",
+                self.name,
+                describe(exc),
+            )
         except BaseException:
             await self._close_pool()
             raise
@@ -180,7 +193,7 @@ class OutboxRelay:
     async def start(self) -> None:
         if self._task is not None:
             raise RuntimeError("relay already started")
-        await self.open()
+        await self.open(require_producer=False)
         self._stopping.clear()
         self._listener_task = asyncio.create_task(
             self._listener.run(self._stopping), name=f"outbox-listen-{self.name}"

@@ -13,6 +13,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from streams.asynctools import wait_any
 from streams.metrics import families_to_json
 from streams.outbox.relay import OutboxRelay
 from streams.settings import Settings
@@ -52,13 +53,22 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
     relay = OutboxRelay.from_settings(
         settings, metrics=runtime.metrics.outbox, pool=await runtime.pool(), clock=runtime.clock
     )
-    await relay.start()
+    # The schedules need only PostgreSQL: they start first, and a relay that finds Kafka down
+    # starts anyway (its passes retry the producer), so neither keeps the other from running.
     await registry.start()
+    await relay.start()
     for name in isolated:  # catch up on what came due while no process ran them
         if registry.get(name).enabled:
             registry.wake(name)
     log.info("action=timer_process_started worker=%s schedules=%s", worker_id, ",".join(isolated))
     writer.write(wire.encode({"op": "ready", "pid": os.getpid()}))
+
+    async def beat() -> None:
+        # The parent's watchdog: a stopped or stuck event loop goes silent.
+        interval = wire.beat_interval(settings.worker_timer_process_stall_seconds)
+        while not stopping.is_set():
+            writer.write(wire.BEAT)
+            await wait_any(stopping, within=interval)
 
     async def serve() -> None:
         while not stopping.is_set():
@@ -94,12 +104,13 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
         return None
 
     server = asyncio.create_task(serve(), name="timer-process-serve")
+    beating = asyncio.create_task(beat(), name="timer-process-beat")
     signalled = asyncio.create_task(stopping.wait())
     await asyncio.wait({server, signalled}, return_when=asyncio.FIRST_COMPLETED)
     stopping.set()
-    for task in (server, signalled):
+    for task in (server, beating, signalled):
         task.cancel()
-    await asyncio.gather(server, signalled, return_exceptions=True)
+    await asyncio.gather(server, beating, signalled, return_exceptions=True)
     # Runs finish (or roll back) first, so the relay's last pass sees their outbox rows.
     await registry.stop(timeout=20, cancel_grace=5)
     await relay.stop()

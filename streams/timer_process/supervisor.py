@@ -37,6 +37,16 @@ class TimerProcessMetrics:
             "Times the worker's timer process exited and was started again",
             registry=registry,
         )
+        self.stalls = Counter(
+            "worker_timer_process_stalls_total",
+            "Times the worker's timer process went silent (no heartbeat) past the stall bound",
+            registry=registry,
+        )
+        self.stall_kills = Counter(
+            "worker_timer_process_stall_kills_total",
+            "Times the worker killed its silent timer process (to start it again)",
+            registry=registry,
+        )
 
 
 class TimerProcess:
@@ -45,6 +55,9 @@ class TimerProcess:
     Wake-ups sent while it is down are kept (the earliest per schedule) and sent once it is
     ready again. ``refresh()`` fetches its timers and metrics; the metrics join the parent's
     registry (a MergingRegistry), so /metrics and /status show the worker as one.
+
+    The child beats (wire.py); with ``stall_seconds`` set, a child silent that long is not
+    ``ready`` (``stalled``), and silent for ``kill_after`` it is killed and started again.
     """
 
     def __init__(
@@ -56,6 +69,8 @@ class TimerProcess:
         command: Sequence[str] | None = None,
         ready_timeout: float = 60.0,
         stop_timeout: float = 30.0,
+        stall_seconds: float | None = None,
+        kill_after: float | None = None,
     ) -> None:
         self.names = tuple(names)
         self.worker_id = worker_id
@@ -64,6 +79,10 @@ class TimerProcess:
         )
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
+        self.stall_seconds = stall_seconds
+        self.kill_after = kill_after
+        self._heard = 0.0  # monotonic time of the child's last line
+        self._stalled = False
         self._metrics = metrics.family(TimerProcessMetrics)
         self._peer = StaticCollector()
         metrics.registry.register(self._peer)
@@ -80,7 +99,17 @@ class TimerProcess:
 
     @property
     def ready(self) -> bool:
-        return self._ready.is_set()
+        """Running, answered ready, and heard from within ``stall_seconds``."""
+        return self._ready.is_set() and not self.stalled
+
+    @property
+    def silent_for(self) -> float:
+        """Seconds since the running child's last line (0 while it is not running)."""
+        return time.monotonic() - self._heard if self._ready.is_set() else 0.0
+
+    @property
+    def stalled(self) -> bool:
+        return self.stall_seconds is not None and self.silent_for > self.stall_seconds
 
     async def start(self) -> None:
         """Start the child and wait (up to ``ready_timeout``) until it runs; a child that is
@@ -178,12 +207,20 @@ class TimerProcess:
         self._proc, self.pid = proc, proc.pid
         self.started += 1
         assert proc.stdout is not None
+        watchdog = asyncio.create_task(self._watch(proc), name="timer-process-watchdog")
         try:
             async for line in proc.stdout:
+                self._heard = time.monotonic()
+                if self._stalled:
+                    self._stalled = False
+                    self._metrics.up.set(1)
+                    log.warning("action=timer_process_resumed pid=%s", proc.pid)
                 try:
                     message = wire.decode(line)
                 except ValueError as exc:
                     log.error("action=timer_process_bad_message error=%s", describe(exc))
+                    continue
+                if message["op"] == "beat":
                     continue
                 if message["op"] == "ready":
                     self._on_ready(proc)
@@ -193,7 +230,9 @@ class TimerProcess:
                         reply.set_result(message)
             return await proc.wait()
         finally:
+            watchdog.cancel()
             self._ready.clear()
+            self._stalled = False
             self._metrics.up.set(0)
             for reply in self._replies.values():
                 if not reply.done():
@@ -202,6 +241,28 @@ class TimerProcess:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
             self._proc = None
+
+    async def _watch(self, proc: asyncio.subprocess.Process) -> None:
+        """Mark a silent child stalled, and kill it once silent for ``kill_after`` (its exit
+        ends ``_run_child``; the supervisor starts another)."""
+        bounds = [b for b in (self.stall_seconds, self.kill_after) if b is not None]
+        if not bounds:
+            return
+        tick = min(1.0, min(bounds) / 4)
+        while proc.returncode is None:
+            await asyncio.sleep(tick)
+            silent = self.silent_for
+            if self.stalled and not self._stalled:
+                self._stalled = True
+                self._metrics.stalls.inc()
+                self._metrics.up.set(0)
+                log.error("action=timer_process_stalled pid=%s silent_for=%.1fs", proc.pid, silent)
+            if self.kill_after is not None and silent > self.kill_after:
+                log.error("action=timer_process_killed pid=%s silent_for=%.1fs", proc.pid, silent)
+                self._metrics.stall_kills.inc()
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                return
 
     def _on_ready(self, proc: asyncio.subprocess.Process) -> None:
         log.info("action=timer_process_ready pid=%s schedules=%s", proc.pid, ",".join(self.names))

@@ -2,8 +2,9 @@
 
 Parent → child: ``{"op": "wake", "name": N, "at": ISO | null}``,
 ``{"op": "snapshot", "id": K}`` and ``{"op": "stop"}``.
-Child → parent: ``{"op": "ready", "pid": P}`` once its relay and timers run, and
-``{"op": "snapshot", "id": K, "timers": [...], "metrics": [...]}`` in answer.
+Child → parent: ``{"op": "ready", "pid": P}`` once its relay and timers run,
+``{"op": "beat"}`` every ``beat_interval(stall)`` while its event loop turns (the parent's
+watchdog), and ``{"op": "snapshot", "id": K, "timers": [...], "metrics": [...]}`` in answer.
 """
 
 from __future__ import annotations
@@ -31,3 +32,11 @@ def wake(name: str, at: datetime | None) -> bytes:
 def wake_time(message: dict[str, Any]) -> datetime | None:
     at = message.get("at")
     return datetime.fromisoformat(at) if at else None
+
+
+BEAT = encode({"op": "beat"})
+
+
+def beat_interval(stall_seconds: float) -> float:
+    """How often the child beats: several beats fit in the parent's stall bound."""
+    return min(5.0, stall_seconds / 5)

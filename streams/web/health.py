@@ -83,7 +83,10 @@ async def readiness(
         if ss
     }
     if timer_process is not None:
-        checks["timer_process"] = "ok" if timer_process.ready else "down"
+        if timer_process.stalled:
+            checks["timer_process"] = f"stalled: silent for {timer_process.silent_for:.0f}s"
+        else:
+            checks["timer_process"] = "ok" if timer_process.ready else "down"
     ready = (
         checks.get("timer_process", "ok") == "ok"
         and checks["postgres"] == "ok"

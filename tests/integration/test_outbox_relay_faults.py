@@ -399,3 +399,43 @@ async def test_paused_relay_holds_at_most_max_lanes_others_keep_publishing(
     received = await read_to_end(kafka_bootstrap, topic)
     assert sorted(ids_of(received)) == ids, "each row exactly once"
     assert_per_key_order(received)
+
+
+# ---------------------------------------------------------------------------- Kafka down at start
+
+
+async def test_relay_starts_while_kafka_is_down_and_publishes_once_it_is_up(
+    database_url: str,
+    pool: asyncpg.Pool,
+    kafka_bootstrap: str,
+    topic_prefix: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The relay of a timer process must not stop it from starting (its schedules need only
+    PostgreSQL): start() succeeds with nothing listening; the passes publish once Kafka is up."""
+    from devkit.workers import free_port
+    from tests.support.proxy import TcpProxy
+
+    topic = f"{topic_prefix}outbox.late_kafka"
+    await create_topics(kafka_bootstrap, [topic], partitions=1)
+    host, _, port = kafka_bootstrap.rpartition(":")
+    proxy = TcpProxy(free_port(), host, int(port))  # nothing listens until proxy.start()
+    relay = OutboxRelay(
+        dsn=database_url,
+        producer_factory=kafka_producer_factory(f"127.0.0.1:{proxy.port}"),
+        metrics=Metrics().outbox,
+        config=RelayConfig(publish_timeout=2, poll_interval=0.2),
+    )
+    caplog.set_level(logging.WARNING, logger="streams.outbox.relay")
+    ids = await write(pool, [OutboxRecord(topic, f"key-{i}", f'{{"N": {i}}}') for i in range(5)])
+    await relay.start()
+    try:
+        assert "action=outbox_relay_start_without_kafka" in caplog.text
+        assert await backlog(pool) == len(ids), "nothing can go out while Kafka is down"
+        proxy.start()
+        await eventually(lambda: backlog(pool), until=lambda n: n == 0, timeout=60, what="sent")
+    finally:
+        await relay.stop()
+        proxy.stop()
+    received = await read_to_end(kafka_bootstrap, topic)
+    assert sorted(set(ids_of(received))) == ids

@@ -4,9 +4,11 @@ join the worker's metrics, restarts with wake-ups kept, and stopping (or killing
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,7 +21,13 @@ from streams.timer_process.supervisor import TimerProcess
 FAKE = "tests.support.fake_timer_process"  # run from the repository root, as pytest is
 
 
-def supervisor(tmp_path: Path, *extra: str, stop_timeout: float = 10.0) -> TimerProcess:
+def supervisor(
+    tmp_path: Path,
+    *extra: str,
+    stop_timeout: float = 10.0,
+    stall_seconds: float | None = None,
+    kill_after: float | None = None,
+) -> TimerProcess:
     log = tmp_path / "wakes.log"
     log.touch()
     return TimerProcess(
@@ -29,6 +37,8 @@ def supervisor(tmp_path: Path, *extra: str, stop_timeout: float = 10.0) -> Timer
         command=[sys.executable, "-m", FAKE, str(log), *extra],
         ready_timeout=30,
         stop_timeout=stop_timeout,
+        stall_seconds=stall_seconds,
+        kill_after=kill_after,
     )
 
 
@@ -109,6 +119,60 @@ async def test_a_child_that_ignores_stop_is_killed_after_the_timeout(tmp_path: P
     assert child is not None
     await tp.stop()
     assert not _alive(child)
+
+
+@pytest.mark.timeout(90)
+async def test_a_stopped_child_is_not_ready_within_the_bound_and_ready_again_on_sigcont(
+    tmp_path: Path,
+) -> None:
+    stall = 1.5
+    tp = supervisor(tmp_path, "beat", stall_seconds=stall, kill_after=600)
+    metrics = tp._metrics
+    await tp.start()
+    try:
+        child = tp.pid
+        assert child is not None and tp.ready and not tp.stalled
+        os.kill(child, signal.SIGSTOP)
+        stopped = time.monotonic()
+        await eventually(lambda: tp.ready, until=lambda r: not r, timeout=30, what="stalled")
+        noticed = time.monotonic() - stopped
+        # The bound plus one watchdog tick and the last beat interval; far below kill_after.
+        assert noticed < stall + 2, noticed
+        assert tp.stalled and tp.pid == child
+        await eventually(
+            lambda: metrics.up._value.get(), until=lambda v: v == 0, timeout=5, what="up = 0"
+        )
+        assert metrics.stalls._value.get() == 1
+        os.kill(child, signal.SIGCONT)
+        await eventually(lambda: tp.ready, until=bool, timeout=10, what="ready again")
+        assert tp.pid == child and metrics.restarts._value.get() == 0
+        assert metrics.up._value.get() == 1
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(tp.pid or 0, signal.SIGCONT)
+        await tp.stop()
+
+
+@pytest.mark.timeout(90)
+async def test_a_child_silent_past_kill_after_is_killed_and_started_again(tmp_path: Path) -> None:
+    tp = supervisor(tmp_path, "beat", stall_seconds=1.0, kill_after=3.0)
+    metrics = tp._metrics
+    await tp.start()
+    try:
+        first = tp.pid
+        assert first is not None
+        os.kill(first, signal.SIGSTOP)
+        await eventually(
+            lambda: (tp.pid, tp.ready),
+            until=lambda v: v[0] != first and v[1],
+            timeout=40,
+            what="a new child, ready",
+        )
+        assert not _alive(first)
+        assert metrics.stall_kills._value.get() == 1
+        assert metrics.restarts._value.get() == 1
+    finally:
+        await tp.stop()
 
 
 def _alive(pid: int) -> bool:

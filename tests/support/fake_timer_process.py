@@ -1,13 +1,16 @@
 """A stand-in timer process speaking streams/timer_process/wire.py, for the supervisor's tests.
 
 Appends every wake-up it gets to the file named by argv[1]; answers snapshots with one
-timer and a counter of the wakes; ``stop`` ends it unless argv[2] is ``stubborn``.
+timer and a counter of the wakes; ``stop`` ends it unless argv[2] is ``stubborn``; with
+argv[2] ``beat`` it beats every 0.1 s, as the real one does (its parent's watchdog).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -20,8 +23,21 @@ def main() -> None:
     registry = CollectorRegistry()
     wakes = Counter("fake_wakes", "wakes received", registry=registry)
     out = sys.stdout.buffer
-    out.write(wire.encode({"op": "ready", "pid": os.getpid()}))
-    out.flush()
+    lock = threading.Lock()
+
+    def send(data: bytes) -> None:
+        with lock:
+            out.write(data)
+            out.flush()
+
+    def beat() -> None:
+        while True:
+            send(wire.BEAT)
+            time.sleep(0.1)
+
+    send(wire.encode({"op": "ready", "pid": os.getpid()}))
+    if sys.argv[2:] == ["beat"]:
+        threading.Thread(target=beat, daemon=True).start()
     for line in sys.stdin.buffer:
         message = wire.decode(line)
         if message["op"] == "wake":
@@ -31,13 +47,10 @@ def main() -> None:
         elif message["op"] == "snapshot":
             timers = [{"name": "fake", "counts": {"wakes": int(wakes._value.get())}}]
             answer = {"op": "snapshot", "id": message["id"], "timers": timers}
-            out.write(wire.encode({**answer, "metrics": families_to_json(registry)}))
-            out.flush()
+            send(wire.encode({**answer, "metrics": families_to_json(registry)}))
         elif message["op"] == "stop" and not stubborn:
             return
     if stubborn:
-        import time
-
         time.sleep(3600)
 
 
