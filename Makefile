@@ -69,8 +69,19 @@ test-e2e: install stack-up
 test-chaos: install stack-up ## only the chaos run (its own Kafka + PostgreSQL; about 7 minutes)
 	$(VENV)/bin/pytest tests/e2e -m chaos -s
 
-bench: migrate ## benchmarks: one summary table, bench/results/latest.json (BENCH_ARGS="ingest --compare old.json")
-	$(PY) -m bench $(BENCH_ARGS)
+# Benchmarks run on a durable PostgreSQL (fsync and synchronous_commit on, as production);
+# BENCH_PG=fast keeps the dev stack's mode for comparison. An explicit STACK_PG_DURABLE makes
+# stack/stack.sh restart a running PostgreSQL in that mode; the bench reads the mode back
+# from the server (SHOW fsync / synchronous_commit) and refuses a server in the other one.
+BENCH_PG ?= durable
+ifneq ($(filter-out durable fast,$(BENCH_PG)),)
+$(error BENCH_PG must be durable or fast, not '$(BENCH_PG)')
+endif
+
+bench: install ## benchmarks: one summary table, bench/results/latest.json (BENCH_ARGS="ingest --compare old.json", BENCH_PG=durable|fast)
+	STACK_PG_DURABLE=$(if $(filter fast,$(BENCH_PG)),0,1) stack/stack.sh up
+	$(PY) -m streams migrate
+	BENCH_PG=$(BENCH_PG) $(PY) -m bench $(BENCH_ARGS)
 
 schema: install stack-up ## regenerate db/schema.snapshot from a fresh migrate
 	$(PY) -m db.migrate --write-snapshot
