@@ -12,7 +12,7 @@ export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
 export DATABASE_URL ?= postgresql://reminders@127.0.0.1:$(PG_PORT)/reminders
 
 .PHONY: help install stack-up stack-down stack-status migrate topics worker demo lint typecheck \
-        test test-unit test-integration test-e2e test-chaos bench schema contracts clean
+        helm chart test test-unit test-integration test-e2e test-chaos bench schema contracts clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -82,6 +82,12 @@ bench: install ## benchmarks: one summary table, bench/results/latest.json (BENC
 	STACK_PG_DURABLE=$(if $(filter fast,$(BENCH_PG)),0,1) stack/stack.sh up
 	$(PY) -m streams migrate
 	BENCH_PG=$(BENCH_PG) $(PY) -m bench $(BENCH_ARGS)
+
+helm: ## the pinned helm, built with `go install` into .dev/helm/ (idempotent)
+	@$(PYTHON) -m devkit.helm
+
+chart: install helm ## helm lint + template of deploy/helm/, every object validated against the Kubernetes schemas
+	$(VENV)/bin/pytest tests/unit/test_helm_chart.py
 
 schema: install stack-up ## regenerate db/schema.snapshot from a fresh migrate
 	$(PY) -m db.migrate --write-snapshot
