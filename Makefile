@@ -12,19 +12,26 @@ export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
 export DATABASE_URL ?= postgresql://reminders@127.0.0.1:$(PG_PORT)/reminders
 
 .PHONY: help install stack-up stack-down stack-status migrate topics worker demo lint typecheck \
-        helm chart test test-unit test-integration test-e2e test-chaos bench schema contracts clean
+        helm chart lock test test-unit test-integration test-e2e test-chaos bench schema contracts clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, found " + sys.version' 
+# Exact versions with hashes from requirements-dev.lock (pip-compile; requirements.lock is the
+# runtime part, used by the Dockerfile), then the project itself without resolving anything.
+$(VENV)/.installed: pyproject.toml requirements-dev.lock
+	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] <= (3, 13), "Python 3.11-3.13 is required, found " + sys.version'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
-install: $(VENV)/.installed ## create .venv with the service and dev tools
+install: $(VENV)/.installed ## create .venv with the service and dev tools (from the lock)
+
+lock: ## regenerate requirements.lock and requirements-dev.lock after a change to pyproject.toml
+	$(PY) -m pip install -q pip-tools==7.6.2
+	$(PY) -m piptools compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links --all-build-deps -o requirements.lock pyproject.toml
+	$(PY) -m piptools compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links --all-build-deps --extra dev -c requirements.lock -o requirements-dev.lock pyproject.toml
 
 stack-up: ## start local Kafka (KRaft) + PostgreSQL under .dev/ (idempotent)
 	@stack/stack.sh up
