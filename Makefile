@@ -12,19 +12,26 @@ export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
 export DATABASE_URL ?= postgresql://reminders@127.0.0.1:$(PG_PORT)/reminders
 
 .PHONY: help install stack-up stack-down stack-status migrate topics worker demo lint typecheck \
-        test test-unit test-integration test-e2e test-faults bench schema contracts clean
+        helm chart lock test test-unit test-integration test-e2e test-faults bench schema contracts clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, found " + sys.version' 
+# Exact versions with hashes from requirements-dev.lock (pip-compile; requirements.lock is the
+# runtime part, used by the Dockerfile), then the project itself without resolving anything.
+$(VENV)/.installed: pyproject.toml requirements-dev.lock
+	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] <= (3, 13), "Python 3.11-3.13 is required, found " + sys.version'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
-install: $(VENV)/.installed ## create .venv with the service and dev tools
+install: $(VENV)/.installed ## create .venv with the service and dev tools (from the lock)
+
+lock: ## regenerate requirements.lock and requirements-dev.lock after a change to pyproject.toml
+	$(PY) -m pip install -q pip-tools==7.6.2
+	$(PY) -m piptools compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links --all-build-deps -o requirements.lock pyproject.toml
+	$(PY) -m piptools compile -q --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links --all-build-deps --extra dev -c requirements.lock -o requirements-dev.lock pyproject.toml
 
 stack-up: ## start local Kafka (KRaft) + PostgreSQL under .dev/ (idempotent)
 	@stack/stack.sh up
@@ -69,8 +76,25 @@ test-e2e: install stack-up
 test-faults: install stack-up ## only the fault matrix (its own Kafka + durable PostgreSQL; about 6 minutes)
 	$(VENV)/bin/pytest tests/e2e -m faults -s
 
-bench: migrate ## benchmarks: one summary table, bench/results/latest.json (BENCH_ARGS="ingest --compare old.json")
-	$(PY) -m bench $(BENCH_ARGS)
+# Benchmarks run on a durable PostgreSQL (fsync and synchronous_commit on, as production);
+# BENCH_PG=fast keeps the dev stack's mode for comparison. An explicit STACK_PG_DURABLE makes
+# stack/stack.sh restart a running PostgreSQL in that mode; the bench reads the mode back
+# from the server (SHOW fsync / synchronous_commit) and refuses a server in the other one.
+BENCH_PG ?= durable
+ifneq ($(filter-out durable fast,$(BENCH_PG)),)
+$(error BENCH_PG must be durable or fast, not '$(BENCH_PG)')
+endif
+
+bench: install ## benchmarks: one summary table, bench/results/latest.json (BENCH_ARGS="ingest --compare old.json", BENCH_PG=durable|fast)
+	STACK_PG_DURABLE=$(if $(filter fast,$(BENCH_PG)),0,1) stack/stack.sh up
+	$(PY) -m streams migrate
+	BENCH_PG=$(BENCH_PG) $(PY) -m bench $(BENCH_ARGS)
+
+helm: ## the pinned helm, built with `go install` into .dev/helm/ (idempotent)
+	@$(PYTHON) -m devkit.helm
+
+chart: install helm ## helm lint + template of deploy/helm/, every object validated against the Kubernetes schemas
+	$(VENV)/bin/pytest tests/unit/test_helm_chart.py
 
 schema: install stack-up ## regenerate db/schema.snapshot from a fresh migrate
 	$(PY) -m db.migrate --write-snapshot

@@ -5,9 +5,14 @@ end and writes the same as JSON. ``--compare FILE`` then prints each measure's c
 an earlier JSON and exits 1 when one got more than 25% worse; with ``--against OTHER`` it
 compares two JSON files without running anything.
 
+The heading and the JSON (``machine.postgres``) say which PostgreSQL mode the run had, as the
+server reports it (``SHOW fsync``, ``SHOW synchronous_commit``): ``durable`` (production's) or
+``fast`` (the dev stack's). ``BENCH_PG=durable|fast`` (``make bench`` sets it) refuses to run
+on a server in the other mode.
+
 Exit codes: 0 done (a missed target is in the table, not in the exit code); 1 a measure got
 more than 25% worse than in the compared file, or a bench crashed; 2 usage (unknown bench,
-unreadable file).
+unreadable file, the server not in the BENCH_PG mode).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.compare import compare, format_changes, regressions
-from bench.report import Measure, document, measures_of, table
+from bench.report import Measure, PgMode, document, heading, measures_of, mode_mismatch, table
 
 ROOT = Path(__file__).resolve().parent.parent
 LATEST = ROOT / "bench" / "results" / "latest.json"
@@ -102,8 +107,36 @@ def git(*args: str) -> str:
         return ""
 
 
+async def _show_pg_mode() -> PgMode:
+    import asyncpg
+
+    from bench.common import DATABASE_URL
+
+    conn = await asyncpg.connect(DATABASE_URL, timeout=10)
+    try:
+        fsync = await conn.fetchval("SHOW fsync")
+        synchronous_commit = await conn.fetchval("SHOW synchronous_commit")
+    finally:
+        await conn.close()
+    return PgMode(str(fsync), str(synchronous_commit))
+
+
+def pg_mode() -> PgMode:
+    """The mode of the PostgreSQL at DATABASE_URL, read from the server itself."""
+    try:
+        return asyncio.run(_show_pg_mode())
+    except Exception as exc:  # unreachable: the benches themselves will say more
+        print(f"warning: cannot read the PostgreSQL mode: {type(exc).__name__}", file=sys.stderr)
+        return PgMode("", "")
+
+
 def machine(
-    started: datetime, seconds: float, names: Sequence[str], quick: bool, load: Sequence[float]
+    started: datetime,
+    seconds: float,
+    names: Sequence[str],
+    quick: bool,
+    load: Sequence[float],
+    pg: PgMode,
 ) -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
@@ -118,6 +151,7 @@ def machine(
         "python": platform.python_version(),
         "platform": platform.platform(),
         "git_commit": commit + ("-dirty" if commit and dirty else ""),
+        "postgres": pg.to_json(),
     }
 
 
@@ -167,19 +201,28 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_USAGE
 
     names = args.names or list(BENCHES)
+    pg = pg_mode()
+    refused = mode_mismatch(os.environ.get("BENCH_PG"), pg)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"benchmarks on {pg.text()}", flush=True)
     # aiokafka's retry warnings (e.g. a leader not yet elected on a new topic) are noise here.
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     started, t0, load_start = datetime.now(UTC), time.monotonic(), os.getloadavg()
     measures, crashed = asyncio.run(run_benches(names, args.quick))
-    info = machine(started, time.monotonic() - t0, names, args.quick, load_start)
+    info = machine(started, time.monotonic() - t0, names, args.quick, load_start, pg)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(document(measures, info), indent=2) + "\n")
-    print(f"\n== summary ({info['date']}, {info['seconds']:.0f} s, commit {info['git_commit']}) ==")
+    print("\n" + heading(info))
     print(table(measures))
     print(f"(written to {args.json})")
     code = EXIT_WORSE if crashed else EXIT_OK
     if before is not None:
         if before[1].get("quick") != args.quick:
             print("note: one of the two runs used --quick sizes; the figures are not comparable")
+        earlier = (before[1].get("postgres") or {}).get("mode", "unknown")
+        if earlier != pg.name:
+            print(f"note: the earlier run was on PostgreSQL {earlier}, this one on {pg.name}")
         code = max(code, comparison(before[0], measures, str(args.compare)))
     return code

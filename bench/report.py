@@ -191,6 +191,65 @@ def table(measures: Sequence[Measure]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class PgMode:
+    """How the PostgreSQL the bench ran on commits, as the server reports it (``SHOW fsync``,
+    ``SHOW synchronous_commit``): ``durable`` is production's (both on), ``fast`` the dev
+    stack's (both off); anything else is ``mixed`` and says so."""
+
+    fsync: str
+    synchronous_commit: str
+
+    @property
+    def name(self) -> str:
+        if self.fsync == "on" and self.synchronous_commit not in {"off", ""}:
+            return "durable"
+        if self.fsync == "off" and self.synchronous_commit == "off":
+            return "fast"
+        return "mixed"
+
+    def text(self) -> str:
+        return (
+            f"PostgreSQL {self.name}: fsync={self.fsync or '?'}, "
+            f"synchronous_commit={self.synchronous_commit or '?'}"
+        )
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "mode": self.name,
+            "fsync": self.fsync,
+            "synchronous_commit": self.synchronous_commit,
+        }
+
+
+BENCH_PG_MODES = ("durable", "fast")
+
+
+def mode_mismatch(wanted: str | None, mode: PgMode) -> str | None:
+    """Why a run asked for with ``BENCH_PG=wanted`` must not go on, or None. Unset: any mode
+    (the heading says which)."""
+    if not wanted:
+        return None
+    if wanted not in BENCH_PG_MODES:
+        return f"BENCH_PG must be one of {', '.join(BENCH_PG_MODES)}, not {wanted!r}"
+    if mode.name != wanted:
+        return (
+            f"BENCH_PG={wanted} but the server runs {mode.text()} "
+            f"(`make bench` restarts the stack with STACK_PG_DURABLE={int(wanted == 'durable')})"
+        )
+    return None
+
+
+def heading(machine: Mapping[str, Any]) -> str:
+    """The summary's first line: when, how long, which commit, which PostgreSQL mode."""
+    pg = machine.get("postgres") or {}
+    mode = PgMode(str(pg.get("fsync", "")), str(pg.get("synchronous_commit", "")))
+    return (
+        f"== summary ({machine.get('date', '?')}, {float(machine.get('seconds', 0)):.0f} s, "
+        f"commit {machine.get('git_commit') or 'unknown'}, {mode.text()}) =="
+    )
+
+
 def document(measures: Sequence[Measure], machine: Mapping[str, Any]) -> dict[str, Any]:
     """What ``bench/results/latest.json`` holds."""
     return {"machine": dict(machine), "measures": [m.to_json() for m in measures]}

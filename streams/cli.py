@@ -1,5 +1,5 @@
 """Command line: ``python -m streams worker|migrate|topics|dlq|automation|demo`` (also installed as
-``reminders``)."""
+``streams``, with ``reminders`` as an alias)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 
 from streams.settings import ConfigError, load_settings
 
-USAGE = """usage: python -m streams <command>
+USAGE = """usage: streams <command>   (or: python -m streams <command>)
+  --version  print the installed version and exit (reads no settings)
   worker   run a Faust worker (agents, timers, outbox relay, web on WEB_PORT)
   migrate  apply database migrations
   topics   create the contract topics and DLQs that are missing
@@ -27,11 +28,25 @@ USAGE = """usage: python -m streams <command>
 """
 
 
+def version() -> str:
+    """The installed distribution's version; the source tree's when it is not installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("reminders-stream")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in {"-h", "--help"}:
         print(USAGE)
         return 0 if args else 2
+    if args[0] == "--version":
+        print(f"streams {version()}")
+        return 0
     command, rest = args[0], args[1:]
     try:
         settings = load_settings()

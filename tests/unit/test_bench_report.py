@@ -19,7 +19,19 @@ from bench.cli import BENCHES, EXIT_OK, EXIT_USAGE, EXIT_WORSE, main
 from bench.compare import Change, compare, format_changes, gain, regressions
 from bench.pipeline import event_columns, newest, reminder_columns
 from bench.progress import Progress, render
-from bench.report import REPORT, Measure, Target, document, measure, measures_of, number, table
+from bench.report import (
+    REPORT,
+    Measure,
+    PgMode,
+    Target,
+    document,
+    heading,
+    measure,
+    measures_of,
+    mode_mismatch,
+    number,
+    table,
+)
 from streams.contracts.calendar import CalendarEventChanged
 from streams.domain.calendar import insertable, wanted_reminders
 
@@ -202,10 +214,16 @@ def test_python_m_bench_exit_code_is_the_comparisons(tmp_path: Path) -> None:
     assert "200.0% worse" in bad.stdout
 
 
+DURABLE = PgMode("on", "on")
+
+
 @pytest.fixture
 def fake_benches(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
-    """Two benches that need no services: ``fine`` (its rate settable) and ``boom`` (crashes)."""
+    """Two benches that need no services: ``fine`` (its rate settable) and ``boom`` (crashes);
+    the server's mode is durable unless a test says otherwise."""
     figures = {"rate": 1000.0}
+    monkeypatch.setattr("bench.cli.pg_mode", lambda: DURABLE)
+    monkeypatch.delenv("BENCH_PG", raising=False)
 
     async def fine_run(**_: object) -> list[Measure]:
         return [rate("fine: rate", figures["rate"])]
@@ -246,6 +264,85 @@ def test_a_crashed_bench_fails_the_run_but_the_others_are_in_the_table(
     rows = {m["name"]: m for m in json.loads(out.read_text())["measures"]}
     assert rows["boom: crashed"]["passed"] is False and "fine: rate" in rows
     assert "FAIL" in capsys.readouterr().out
+
+
+# -- which PostgreSQL the run had ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fsync", "synchronous_commit", "name"),
+    [
+        ("on", "on", "durable"),
+        ("on", "remote_apply", "durable"),
+        ("on", "local", "durable"),
+        ("off", "off", "fast"),
+        ("on", "off", "mixed"),
+        ("off", "on", "mixed"),
+        ("", "", "mixed"),
+    ],
+)
+def test_pg_mode_is_named_from_what_the_server_shows(
+    fsync: str, synchronous_commit: str, name: str
+) -> None:
+    assert PgMode(fsync, synchronous_commit).name == name
+
+
+def test_heading_names_the_commit_and_the_postgres_mode() -> None:
+    info = {
+        "date": "2026-12-02T10:00:00+00:00",
+        "seconds": 61.4,
+        "git_commit": "abc123",
+        "postgres": PgMode("on", "on").to_json(),
+    }
+    assert heading(info) == (
+        "== summary (2026-12-02T10:00:00+00:00, 61 s, commit abc123, "
+        "PostgreSQL durable: fsync=on, synchronous_commit=on) =="
+    )
+    fast = heading({**info, "postgres": PgMode("off", "off").to_json()})
+    assert fast.endswith("PostgreSQL fast: fsync=off, synchronous_commit=off) ==")
+    # An old file without the field is shown as unknown, never as durable.
+    assert "PostgreSQL mixed: fsync=?, synchronous_commit=?" in heading({"date": "d"})
+
+
+def test_bench_pg_refuses_a_server_in_the_other_mode() -> None:
+    assert mode_mismatch(None, PgMode("off", "off")) is None
+    assert mode_mismatch("durable", DURABLE) is None
+    assert mode_mismatch("fast", PgMode("off", "off")) is None
+    refused = mode_mismatch("durable", PgMode("off", "off"))
+    assert refused is not None and "fsync=off" in refused and "STACK_PG_DURABLE=1" in refused
+    assert "must be one of durable, fast" in (mode_mismatch("slow", DURABLE) or "")
+
+
+def test_the_run_records_mode_and_commit_in_heading_and_json(
+    tmp_path: Path,
+    fake_benches: dict[str, float],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = tmp_path / "run.json"
+    assert main(["fine", "--json", str(out)]) == EXIT_OK
+    doc = json.loads(out.read_text())
+    assert doc["machine"]["postgres"] == {
+        "mode": "durable",
+        "fsync": "on",
+        "synchronous_commit": "on",
+    }
+    assert doc["machine"]["git_commit"]
+    printed = capsys.readouterr().out
+    summary = next(line for line in printed.splitlines() if line.startswith("== summary"))
+    assert summary == heading(doc["machine"])
+    assert f"commit {doc['machine']['git_commit']}" in summary
+    assert "PostgreSQL durable: fsync=on, synchronous_commit=on" in summary
+    # A fast server under BENCH_PG=durable: refused before any bench runs, nothing written.
+    monkeypatch.setattr("bench.cli.pg_mode", lambda: PgMode("off", "off"))
+    monkeypatch.setenv("BENCH_PG", "durable")
+    other = tmp_path / "other.json"
+    assert main(["fine", "--json", str(other)]) == EXIT_USAGE
+    assert not other.exists()
+    # BENCH_PG=fast on it runs, and a comparison with the durable run says they differ.
+    monkeypatch.setenv("BENCH_PG", "fast")
+    assert main(["fine", "--json", str(other), "--compare", str(out)]) == EXIT_OK
+    assert "the earlier run was on PostgreSQL durable, this one on fast" in capsys.readouterr().out
 
 
 def test_help_lists_the_benches() -> None:

@@ -1,0 +1,328 @@
+"""The Helm chart (deploy/helm/reminders-stream): ``helm lint`` and ``helm template`` with
+several values, every rendered object validated against the Kubernetes schemas
+(kubernetes-validate, strict: no unknown fields), and what the objects must say.
+
+helm is the pinned version built by devkit.helm (``go install``, cached under .dev/): a
+missing helm is installed here, and one that cannot be installed fails the test, never skips
+it. The first build takes a few minutes (.ci/run builds it before the tests).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from devkit.helm import HelmUnavailable, ensure_helm
+from streams.outbox.config import RelayConfig
+from streams.timer_process.supervisor import TimerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "reminders-stream"
+# The oldest Kubernetes the chart declares (Chart.yaml kubeVersion) and the newest schemas.
+KUBE_VERSIONS = ("1.25.0", "1.37.0")
+# Custom resources: not in the Kubernetes schemas; checked field by field below.
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+
+SASL_SSL = [
+    "kafka.securityProtocol=SASL_SSL",
+    "kafka.saslUsername=reminders",
+    "kafka.caSecret.name=kafka-ca",
+    "secrets.existingSecret=reminders-prod",
+]
+THREE = [
+    "replicas=3",
+    "kafka.replicationFactor=3",
+    "kafka.minInsyncReplicas=2",
+    "persistence.enabled=false",
+]
+VALUES = {"default": [], "sasl_ssl": SASL_SSL, "three": THREE}
+
+pytestmark = pytest.mark.timeout(900)  # the first helm build (go install) takes minutes
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    try:
+        return ensure_helm()
+    except HelmUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+def run(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def render(helm: Path, sets: list[str], kube: str = KUBE_VERSIONS[0]) -> list[dict[str, Any]]:
+    args = ["template", "rel", str(CHART), "--namespace", "reminders", "--kube-version", kube]
+    for s in sets:
+        args += ["--set", s]
+    out = run(helm, *args)
+    assert out.returncode == 0, out.stderr
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
+def kinds(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
+
+
+def one(objects: list[dict[str, Any]], kind: str, suffix: str = "") -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"].endswith(suffix)]
+    assert len(found) == 1, kinds(objects)
+    return found[0]
+
+
+def worker(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    container: dict[str, Any] = one(objects, "StatefulSet")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    return container
+
+
+def env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def custom_resource_problems(obj: dict[str, Any]) -> list[str]:
+    """The ServiceMonitor fields the Prometheus operator needs (its CRD is not bundled)."""
+    spec = obj.get("spec", {})
+    problems = []
+    if not spec.get("selector", {}).get("matchLabels"):
+        problems.append("spec.selector.matchLabels missing")
+    for endpoint in spec.get("endpoints") or [{}]:
+        if not endpoint.get("port") or not str(endpoint.get("path", "")).startswith("/"):
+            problems.append(f"endpoint without port/path: {endpoint}")
+    return problems
+
+
+# -- lint, render, validate --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(VALUES))
+def test_helm_lint_passes(helm: Path, name: str) -> None:
+    args = ["lint", str(CHART), "--strict", "--kube-version", KUBE_VERSIONS[0]]
+    for s in VALUES[name]:
+        args += ["--set", s]
+    out = run(helm, *args)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 chart(s) failed" in out.stdout
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+@pytest.mark.parametrize("name", list(VALUES))
+def test_every_rendered_object_is_valid_for_kubernetes(helm: Path, name: str, kube: str) -> None:
+    objects = render(helm, VALUES[name], kube)
+    assert len(objects) >= 7
+    problems = []
+    for obj in objects:
+        where = f"{obj['kind']}/{obj['metadata']['name']}"
+        if (obj["apiVersion"], obj["kind"]) in CUSTOM_KINDS:
+            problems += [f"{where}: {p}" for p in custom_resource_problems(obj)]
+            continue
+        try:
+            kubernetes_validate.validate(obj, kube, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{where}: {exc.message} at {list(exc.path)}")
+        except kubernetes_validate.SchemaNotFoundError as exc:
+            problems.append(f"{where}: no schema ({exc})")
+    assert problems == []
+
+
+def test_the_default_objects(helm: Path) -> None:
+    assert kinds(render(helm, [])) == [
+        "ConfigMap/rel-reminders-stream-dashboards",
+        "Job/rel-reminders-stream-migrate",
+        "Job/rel-reminders-stream-topics",
+        "PodDisruptionBudget/rel-reminders-stream",
+        "Secret/rel-reminders-stream-secrets",
+        "Service/rel-reminders-stream-workers",
+        "ServiceMonitor/rel-reminders-stream",
+        "StatefulSet/rel-reminders-stream",
+    ]
+
+
+# -- what the objects say ----------------------------------------------------------------------
+
+
+def test_workers_listen_on_every_interface_and_probe_live_and_ready(helm: Path) -> None:
+    objects = render(helm, [])
+    c = worker(objects)
+    e = env(c)
+    assert e["WEB_HOST"] == "0.0.0.0"  # the service's default 127.0.0.1 is unreachable for probes
+    assert c["ports"] == [{"name": "web", "containerPort": 6066, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/health/live", "port": "web"}
+    assert c["startupProbe"]["httpGet"] == {"path": "/health/live", "port": "web"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "web"}
+    assert c["args"] == ["streams", "worker"]
+    assert e["WORKER_DATA_DIR"] == "/data"
+    assert e["WEB_ADVERTISED_URL"] == (
+        "http://$(POD_NAME).rel-reminders-stream-workers.reminders.svc:6066"
+    )
+    sts = one(objects, "StatefulSet")
+    assert sts["spec"]["serviceName"] == "rel-reminders-stream-workers"
+    claim = sts["spec"]["volumeClaimTemplates"][0]
+    assert claim["metadata"]["name"] == "data"
+    assert {"name": "data", "mountPath": "/data"} in c["volumeMounts"]
+
+
+def test_secrets_come_from_a_secret_never_from_plain_values(helm: Path) -> None:
+    objects = render(helm, SASL_SSL)
+    e = env(worker(objects))
+    for key in ("DATABASE_URL", "KAFKA_SASL_PASSWORD"):
+        assert e[key] == {"secretKeyRef": {"name": "reminders-prod", "key": key}}
+    assert not [o for o in objects if o["kind"] == "Secret"]  # existingSecret: none rendered
+    assert e["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL" and e["KAFKA_SASL_USERNAME"] == "reminders"
+    assert e["KAFKA_SSL_CAFILE"] == "/etc/reminders/kafka-ca/ca.crt"
+    pod = one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    assert {"name": "kafka-ca", "mountPath": "/etc/reminders/kafka-ca", "readOnly": True} in (
+        worker(objects)["volumeMounts"]
+    )
+    ca = next(v for v in pod["volumes"] if v["name"] == "kafka-ca")
+    assert ca["secret"]["secretName"] == "kafka-ca"
+    # The Jobs read the same settings (the CLI validates all of them at startup).
+    for job in ("migrate", "topics"):
+        spec = one(objects, "Job", job)["spec"]["template"]["spec"]
+        assert env(spec["containers"][0]) == {
+            k: v for k, v in e.items() if k in env(spec["containers"][0])
+        }
+        assert "KAFKA_SSL_CAFILE" in env(spec["containers"][0])
+    # A chart-made Secret exists only without existingSecret, as a hook before the Jobs.
+    secret = one(render(helm, []), "Secret")
+    assert set(secret["stringData"]) == {"DATABASE_URL", "KAFKA_SASL_PASSWORD"}
+    assert secret["metadata"]["annotations"]["helm.sh/hook-weight"] == "-10"
+
+
+def test_plaintext_mounts_no_ca_and_sasl_without_a_user_is_refused(helm: Path) -> None:
+    e = env(worker(render(helm, ["kafka.caSecret.name=kafka-ca"])))
+    assert "KAFKA_SSL_CAFILE" not in e and "KAFKA_SASL_PASSWORD" not in e
+    args = ["template", "rel", str(CHART), "--kube-version", KUBE_VERSIONS[0]]
+    out = run(helm, *args, "--set", "kafka.securityProtocol=SASL_SSL")
+    assert out.returncode != 0 and "kafka.saslUsername is required" in out.stderr
+
+
+def test_three_replicas_on_empty_dirs_with_rf_3(helm: Path) -> None:
+    objects = render(helm, THREE)
+    sts = one(objects, "StatefulSet")
+    assert sts["spec"]["replicas"] == 3 and "volumeClaimTemplates" not in sts["spec"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"] == {"name": "data", "emptyDir": {}}
+    e = env(worker(objects))
+    assert (e["KAFKA_REPLICATION_FACTOR"], e["KAFKA_MIN_INSYNC_REPLICAS"]) == ("3", "2")
+    assert one(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+
+
+def test_migrate_then_topics_run_as_hooks_before_the_workers(helm: Path) -> None:
+    objects = render(helm, [])
+    for name, weight in (("migrate", "0"), ("topics", "1")):
+        job = one(objects, "Job", name)
+        notes = job["metadata"]["annotations"]
+        assert notes["helm.sh/hook"] == "pre-install,pre-upgrade"
+        assert notes["helm.sh/hook-weight"] == weight
+        assert job["spec"]["template"]["spec"]["containers"][0]["args"] == ["streams", name]
+        assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_service_monitor_scrapes_each_worker_and_dashboards_are_the_repos(helm: Path) -> None:
+    objects = render(helm, [])
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "web"
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    service = one(objects, "Service")
+    assert service["spec"]["clusterIP"] == "None"
+    assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    dashboards = one(objects, "ConfigMap", "dashboards")["data"]
+    files = sorted((ROOT / "deploy" / "grafana").glob("*.json"))
+    assert sorted(dashboards) == [f.name for f in files] and files
+    for f in files:
+        assert json.loads(dashboards[f.name]) == json.loads(f.read_text())
+
+
+def test_resources_follow_the_measured_worker() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    # docs/benchmarks.md: worker RSS after ingest 191-200 MB; worker + timer process about
+    # one core at 1,000 due/s + 2,000 events/s.
+    assert values["resources"]["requests"] == {"cpu": "1", "memory": "512Mi"}
+    assert "cpu" not in values["resources"]["limits"]  # throttling would show as lateness
+    assert values["resources"]["limits"]["memory"] == "1Gi"
+
+
+# -- the stop sequence and the grace period ----------------------------------------------------
+
+
+def stop_budget() -> dict[str, float]:
+    """The bounded waits of a worker's stop (streams/app.py on_stop), read from the code."""
+    app = (ROOT / "streams" / "app.py").read_text()
+    registry = re.search(r"registry\.stop\(timeout=(\d+), cancel_grace=(\d+)\)", app)
+    assert registry, "streams/app.py on_stop no longer calls registry.stop(timeout=, cancel_grace=)"
+    relay_src = (ROOT / "streams" / "outbox" / "relay.py").read_text()
+    listener = re.search(r"wait_for\(asyncio\.shield\(listener\), (\d+)\)", relay_src)
+    assert listener
+    config = RelayConfig()
+    child = inspect.signature(TimerProcess.__init__).parameters["stop_timeout"].default
+    return {
+        "registry": float(registry.group(1)) + float(registry.group(2)),
+        "timer_process": float(child),
+        "relay_in_process": config.stop_timeout
+        + float(listener.group(1))
+        + config.producer_stop_timeout,
+        # Cache flushes, Faust's consumer/producer stop (group leave, last commit), pool close.
+        "unbounded_allowance": 20.0,
+    }
+
+
+def grace_seconds() -> float:
+    b = stop_budget()
+    # WORKER_TIMER_PROCESS=true: the timer process (relay inside); false: the relay here.
+    slowest = max(b["timer_process"], b["relay_in_process"])
+    return b["registry"] + slowest + b["unbounded_allowance"] + 10  # 10: margin
+
+
+def test_termination_grace_fits_the_stop_sequence(helm: Path) -> None:
+    assert stop_budget() == {
+        "registry": 25.0,
+        "timer_process": 30.0,
+        "relay_in_process": 45.0,
+        "unbounded_allowance": 20.0,
+    }
+    assert grace_seconds() == 100
+    pod = one(render(helm, []), "StatefulSet")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == grace_seconds()
+
+
+def test_compose_stop_grace_period_is_the_same_figure() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert compose["services"]["worker"]["stop_grace_period"] == f"{grace_seconds():g}s"
+
+
+def iter_env_names(objects: list[dict[str, Any]]) -> Iterator[str]:
+    for o in objects:
+        spec = o.get("spec", {}).get("template", {}).get("spec", {})
+        for c in spec.get("containers", []):
+            yield from (e["name"] for e in c.get("env", []))
+
+
+def test_every_env_name_is_a_setting_or_documented(helm: Path) -> None:
+    """A typo in the chart would be ignored by the settings (extra="ignore")."""
+    from streams.settings import Settings
+
+    known = {name.upper() for name in Settings.model_fields}
+    # The other engineer's Kafka security settings (issue 23, items 1-3) and the pod's name.
+    pending = {
+        "KAFKA_SECURITY_PROTOCOL",
+        "KAFKA_SASL_MECHANISM",
+        "KAFKA_SASL_USERNAME",
+        "KAFKA_SASL_PASSWORD",
+        "KAFKA_SSL_CAFILE",
+        "KAFKA_REPLICATION_FACTOR",
+        "KAFKA_MIN_INSYNC_REPLICAS",
+    }
+    names = set(iter_env_names(render(helm, SASL_SSL)))
+    assert names - known - pending - {"POD_NAME"} == set()
