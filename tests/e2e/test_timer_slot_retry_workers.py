@@ -108,20 +108,37 @@ async def test_a_failed_then_interrupted_expiry_slot_completes_and_sends_each_re
         finally:
             await conn.close()
         assert handed is not None
-        assert (handed["attempts"], handed["handbacks"], handed["finished_at"]) == (1, 1, None), (
-            f"the slot was not handed back: {dict(handed)}\n{w1.tail()}"
-        )
-        # Another worker completes the same slot.
-        w2 = WorkerProcess(env, tmp_path, "retry-worker-2").start()
-        done = await poll(
-            database_url,
-            row.format("result || ':' || attempts || ':' || handbacks"),
-            lambda v: v is not None and v.startswith("ok"),
-            180,
-            [w2],
-        )
-        assert done == "ok:2:1"
-        await published(database_url, [w2])
+        if handed["finished_at"] is not None:
+            # The second attempt ended before the SIGTERM reached it (a run of 150 owners
+            # takes about 0.2 s): then it must have completed the slot. The hand-back on stop
+            # itself is proven deterministically by test_timer_slot_retries_pg.py and
+            # test_timer_manual_stop.py; this test's claim is the reminders, below.
+            done = await poll(
+                database_url,
+                row.format("result || ':' || attempts || ':' || handbacks"),
+                lambda v: v is not None,
+                10,
+                [],
+            )
+            assert done == "ok:2:0", dict(handed)
+            w2 = WorkerProcess(env, tmp_path, "retry-worker-2").start()
+            await w2.wait_ready()
+            await published(database_url, [w2])
+        else:
+            assert (handed["attempts"], handed["handbacks"]) == (1, 1), (
+                f"the slot was not handed back: {dict(handed)}\n{w1.tail()}"
+            )
+            # Another worker completes the same slot.
+            w2 = WorkerProcess(env, tmp_path, "retry-worker-2").start()
+            done = await poll(
+                database_url,
+                row.format("result || ':' || attempts || ':' || handbacks"),
+                lambda v: v is not None and v.startswith("ok"),
+                180,
+                [w2],
+            )
+            assert done == "ok:2:1"
+            await published(database_url, [w2])
     finally:
         w1.stop()
         if w2 is not None:
