@@ -126,8 +126,14 @@ class OutboxMetrics:
         self.producer_restarts = Counter(
             "outbox_producer_restarts_total",
             "Relay Kafka producers replaced because they became unusable, by reason "
-            "(publish_timeout, fatal_error, closed, sender_stopped)",
+            "(publish_timeout, pass_failed, fatal_error, closed, sender_stopped)",
             ["reason"],
+            registry=registry,
+        )
+        self.in_doubt = Counter(
+            "outbox_publish_in_doubt_total",
+            "Relay passes that waited past the publish timeout for Kafka's acknowledgements "
+            "(holding their lanes) instead of sending their rows again",
             registry=registry,
         )
 
