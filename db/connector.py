@@ -27,13 +27,14 @@ from typing import Any, Literal
 import asyncpg
 
 from db.queries import sql
+from streams.errors import SafeMessage, describe
 
 # What streams/ may name: the database port's types, not the driver module.
 Pool = asyncpg.Pool
 Connection = asyncpg.Connection
 
 
-class DatabaseUnavailable(Exception):
+class DatabaseUnavailable(SafeMessage, Exception):
     """PostgreSQL is unreachable or unwell: retry later, the input is fine."""
 
     def __init__(self, message: str, sqlstate: str | None = None) -> None:
@@ -41,7 +42,7 @@ class DatabaseUnavailable(Exception):
         self.sqlstate = sqlstate
 
 
-class InputRejected(Exception):
+class InputRejected(SafeMessage, Exception):
     """PostgreSQL refused the data of this statement (bad input, not a sick database)."""
 
     def __init__(self, message: str, sqlstate: str | None = None) -> None:
@@ -97,9 +98,9 @@ def translate(exc: BaseException) -> BaseException:
     if meaning is None or isinstance(exc, DatabaseUnavailable | InputRejected):
         return exc
     state = getattr(exc, "sqlstate", None)
-    text = f"{type(exc).__name__}" + (f" [{state}]" if state else "")
-    detail = str(exc).replace("\n", " ")[:200]
-    message = f"{text}: {detail}" if detail else text
+    # The driver's text can quote row values (DETAIL, "invalid input syntax ... \"x\""):
+    # only the class, SQLSTATE and schema identifiers are kept.
+    message = describe(exc)
     if meaning == "rejected":
         return InputRejected(message, state)
     return DatabaseUnavailable(message, state)
@@ -147,7 +148,7 @@ async def connect(dsn: str, **kwargs: Any) -> asyncpg.Connection:
     try:
         conn: asyncpg.Connection = await asyncpg.connect(dsn, **kwargs)
     except TRANSIENT_ERRORS as exc:
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {describe(exc)}") from exc
     await _init_connection(conn)
     return conn
 
@@ -181,7 +182,7 @@ async def create_pool(
             server_settings=server_settings,
         )
     except TRANSIENT_ERRORS as exc:
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {describe(exc)}") from exc
     assert pool is not None
     return pool
 

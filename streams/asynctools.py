@@ -6,6 +6,10 @@ import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
+from streams.errors import describe
+
+__all__ = ["describe", "in_flight", "wait_any"]
+
 T = TypeVar("T")
 
 
@@ -18,13 +22,6 @@ async def wait_any(*events: asyncio.Event, within: float | None) -> None:
         for w in waiters:
             w.cancel()
         await asyncio.gather(*waiters, return_exceptions=True)
-
-
-def describe(exc: BaseException) -> str:
-    """Type and message of an error, one line: safe to log (driver messages name objects,
-    never the row values we deliberately keep out of logs)."""
-    text = str(exc).replace("\n", " ")[:300]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 async def in_flight(jobs: Sequence[Coroutine[Any, Any, T]], limit: int) -> list[T]:

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import sys
 
+from streams.errors import install_log_redaction
 from streams.settings import ConfigError, load_settings
 
 USAGE = """usage: streams <command>   (or: python -m streams <command>)
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"streams {version()}")
         return 0
     command, rest = args[0], args[1:]
+    # Before anything logs: no record of this process carries an exception's own text.
+    install_log_redaction()
     try:
         settings = load_settings()
     except ConfigError as exc:

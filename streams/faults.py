@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import signal
 
+from streams.errors import SafeMessage
+
 POINTS = frozenset(
     {
         # The applier committed a batch to PostgreSQL and has not yet written the cache.
@@ -24,7 +26,7 @@ POINTS = frozenset(
 )
 
 
-class InjectedFault(RuntimeError):
+class InjectedFault(SafeMessage, RuntimeError):
     """Raised at an armed point under STREAMS_FAULT_RAISE."""
 
 

@@ -20,6 +20,8 @@ from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from faust.exceptions import ProducerSendError
 from faust.types import EventT, TopicT
 
+from streams.errors import SafeMessage
+
 log = logging.getLogger("streams.dlq")
 
 # What survives of a value too large to dead-letter whole: enough to see what it was.
@@ -31,7 +33,7 @@ RETRY_MAX_SECONDS = 10.0
 Header = tuple[str, bytes]
 
 
-class DeadLetterFailed(Exception):
+class DeadLetterFailed(SafeMessage, Exception):
     """The record could not be written to the DLQ in any form."""
 
 

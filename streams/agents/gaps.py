@@ -43,6 +43,7 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from faust.types import AppT, EventT
 
+from streams.errors import SafeMessage
 from streams.metrics import AgentMetrics
 
 log = logging.getLogger("streams.agents.gaps")
@@ -51,7 +52,7 @@ P = TypeVar("P")  # a partition identifier (faust TP in production, anything has
 R = TypeVar("R")  # a record read from the broker
 
 
-class GapReadError(Exception):
+class GapReadError(SafeMessage, Exception):
     """A broker read did not cover the gap (retried like an unreachable broker)."""
 
 

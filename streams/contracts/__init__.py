@@ -18,6 +18,7 @@ from streams.contracts.automation import (
 from streams.contracts.base import CONTRACT_VERSION, Contract
 from streams.contracts.calendar import CalendarEventChanged, ReminderDueEvent
 from streams.contracts.profile import DocumentExpiryReminderEvent, PersonDocumentChanged
+from streams.errors import SafeMessage
 
 M = TypeVar("M", bound=Contract)
 
@@ -87,7 +88,7 @@ ALL_TOPICS: tuple[TopicContract[Any], ...] = (
 DLQ_SUFFIX = ".dlq"
 
 
-class ContractError(ValueError):
+class ContractError(SafeMessage, ValueError):
     """A message that does not satisfy its contract. ``reason`` is safe to log (no values)."""
 
     def __init__(self, reason: str, kind: str) -> None:

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 
+from streams.errors import describe, install_log_redaction
 from streams.metrics import Metrics
 from streams.outbox.config import RelayConfig
 from streams.outbox.relay import OutboxRelay
@@ -25,7 +26,7 @@ async def serve(settings: Settings) -> int:
     try:
         await relay.start()
     except Exception as exc:
-        log.error("action=outbox_relay_start_failed error=%s: %s", type(exc).__name__, exc)
+        log.error("action=outbox_relay_start_failed error=%s", describe(exc))
         await relay.stop()
         return 1
     try:
@@ -42,6 +43,7 @@ def main() -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    install_log_redaction()
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",

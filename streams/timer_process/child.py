@@ -13,7 +13,8 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from streams.asynctools import wait_any
+from streams.asynctools import describe, wait_any
+from streams.errors import install_log_redaction
 from streams.metrics import families_to_json
 from streams.outbox.relay import OutboxRelay
 from streams.settings import Settings
@@ -80,7 +81,7 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
                 message = wire.decode(line)
                 answer = handle(message)
             except (ValueError, KeyError) as exc:
-                log.error("action=timer_process_bad_message error=%s", exc)
+                log.error("action=timer_process_bad_message error=%s", describe(exc))
                 continue
             if message["op"] == "stop":
                 return
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    install_log_redaction()
     logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     # The protocol keeps the original stdout to itself; anything printed goes to stderr.
     out_fd = os.dup(1)

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from streams.clock import Clock
+from streams.errors import describe
 from streams.timers.leases import ClaimResult, SlotLeases
 from streams.timers.logfmt import event
 from streams.timers.metrics import TimerMetrics
@@ -94,7 +95,7 @@ async def invoke(
         event(logging.ERROR, "timer_run_failed", schedule=spec.name, run_id=run_id, exc_info=exc)
         return Outcome(
             "failed",
-            error=f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS],
+            error=describe(exc)[:_ERROR_CHARS],
             error_class=type(exc).__name__,
         )
     return Outcome("ok", task.result())

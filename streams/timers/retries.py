@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from streams.errors import SafeMessage
+
 # Ends of a run that may be retried; ok is always final.
 RETRYABLE = frozenset({"failed", "timeout", "cancelled"})
 DEFAULT_ATTEMPTS = 3
@@ -19,7 +21,7 @@ MAX_ATTEMPTS = 20
 MAX_BACKOFF = timedelta(hours=6)
 
 
-class HandBack(Exception):
+class HandBack(SafeMessage, Exception):
     """Raised by a handler that stops before its work is done (the worker is stopping): the
     slot is handed back, not finished, and no attempt is counted."""
 

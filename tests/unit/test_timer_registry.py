@@ -523,7 +523,7 @@ async def test_a_handler_that_raises_is_logged_and_the_next_tick_runs(
         await world.sleeper.advance_to(at(1))
         [row] = reg.list()
         assert row["last_result"] == "failed"
-        assert row["last_error"] == "RuntimeError: boom"
+        assert row["last_error"] == "RuntimeError"
         failed_run = row["last_run_id"]
         await world.sleeper.advance_to(at(2))
     finally:
