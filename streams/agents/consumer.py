@@ -206,7 +206,14 @@ class ContractConsumer(Generic[M]):
 
     async def _dead_letter(self, event: EventT[Any], reason: str, kind: str) -> None:
         try:
-            await send_to_dlq(self.dlq, event, reason, kind, sleep=self._sleep)
+            await send_to_dlq(
+                self.dlq,
+                event,
+                reason,
+                kind,
+                sleep=self._sleep,
+                secret_fields=self.contract.secret_fields,
+            )
         except DeadLetterFailed as exc:
             # Kafka refuses every form of the record: it is still in the input topic at
             # these coordinates; say so loudly and let the partition move on.

@@ -6,20 +6,22 @@ of failing: a value too large for the producer is truncated (``dlq-value-truncat
 and ``dlq-value-null`` (Kafka needs one of them), and an unreachable broker is retried
 with backoff (the partition waits: nothing can be lost while Kafka is down). A record
 that even then cannot be written is logged with its coordinates (it is still in the
-input topic) and counted.
+input topic) and counted. A contract's secret fields (PayloadCipher) never reach the DLQ:
+the value is written without them and ``dlq-redacted`` names them (streams/dlq/redact.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from faust.exceptions import ProducerSendError
 from faust.types import EventT, TopicT
 
+from streams.dlq.redact import H_REDACTED, WITHHELD, redact
 from streams.errors import SafeMessage
 
 log = logging.getLogger("streams.dlq")
@@ -75,16 +77,23 @@ async def send_to_dlq(
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     max_value_bytes: int = TRUNCATED_VALUE_BYTES,
+    secret_fields: Sequence[str] = (),
 ) -> str:
     """Publish the message to the DLQ and wait for Kafka's ack before the caller acks the input.
 
-    Returns how it was written: "whole", "truncated" or "null-value". Raises
+    Returns how it was written: "whole", "redacted", "truncated" or "null-value". Raises
     ``DeadLetterFailed`` only when Kafka refuses every form of the record.
     """
     msg = event.message
     key, value = msg.key, msg.value
     headers = dlq_headers(event, reason, kind)
     form = "whole"
+    redacted = redact(value, secret_fields)
+    if redacted.removed:
+        headers.append((H_REDACTED, ",".join(redacted.removed).encode()))
+        if redacted.removed == (WITHHELD,):
+            headers.append(("dlq-original-size", str(len(value or b"")).encode()))
+        value, form = redacted.value, "redacted"
     if key is None and value is None:
         value, form = b"", "null-value"
         headers.append(("dlq-value-null", b"true"))

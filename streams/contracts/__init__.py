@@ -31,13 +31,19 @@ class TopicContract(Generic[M]):
     # "in" (consumed), "out" (produced through the outbox) or "internal" (a slice's own topic
     # between its parts, e.g. per-owner work items; not part of the published contract)
     direction: str
+    # Wire names of fields this service never stores, not even in the DLQ (streams/dlq/redact.py).
+    secret_fields: tuple[str, ...] = ()
 
 
 CALENDAR_EVENTS = TopicContract(
     "pin.calendar.events.v1", CalendarEventChanged, lambda m: str(m.event_id), "in"
 )
 PERSON_DOCUMENTS = TopicContract(
-    "pin.profile.person-documents.v1", PersonDocumentChanged, lambda m: str(m.owner_user_id), "in"
+    "pin.profile.person-documents.v1",
+    PersonDocumentChanged,
+    lambda m: str(m.owner_user_id),
+    "in",
+    secret_fields=("PayloadCipher",),
 )
 SOURCE_EVENTS = TopicContract(
     "pin.automation.source-events.v1",

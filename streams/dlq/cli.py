@@ -10,7 +10,15 @@ from collections.abc import Sequence
 from aiokafka.errors import KafkaError
 
 from streams.dlq.replay import ReplayResult, replay_dlq
-from streams.dlq.rules import SKIP_TRUNCATED, Decision, ReplayUsageError, parse_since, resolve_topic
+from streams.dlq.rules import (
+    REDACTED_HINT,
+    SKIP_REDACTED,
+    SKIP_TRUNCATED,
+    Decision,
+    ReplayUsageError,
+    parse_since,
+    resolve_topic,
+)
 from streams.settings import Settings
 
 
@@ -36,6 +44,8 @@ def summary(result: ReplayResult) -> str:
         )
         + f" (read {result.read} from {result.dlq_topic})"
     ]
+    if skipped[SKIP_REDACTED]:
+        lines.append(REDACTED_HINT.format(fields=", ".join(sorted(result.redacted_fields))))
     if result.dry_run:
         lines.append("dry run: nothing sent, no progress committed")
     if result.by_reason:

@@ -6,8 +6,10 @@ value, waits for every ack (idempotent producer, acks=all) and only then commits
 progress under the consumer group ``<APP_ID>.dlq-replay``, so running it again sends only
 what was dead-lettered since. ``--since`` starts at a timestamp instead of the saved
 progress (and saves the end offsets as progress too). A record whose value was truncated
-on its way to the DLQ is skipped and reported: a truncated value is never sent. Values
-are never printed or logged.
+on its way to the DLQ is skipped and reported: a truncated value is never sent. So is
+one written without its contract's secret fields (``dlq-redacted``, e.g. PayloadCipher):
+it is not what the producer sent, and the producer re-sends the original. Values are
+never printed or logged.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class ReplayResult:
     skipped: Counter[str] = field(default_factory=Counter)
     by_reason: Counter[str] = field(default_factory=Counter)
     by_source_topic: Counter[str] = field(default_factory=Counter)
+    redacted_fields: set[str] = field(default_factory=set)
 
     @property
     def read(self) -> int:
@@ -127,6 +130,7 @@ async def replay_dlq(
                         d = replace(d, skip=SKIP_UNKNOWN_TOPIC)
                     result.by_reason[d.reason] += 1
                     result.by_source_topic[d.target_topic] += 1
+                    result.redacted_fields.update(d.redacted)
                     if d.skip is not None:
                         result.skipped[d.skip] += 1
                     else:

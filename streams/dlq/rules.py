@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from streams.contracts import ALL_TOPICS, DLQ_SUFFIX
+from streams.dlq.redact import H_REDACTED
 from streams.settings import Settings
 
 Header = tuple[str, bytes]
@@ -24,6 +25,14 @@ H_REPLAYED_FROM = "dlq-replayed-from"
 SKIP_TRUNCATED = "truncated"
 SKIP_NO_KEY_NO_VALUE = "no-key-no-value"
 SKIP_UNKNOWN_TOPIC = "source-topic-missing"
+# Written without the contract's secret fields (streams/dlq/redact.py): not what the producer
+# sent, so never put back on a topic other teams read; the producer re-sends the original.
+SKIP_REDACTED = "redacted"
+REDACTED_HINT = (
+    "records dead-lettered without their secret fields ({fields}) are not replayed: they"
+    " are not what the producer sent; ask the producer to re-send them (source partition"
+    " and offset are in each record's headers)"
+)
 
 
 class ReplayUsageError(Exception):
@@ -89,6 +98,8 @@ class Decision:
     value: bytes | None = None
     headers: tuple[Header, ...] = ()
     target_partition: int | None = None
+    # Fields the DLQ copy was written without ("*": the whole value withheld).
+    redacted: tuple[str, ...] = ()
 
 
 def decide(
@@ -105,6 +116,10 @@ def decide(
     reason = _text(_header(headers, H_REASON), "unknown")
     target = _text(_header(headers, H_SOURCE_TOPIC)) or default_topic
     base = Decision(partition, offset, kind, reason, target, None)
+    redacted = _header(headers, H_REDACTED)
+    if redacted is not None:
+        fields = tuple(f for f in _text(redacted).split(",") if f) or ("*",)
+        return replace(base, skip=SKIP_REDACTED, redacted=fields)
     if _text(_header(headers, H_VALUE_TRUNCATED)).lower() == "true":
         return replace(base, skip=SKIP_TRUNCATED)
     if _text(_header(headers, H_VALUE_NULL)).lower() == "true":
