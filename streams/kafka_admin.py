@@ -1,18 +1,21 @@
 """Create the contract topics, their DLQs and the slices' internal topics when missing (local
-stack, demo, tests)."""
+stack, demo, tests), and keep the DLQs' retention at KAFKA_DLQ_RETENTION_HOURS."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
     KafkaConnectionError,
     NodeNotReadyError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
+    for_code,
 )
 
 from streams.contracts import ALL_TOPICS, DLQ_SUFFIX
@@ -20,6 +23,11 @@ from streams.kafka_client import client_options, topic_config
 from streams.settings import Settings
 
 T = TypeVar("T")
+
+log = logging.getLogger("streams.kafka_admin")
+
+# DescribeConfigs' config_source of a value set on the topic itself.
+_DYNAMIC_TOPIC_CONFIG = 1
 
 
 def contract_topic_names(settings: Settings) -> list[str]:
@@ -57,6 +65,9 @@ async def ensure_topics(
     A consumer group that forms before its topics are in the broker's metadata gets no
     partitions and, with no later change, keeps none until its metadata refresh (minutes):
     so a worker started right after this call must find the topics ready.
+
+    Every DLQ among ``names`` ends with ``retention.ms`` of KAFKA_DLQ_RETENTION_HOURS, one that
+    had another too (made by the broker's auto-create, or before the setting changed).
     """
     wanted = names if names is not None else service_topic_names(settings)
     loop = asyncio.get_running_loop()
@@ -67,15 +78,76 @@ async def ensure_topics(
         existing = set(await _retrying(admin.list_topics, deadline))
         missing = [n for n in wanted if n not in existing]
         if missing:
-            rf, config = settings.kafka_replication_factor, topic_config(settings)
+            rf = settings.kafka_replication_factor
             new = [
-                NewTopic(n, settings.topic_partitions, rf, topic_configs=config) for n in missing
+                NewTopic(n, settings.topic_partitions, rf, topic_configs=topic_config(settings, n))
+                for n in missing
             ]
             await _retrying(lambda: admin.create_topics(new), deadline)
             await _leaders_elected(admin, missing, timeout)
+        # Every DLQ, the ones just created too: a topic made by someone else between the
+        # listing and the create (an auto-create, a parallel run) has the broker's retention.
+        dlqs = [n for n in wanted if n.endswith(DLQ_SUFFIX)]
+        if dlqs:
+            await _align_dlq_retention(admin, settings, dlqs, deadline)
         return missing
     finally:
         await admin.close()
+
+
+async def _align_dlq_retention(
+    admin: AIOKafkaAdminClient, settings: Settings, names: list[str], deadline: float
+) -> list[str]:
+    """Set ``retention.ms`` on the DLQs in ``names`` that have another value, and return once
+    the broker reports it (it applies a change through its metadata log, so a describe
+    right after the answer may still show the old value). Their other topic-level settings
+    are kept: AlterConfigs replaces the whole set, so it is sent whole."""
+    wanted = topic_config(settings, DLQ_SUFFIX)["retention.ms"]
+    changed: set[str] = set()
+    loop = asyncio.get_running_loop()
+    pending = list(names)
+    while True:
+        changes = []
+        for res in await _describe(admin, pending, deadline):
+            entries: list[dict[str, Any]] = res["config_entries"]
+            current = {e["config_names"]: e["config_value"] for e in entries}
+            if res["error_code"] != 0 or current.get("retention.ms") == wanted:
+                continue
+            own = [e for e in entries if e["config_source"] == _DYNAMIC_TOPIC_CONFIG]
+            if any(e["is_sensitive"] for e in own):
+                log.warning(
+                    "action=dlq_retention_not_set topic=%s reason=sensitive_topic_config",
+                    res["resource_name"],
+                )
+                continue
+            configs = {e["config_names"]: e["config_value"] for e in own}
+            configs["retention.ms"] = wanted
+            changes.append(ConfigResource(ConfigResourceType.TOPIC, res["resource_name"], configs))
+        if not changes:
+            return sorted(changed)
+        if loop.time() > deadline:
+            raise TimeoutError(f"retention.ms={wanted} not applied to {[c.name for c in changes]}")
+        # Sent again while the broker still reports the old value: the same change, harmless.
+        for response in await _retrying(lambda c=changes: admin.alter_configs(c), deadline):  # type: ignore[misc]
+            for res in response.to_object()["resources"]:
+                if res["error_code"] != 0:
+                    raise for_code(res["error_code"])(
+                        f"retention.ms of {res['resource_name']} not set"
+                    )
+        for c in changes:
+            if c.name not in changed:
+                log.info("action=dlq_retention_set topic=%s retention_ms=%s", c.name, wanted)
+                changed.add(c.name)
+        pending = [c.name for c in changes]
+        await asyncio.sleep(0.2)
+
+
+async def _describe(
+    admin: AIOKafkaAdminClient, names: list[str], deadline: float
+) -> list[dict[str, Any]]:
+    resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
+    responses = await _retrying(lambda: admin.describe_configs(resources), deadline)
+    return [res for r in responses for res in r.to_object()["resources"]]
 
 
 async def _retrying(call: Callable[[], Awaitable[T]], deadline: float) -> T:

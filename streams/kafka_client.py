@@ -13,6 +13,7 @@ from typing import Any
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.types.auth import CredentialsT
 
+from streams.contracts import DLQ_SUFFIX
 from streams.settings import Settings
 
 
@@ -70,6 +71,10 @@ def faust_credentials(settings: Settings) -> CredentialsT | None:
     return None
 
 
-def topic_config(settings: Settings) -> dict[str, str]:
-    """Topic-level configuration for every topic the service creates."""
-    return {"min.insync.replicas": str(settings.kafka_min_insync_replicas)}
+def topic_config(settings: Settings, name: str = "") -> dict[str, str]:
+    """Topic-level configuration for the topic ``name`` the service creates: a DLQ keeps its
+    records KAFKA_DLQ_RETENTION_HOURS, whatever the broker's default retention."""
+    config = {"min.insync.replicas": str(settings.kafka_min_insync_replicas)}
+    if name.endswith(DLQ_SUFFIX):
+        config["retention.ms"] = str(int(settings.kafka_dlq_retention_hours * 3_600_000))
+    return config

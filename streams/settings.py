@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     # Every topic the service creates (contract topics, DLQs, internal topics, changelogs).
     kafka_replication_factor: int = Field(1, ge=1, le=32)
     kafka_min_insync_replicas: int = Field(1, ge=1, le=32)
+    # How long the DLQ topics keep a record (retention.ms, set by `streams topics`): long
+    # enough for someone to notice, fix and replay; the broker's default is often a day.
+    kafka_dlq_retention_hours: float = Field(168.0, ge=1, le=100 * 8760)
     database_url: str = "postgresql://reminders@127.0.0.1:55432/reminders"
     # Prefix for every topic name; empty in production (topic names are the contract),
     # set by tests so that each test run has topics of its own.

@@ -45,6 +45,12 @@ def test_restart_policies_and_health_checks_for_all_three() -> None:
     assert "condition: service_healthy" in s["worker"]
 
 
+def test_the_worker_keeps_dlq_records_at_least_seven_days_by_default() -> None:
+    found = re.search(r"KAFKA_DLQ_RETENTION_HOURS: \$\{KAFKA_DLQ_RETENTION_HOURS:-(\d+)\}", COMPOSE)
+    assert found is not None and int(found.group(1)) >= 7 * 24
+    assert "python -m streams topics" in services()["worker"]  # which applies it
+
+
 def test_docker_compose_config_parses_without_a_daemon() -> None:
     """Debian's docker-compose validates the file (schema, interpolation) with no engine."""
     import subprocess

@@ -22,6 +22,14 @@ def test_plaintext_is_the_default_and_has_no_credentials() -> None:
     }
     assert faust_credentials(s) is None
     assert topic_config(s) == {"min.insync.replicas": "1"}
+    # A DLQ keeps its records 7 days by default, whatever the broker's retention.
+    assert topic_config(s, "p.pin.calendar.events.v1.dlq") == {
+        "min.insync.replicas": "1",
+        "retention.ms": str(7 * 24 * 3_600_000),
+    }
+    assert topic_config(Settings(kafka_dlq_retention_hours=720), "x.dlq")["retention.ms"] == str(
+        30 * 24 * 3_600_000
+    )
 
 
 def test_sasl_ssl_builds_one_context_and_the_scram_login() -> None:

@@ -58,6 +58,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   value: {{ .Values.kafka.replicationFactor | quote }}
 - name: KAFKA_MIN_INSYNC_REPLICAS
   value: {{ .Values.kafka.minInsyncReplicas | quote }}
+- name: KAFKA_DLQ_RETENTION_HOURS
+  value: {{ .Values.kafka.dlqRetentionHours | quote }}
 {{- if include "rs.sasl" . }}
 - name: KAFKA_SASL_MECHANISM
   value: {{ .Values.kafka.saslMechanism | quote }}
