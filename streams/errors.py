@@ -10,7 +10,8 @@ message only of our own exceptions (``SafeMessage``), whose texts we write value
 
 ``install_log_redaction`` applies the same rule to every log record of the process (ours
 and the libraries'): exceptions passed as arguments are replaced by their description and
-tracebacks keep their frames but describe each exception instead of printing its text.
+tracebacks keep their frames but describe each exception instead of printing its text; an
+uncaught exception (main thread or another) is printed the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import errno
 import functools
 import logging
 import re
+import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -162,3 +165,15 @@ def install_log_redaction() -> None:
 
     _installed = factory
     logging.setLogRecordFactory(factory)
+    sys.excepthook = _print_uncaught
+    threading.excepthook = _print_uncaught_in_thread
+
+
+def _print_uncaught(kind: type[BaseException], exc: BaseException, tb: object) -> None:
+    sys.stderr.write(safe_traceback(exc) + "\n")
+
+
+def _print_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
+        name = args.thread.name if args.thread is not None else "?"
+        sys.stderr.write(f"Exception in thread {name}:\n{safe_traceback(args.exc_value)}\n")

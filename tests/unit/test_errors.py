@@ -1,0 +1,90 @@
+"""The value-free description of an error: our own messages kept, any other text dropped,
+tracebacks and log records rewritten the same way (pure; the driver's real errors are in
+tests/integration/test_error_descriptions.py)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+
+from streams.errors import SafeMessage, describe, redact_record, safe_traceback
+
+SECRET = "secret-4711"
+
+
+class Ours(SafeMessage, Exception):
+    pass
+
+
+def test_our_own_words_are_kept_and_any_other_text_is_not() -> None:
+    assert describe(Ours("no acknowledgement\nwithin 10s")) == "Ours: no acknowledgement within 10s"
+    assert describe(RuntimeError(SECRET)) == "RuntimeError"
+    assert describe(ValueError()) == "ValueError"
+    assert len(describe(Ours("x" * 1000))) == 300
+
+
+def test_a_sqlstate_and_identifiers_are_kept_only_when_they_look_like_them() -> None:
+    exc = RuntimeError(SECRET)
+    exc.sqlstate = "23505"  # type: ignore[attr-defined]
+    exc.constraint_name = "ix_unique"  # type: ignore[attr-defined]
+    exc.table_name = f"t {SECRET}"  # type: ignore[attr-defined]
+    assert describe(exc) == "RuntimeError [23505] constraint=ix_unique"
+    exc.sqlstate = SECRET  # type: ignore[attr-defined]
+    assert describe(exc) == "RuntimeError constraint=ix_unique"
+
+
+def test_a_traceback_keeps_the_chain_and_frames_but_no_message() -> None:
+    def fail() -> None:
+        try:
+            raise KeyError(SECRET)
+        except KeyError as e:
+            raise Ours("translated") from e
+
+    try:
+        try:
+            fail()
+        except Ours:
+            raise ValueError(SECRET) from None
+    except ValueError as outer:
+        plain = safe_traceback(outer)
+        assert plain.startswith("Traceback") and plain.endswith("ValueError")
+        assert SECRET not in plain
+    try:
+        fail()
+    except Ours as exc:
+        text = safe_traceback(exc)
+    assert SECRET not in text
+    assert text.index("KeyError") < text.index("direct cause") < text.index("Ours: translated")
+    assert "raise KeyError(SECRET)" in text  # the source line, not the value
+
+
+def test_log_records_lose_exception_text_in_arguments_messages_and_tracebacks() -> None:
+    exc = RuntimeError(SECRET)
+    f = logging.Formatter()
+    for record in [
+        logging.LogRecord("t", logging.ERROR, __file__, 1, "e=%s %r", (exc, exc), None),
+        logging.LogRecord("t", logging.ERROR, __file__, 1, "e=%(e)s", ({"e": exc},), None),
+        logging.LogRecord("t", logging.ERROR, __file__, 1, exc, (), None),
+        logging.LogRecord("t", logging.ERROR, __file__, 1, "x", (), (RuntimeError, exc, None)),
+    ]:
+        text = f.format(redact_record(record))
+        assert SECRET not in text and "RuntimeError" in text
+
+
+def test_an_uncaught_exception_prints_without_its_message() -> None:
+    code = textwrap.dedent(
+        f"""
+        import threading
+        from streams.errors import install_log_redaction
+        install_log_redaction()
+        t = threading.Thread(target=lambda: (_ for _ in ()).throw(KeyError("{SECRET}")))
+        t.start(); t.join()
+        raise RuntimeError("{SECRET}")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert "KeyError" in done.stderr and done.stderr.rstrip().endswith("RuntimeError")
+    assert SECRET not in done.stderr
