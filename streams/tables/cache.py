@@ -19,7 +19,6 @@ from faust.tables.base import Collection
 from faust.types import EventT, TableT
 from faust.utils.json import on_default
 
-from streams.errors import describe
 from streams.metrics import AgentMetrics
 
 log = logging.getLogger("streams.tables")
@@ -241,7 +240,7 @@ class OrderedSends:
         except Exception as exc:
             # A lost changelog batch leaves the cache behind the database after a move or a
             # restart; the applier checks what a cache says against the stored rows.
-            log.warning("action=changelog_send_failed table=%s error=%s", self.name, describe(exc))
+            log.warning("action=changelog_send_failed table=%s error=%s", self.name, exc)
 
 
 def _persisted(store: Any, topic: str, partition: int, count: int) -> Any:
