@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from db.connector import transaction
+from streams import errors
 from streams.app import create_context
 from streams.errors import install_log_redaction
 from streams.settings import Settings
@@ -78,6 +81,19 @@ async def ctx(database_url: str, tmp_path: Path) -> AsyncIterator[SliceContext]:
             loop.close()
 
 
+@pytest.fixture
+def redaction() -> Iterator[None]:
+    """What every entry point does first (streams/cli.py), undone after the test."""
+    saved = (logging.getLogRecordFactory(), sys.excepthook, threading.excepthook)
+    install_log_redaction()
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(saved[0])
+        sys.excepthook, threading.excepthook = saved[1], saved[2]
+        errors._installed = None
+
+
 async def _text_columns_holding(database_url: str, needle: str) -> list[str]:
     """``schema.table.column`` of every text-like or jsonb column holding ``needle``."""
     conn = await asyncpg.connect(database_url)
@@ -104,9 +120,8 @@ async def _text_columns_holding(database_url: str, needle: str) -> list[str]:
 
 
 async def test_a_failed_timer_run_shows_no_row_value_anywhere(
-    ctx: SliceContext, database_url: str, caplog: pytest.LogCaptureFixture
+    ctx: SliceContext, database_url: str, caplog: pytest.LogCaptureFixture, redaction: None
 ) -> None:
-    install_log_redaction()  # what every entry point does first (streams/cli.py)
     caplog.set_level(logging.DEBUG)
     cases = {
         "leak-unique-raw": (f"INSERT INTO {PROBE} VALUES ($1, 'x', -2)", False),
