@@ -103,6 +103,72 @@ class ContractError(SafeMessage, ValueError):
         self.kind = kind  # "json", "schema" or "contract-version"
 
 
+# pydantic error types whose message comes from the schema alone (expected type, limits,
+# allowed literals; a date parser's "input is too short") or from our own validators: kept.
+# Any other is named by its type code, since some quote the input: uuid_parsing says
+# "invalid character: found `Z` at 0", union_tag_invalid repeats the tag it was given.
+_SCHEMA_MESSAGES = frozenset(
+    {
+        "missing",
+        "string_type",
+        "string_too_short",
+        "string_too_long",
+        "string_pattern_mismatch",
+        "int_type",
+        "int_parsing",
+        "int_from_float",
+        "float_type",
+        "float_parsing",
+        "finite_number",
+        "bool_type",
+        "bool_parsing",
+        "literal_error",
+        "enum",
+        "date_type",
+        "date_parsing",
+        "date_from_datetime_parsing",
+        "date_from_datetime_inexact",
+        "datetime_type",
+        "datetime_parsing",
+        "datetime_object_invalid",
+        "timezone_aware",
+        "timezone_naive",
+        "time_type",
+        "time_parsing",
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "multiple_of",
+        "list_type",
+        "tuple_type",
+        "set_type",
+        "too_short",
+        "too_long",
+        "dict_type",
+        "model_type",
+        "model_attributes_type",
+        "uuid_type",
+        "uuid_version",
+        "value_error",
+        "assertion_error",
+        "none_required",
+        "decimal_type",
+        "decimal_parsing",
+    }
+)
+_FIXED_MESSAGES = {"uuid_parsing": "Input should be a valid UUID"}
+
+
+def _message(error: Any) -> str:
+    kind = str(error["type"])
+    if kind in _FIXED_MESSAGES:
+        return _FIXED_MESSAGES[kind]
+    if kind in _SCHEMA_MESSAGES:
+        return str(error["msg"])
+    return f"invalid ({kind})"
+
+
 def decode(contract: TopicContract[M], raw: bytes | None) -> M:
     """Parse and validate one message; raises ContractError with a value-free reason."""
     if raw is None:
@@ -121,9 +187,10 @@ def decode(contract: TopicContract[M], raw: bytes | None) -> M:
                 f"unsupported ContractVersion (this service reads {CONTRACT_VERSION})",
                 "contract-version",
             ) from None
-        # Locations and messages only: input values may hold PII and never reach a log.
+        # Locations and value-free messages only: input values may hold PII and never
+        # reach a log or a DLQ header.
         reason = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in errors
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {_message(e)}" for e in errors
         )
         raise ContractError(reason[:1000], "schema") from None
 
