@@ -4,12 +4,15 @@ tests/integration/test_error_descriptions.py)."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import subprocess
 import sys
 import textwrap
 
 from streams.errors import SafeMessage, describe, redact_record, safe_traceback
+from streams.outbox import __main__ as relay_main
+from streams.timer_process import child
 
 SECRET = "secret-4711"
 
@@ -88,3 +91,22 @@ def test_an_uncaught_exception_prints_without_its_message() -> None:
     assert done.returncode == 1
     assert "KeyError" in done.stderr and done.stderr.rstrip().endswith("RuntimeError")
     assert SECRET not in done.stderr
+
+
+def test_every_entry_point_installs_the_redaction_before_it_runs() -> None:
+    """The worker and every command go through streams.cli.main; the timer process and the
+    standalone relay have their own mains (checked by their source)."""
+    code = textwrap.dedent(
+        """
+        import logging, sys
+        import streams.errors as errors
+        from streams.cli import main
+        main(["no-such-command"])
+        print(errors._installed is logging.getLogRecordFactory() and sys.excepthook is errors._print_uncaught)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == "True", done.stderr
+    for module in (relay_main, child):
+        source = inspect.getsource(module.main)
+        assert source.index("install_log_redaction()") < source.index("logging.basicConfig"), module
