@@ -108,10 +108,14 @@ async def _align_dlq_retention(
     pending = list(names)
     while True:
         changes = []
+        unknown = []  # not described yet (a topic just made, a broker catching up): again
         for res in await _describe(admin, pending, deadline):
             entries: list[dict[str, Any]] = res["config_entries"]
             current = {e["config_names"]: e["config_value"] for e in entries}
-            if res["error_code"] != 0 or current.get("retention.ms") == wanted:
+            if res["error_code"] != 0:
+                unknown.append(res["resource_name"])
+                continue
+            if current.get("retention.ms") == wanted:
                 continue
             own = [e for e in entries if e["config_source"] == _DYNAMIC_TOPIC_CONFIG]
             if any(e["is_sensitive"] for e in own):
@@ -123,22 +127,24 @@ async def _align_dlq_retention(
             configs = {e["config_names"]: e["config_value"] for e in own}
             configs["retention.ms"] = wanted
             changes.append(ConfigResource(ConfigResourceType.TOPIC, res["resource_name"], configs))
-        if not changes:
+        if not changes and not unknown:
             return sorted(changed)
         if loop.time() > deadline:
-            raise TimeoutError(f"retention.ms={wanted} not applied to {[c.name for c in changes]}")
-        # Sent again while the broker still reports the old value: the same change, harmless.
-        for response in await _retrying(lambda c=changes: admin.alter_configs(c), deadline):  # type: ignore[misc]
-            for res in response.to_object()["resources"]:
-                if res["error_code"] != 0:
-                    raise for_code(res["error_code"])(
-                        f"retention.ms of {res['resource_name']} not set"
-                    )
+            late = [c.name for c in changes] + unknown
+            raise TimeoutError(f"retention.ms={wanted} not applied to {late}")
+        if changes:
+            # Sent again while the broker still reports the old value: the same change.
+            for response in await _retrying(lambda c=changes: admin.alter_configs(c), deadline):  # type: ignore[misc]
+                for res in response.to_object()["resources"]:
+                    if res["error_code"] != 0:
+                        raise for_code(res["error_code"])(
+                            f"retention.ms of {res['resource_name']} not set"
+                        )
         for c in changes:
             if c.name not in changed:
                 log.info("action=dlq_retention_set topic=%s retention_ms=%s", c.name, wanted)
                 changed.add(c.name)
-        pending = [c.name for c in changes]
+        pending = [c.name for c in changes] + unknown
         await asyncio.sleep(0.2)
 
 
