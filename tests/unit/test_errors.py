@@ -110,3 +110,13 @@ def test_every_entry_point_installs_the_redaction_before_it_runs() -> None:
     for module in (relay_main, child):
         source = inspect.getsource(module.main)
         assert source.index("install_log_redaction()") < source.index("logging.basicConfig"), module
+
+
+def test_a_handler_that_reads_the_arguments_still_gets_the_exception() -> None:
+    """streams/wait.py's _ConnectErrors tells a refused Kafka login from aiokafka's records."""
+    exc = ConnectionError(SECRET)
+    record = redact_record(
+        logging.LogRecord("aiokafka", logging.ERROR, __file__, 1, "failed: %s", (exc,), None)
+    )
+    assert record.args == (exc,)
+    assert record.getMessage() == "failed: ConnectionError"
