@@ -77,7 +77,9 @@ WITH up AS (
     ON CONFLICT (reminder_id) DO UPDATE SET
         status = 'Pending', skip_reason = NULL, updated_at = EXCLUDED.updated_at,
         source_partition = EXCLUDED.source_partition, source_offset = EXCLUDED.source_offset,
-        source_version = EXCLUDED.source_version
+        source_version = EXCLUDED.source_version,
+        -- wanted again = a new reminder: an earlier poison backoff does not carry over
+        attempts = 0, next_attempt_at = '-infinity', last_error_code = NULL
     WHERE r.status = 'Skipped'
     RETURNING r.due_at
 )
