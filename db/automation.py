@@ -273,6 +273,7 @@ class SchedulerRow:
     support_action: str | None
     support_action_on: datetime | None
     support_action_count: int
+    interrupted_count: int
     version: int
     updated_on: datetime
 

@@ -237,7 +237,7 @@ SELECT scheduler_id, scheduler_key, automation_type_id, trigger_type_id, status_
        status_reason_code,
        failure_reason_code, last_error, retry_count, next_retry_on, scheduled_on, input_hash,
        conflict_input_hash, is_on_support_hold, dispatch_result_json, support_action,
-       support_action_on, support_action_count, version, updated_on
+       support_action_on, support_action_count, interrupted_count, version, updated_on
 FROM automation.scheduler
 WHERE is_on_support_hold
 ORDER BY updated_on DESC, scheduler_key
@@ -249,7 +249,7 @@ SELECT scheduler_id, scheduler_key, automation_type_id, trigger_type_id, status_
        status_reason_code,
        failure_reason_code, last_error, retry_count, next_retry_on, scheduled_on, input_hash,
        conflict_input_hash, is_on_support_hold, dispatch_result_json, support_action,
-       support_action_on, support_action_count, version, updated_on
+       support_action_on, support_action_count, interrupted_count, version, updated_on
 FROM automation.scheduler
 WHERE scheduler_key = $1;
 
@@ -275,7 +275,7 @@ RETURNING s.scheduler_id, s.scheduler_key, s.automation_type_id, s.trigger_type_
           s.status_reason_code, s.failure_reason_code, s.last_error, s.retry_count,
           s.next_retry_on, s.scheduled_on, s.input_hash, s.conflict_input_hash,
           s.is_on_support_hold, s.dispatch_result_json, s.support_action, s.support_action_on,
-          s.support_action_count, s.version, s.updated_on;
+          s.support_action_count, s.interrupted_count, s.version, s.updated_on;
 
 -- name: automation_settings_upsert
 -- ReminderSetting states, each applied only when its Version is newer than the stored one.

@@ -12,13 +12,15 @@ from typing import Any
 import asyncpg
 import pytest
 
+from db import automation as repo
 from db.automation import ClaimedRow
-from db.connector import DatabaseUnavailable
+from db.connector import DatabaseUnavailable, connection
 from streams.contracts.automation import AutomationType
 from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import AutomationHandler, HandlerRegistry, Outcome
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
+from streams.slices.automation.support import row_view
 from tests.integration.automation_support import (
     LEASE,
     T0,
@@ -271,6 +273,15 @@ async def test_a_row_that_never_gets_a_verdict_is_held_after_its_allowance_and_t
         True,
     )
     assert await claimer.claim(pool, now + timedelta(days=30)) == []
+    # Support sees both counters on the held row.
+    async with connection(pool) as conn:
+        [held] = await repo.hold_list(conn, 10)
+    view = row_view(held)
+    assert (view["attempts"], view["interruptions"], view["hold_reason"]) == (
+        4,
+        allowance + 4,
+        "LeaseExpired",
+    )
     charged = metric(
         runtime, "automation_scheduler_interrupted_total", path="lease_expired", charged="true"
     )

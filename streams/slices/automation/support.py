@@ -43,6 +43,8 @@ def row_view(row: SchedulerRow) -> dict[str, Any]:
         "on_hold": row.is_on_support_hold,
         "hold_reason": row.failure_reason_code,
         "attempts": row.retry_count,
+        # Claims that ended without a verdict (no attempt while within the allowance).
+        "interruptions": row.interrupted_count,
         "last_error": row.last_error,
         "next_retry_on": iso(row.next_retry_on),
         "scheduled_on": iso(row.scheduled_on),
