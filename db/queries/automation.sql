@@ -256,7 +256,7 @@ WHERE scheduler_key = $1;
 -- name: automation_row_release
 -- Support puts a held row back: the hold is lifted; a Failed row (ladder exhausted) becomes
 -- Pending; a Pending or Failed row is due again now (NextRetryOn cleared); $3 resets the
--- attempts (retry-key) or keeps them (release). The action, when and how many are recorded
+-- attempts and the interruption allowance (retry-key) or keeps them (release). The action, when and how many are recorded
 -- in the row; the failure diagnostics and any conflict hash stay as history.
 -- $1 key, $2 action, $3 reset attempts, $4 now.
 UPDATE automation.scheduler s
@@ -265,6 +265,7 @@ SET is_on_support_hold = false,
     next_retry_on = CASE WHEN s.status_id IN ('Failed', 'Pending') THEN NULL
                          ELSE s.next_retry_on END,
     retry_count = CASE WHEN $3 THEN 0 ELSE s.retry_count END,
+    interrupted_count = CASE WHEN $3 THEN 0 ELSE s.interrupted_count END,
     support_action = $2,
     support_action_on = $4,
     support_action_count = s.support_action_count + 1,

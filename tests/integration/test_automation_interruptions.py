@@ -20,7 +20,7 @@ from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_IN
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import AutomationHandler, HandlerRegistry, Outcome
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
-from streams.slices.automation.support import row_view
+from streams.slices.automation.support import SupportAction, put_back, row_view
 from tests.integration.automation_support import (
     LEASE,
     T0,
@@ -286,3 +286,16 @@ async def test_a_row_that_never_gets_a_verdict_is_held_after_its_allowance_and_t
         runtime, "automation_scheduler_interrupted_total", path="lease_expired", charged="true"
     )
     assert charged == 4
+    # release keeps the spent allowance: the next interruption is an attempt, held again.
+    await put_back(pool, c.key, SupportAction.RELEASE, now)
+    assert len(await claimer.claim(pool, now)) == 1
+    now += LEASE + timedelta(seconds=1)
+    assert (await rescuer.run_once(now)).held == 1
+    # retry-key restarts both counters: the next interruption is free again.
+    put = await put_back(pool, c.key, SupportAction.RETRY_KEY, now)
+    assert put is not None and (put.retry_count, put.interrupted_count) == (0, 0)
+    assert len(await claimer.claim(pool, now)) == 1
+    now += LEASE + timedelta(seconds=1)
+    assert (await rescuer.run_once(now)).charged == 0
+    r = await row(pool, c.key)
+    assert (r["status_id"], r["retry_count"], r["interrupted_count"]) == ("Pending", 0, 1)
