@@ -15,6 +15,7 @@ import pytest
 from db import automation as repo
 from db.automation import ClaimedRow
 from db.connector import DatabaseUnavailable, connection
+from devkit.wait import eventually
 from streams.contracts.automation import AutomationType
 from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
 from streams.runtime import Runtime
@@ -298,4 +299,43 @@ async def test_a_row_that_never_gets_a_verdict_is_held_after_its_allowance_and_t
     now += LEASE + timedelta(seconds=1)
     assert (await rescuer.run_once(now)).charged == 0
     r = await row(pool, c.key)
+    assert (r["status_id"], r["retry_count"], r["interrupted_count"]) == ("Pending", 0, 1)
+
+
+async def test_a_second_cancellation_does_not_abandon_the_hand_back(
+    pool: asyncpg.Pool, runtime: Runtime
+) -> None:
+    """stop() cancels a run, then cancels it again after its grace: the hand-back write goes
+    on shielded and lands once the row lock it waits for is gone."""
+    [c] = await seed(pool, 1)
+    gate = Gate()
+    task = asyncio.create_task(make_runner(runtime, HandlerRegistry([gate])).run_once(T0))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+    async with pool.acquire() as locker:
+        tx = locker.transaction()
+        await tx.start()
+        await locker.execute(
+            "SELECT 1 FROM automation.scheduler WHERE scheduler_key = $1 FOR UPDATE", c.key
+        )
+        task.cancel()
+        # The signal: the hand-back's UPDATE waits on the row lock.
+        await eventually(
+            lambda: pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE '%UPDATE automation.scheduler%'"
+            ),
+            timeout=10,
+            what="the hand-back waiting on the row lock",
+        )
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert (await row(pool, c.key))["status_id"] == "Processing"
+        await tx.rollback()
+    r = await eventually(
+        lambda: row(pool, c.key),
+        until=lambda r: r["status_id"] != "Processing",
+        timeout=10,
+        what="the shielded hand-back to land",
+    )
     assert (r["status_id"], r["retry_count"], r["interrupted_count"]) == ("Pending", 0, 1)

@@ -237,6 +237,9 @@ class AutomationRunner:
         now = max(now, self.clock.now())
         writes = [self.interruption_write(row, cause, now) for row in rows]
         write = asyncio.ensure_future(self._write_back(pool, writes, now))
+        # Abandoned by a second cancellation, its outcome is still retrieved (and dropped):
+        # what it could not write, stale cleanup puts back.
+        write.add_done_callback(lambda t: t.cancelled() or t.exception())
         try:
             written = await asyncio.wait_for(
                 asyncio.shield(write), self.config.hand_back_timeout.total_seconds()
