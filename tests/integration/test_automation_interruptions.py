@@ -20,8 +20,9 @@ from streams.contracts.automation import AutomationType
 from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import AutomationHandler, HandlerRegistry, Outcome
+from streams.slices.automation.metrics import AutomationMetrics
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
-from streams.slices.automation.support import SupportAction, put_back, row_view
+from streams.slices.automation.support import SupportAction, put_back, row_view, status_section
 from tests.integration.automation_support import (
     LEASE,
     T0,
@@ -134,6 +135,8 @@ async def test_four_database_blips_mid_run_cost_no_attempt_and_dispatch_once(
         == 4
     )
     assert metric(runtime, "automation_scheduler_stale_rescued_total") == 0
+    section = await status_section(runtime, runtime.metrics.family(AutomationMetrics))()
+    assert (section["interrupted"], section["interrupted_charged"]) == (4, 0)
     assert (
         metric(
             runtime, "automation_scheduler_outcomes_total", outcome="failed", reason="HandlerError"
