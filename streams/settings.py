@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     automation_lease_seconds: float = Field(120.0, gt=0, le=86_400)
     automation_backoff_seconds: str = "300,900,3600"
     automation_stale_batch_size: int = Field(500, ge=1, le=10_000)
+    # Claims ended without a verdict (DB error, cancelled run, expired lease) a row may have
+    # before they count as attempts, and how soon an interrupted row is due again.
+    automation_interruption_allowance: int = Field(5, ge=0, le=1_000)
+    automation_interruption_delay_seconds: float = Field(15.0, ge=0, le=86_400)
     # AutomationTypes whose handlers are approved as long-running: once the ladder is spent
     # they retry daily instead of going on support hold (comma-separated, e.g.
     # "ReportSubscription"; empty = none).
