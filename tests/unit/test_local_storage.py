@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,20 @@ def test_a_while_point_needs_a_known_point_and_a_file() -> None:
     with pytest.raises(ValueError, match="STREAMS_FAULT_WHILE"):
         faults._parse_while("cache.store_write")
     assert faults._parse_while("cache.store_write:/tmp/a:b") == ("cache.store_write", "/tmp/a:b")
+
+
+STREAMS = Path(__file__).resolve().parents[2] / "streams"
+
+
+def test_the_cache_is_the_only_door_to_the_local_store() -> None:
+    """Its errors are named where they happen (LocalStorageError): code that reached the
+    store another way would raise rocksdict's bare Exception, which the consumer can only
+    take for a bug (and dead-letter)."""
+    door = STREAMS / "tables" / "cache.py"
+    reaching = re.compile(r"\brocksdict\b|faust\.stores|_db_for_partition|\.table\[|\.table\.get\(")
+    for path in STREAMS.rglob("*.py"):
+        if path != door:
+            text = path.read_text()
+            assert not reaching.search(text), f"{path.relative_to(STREAMS)} reaches the store"
+            if ".Table(" in text:  # a table is made only to be wrapped in a KeyCache
+                assert path.name == "context.py" and "KeyCache(table" in text, path
