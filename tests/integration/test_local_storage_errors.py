@@ -21,6 +21,7 @@ from streams.tables.cache import KeyCache, _rocksdict_store
 from tests.integration.calendar_support import make_runtime
 from tests.integration.test_input_errors_pg import Ev, Msg, RecordingDlq
 from tests.support.factories import calendar_event, encode
+from tests.support.profile import SLOT, Harness, MemoryTable, person_document, reminder_events
 
 pytestmark = pytest.mark.integration
 
@@ -104,3 +105,42 @@ async def test_a_store_that_refuses_the_cache_write_holds_the_batch_and_dead_let
     metric = runtime.metrics.registry.get_sample_value
     assert metric("stream_local_storage_errors_total", {"table": TABLE, "op": "write"}) == 3
     assert metric("stream_local_storage_failing", {"table": TABLE}) == 0
+
+
+class RefusingMemoryTable(MemoryTable):
+    """The expiry marks table refusing writes as a full disk does (a bare Exception with
+    RocksDB's status, as rocksdict raises it)."""
+
+    writes_fail = 0
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if self.writes_fail:
+            self.writes_fail -= 1
+            raise Exception("IO error: No space left on device: While appending to file")
+        super().__setitem__(key, value)
+
+
+async def test_the_expiry_owner_worker_waits_for_a_refused_cache_write_and_sends_once(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    h = Harness(database_url, cache=True)
+    try:
+        delays: list[float] = []
+
+        async def sleep(delay: float) -> None:
+            delays.append(delay)
+
+        table = RefusingMemoryTable()
+        h.cache = h.owners.cache = KeyCache(table, h.runtime.metrics.agents, sleep=sleep)  # type: ignore[arg-type]
+        docs = [person_document(DaysLeft=7) for _ in range(3)]
+        await h.apply(*docs)
+        table.writes_fail = 2
+        first = await h.run().run_once(SLOT)
+        assert delays == [0.2, 0.4]  # held until the store took the marks
+        assert first.reminders_sent == len(docs)
+        assert len(table) == len(docs) and h.cache.failing() == {}
+        again = await h.run().run_once(SLOT)  # a rerun of the slot: the ledger says sent
+        assert again.reminders_sent == 0
+        assert len(await reminder_events(pool)) == len(docs)
+    finally:
+        await h.close()
