@@ -12,9 +12,16 @@ with the pure domain rules; the auditor (tests/support/reminder_audit.py) reads
 pin.calendar.reminder-due.v1 (per reminder identity), pin.profile.document-expiry-reminders.v1
 (per DocumentId and threshold, across events) and pin.automation.dispatch-requested.v1 (per
 SchedulerKey) to their end and prints one table: per slice and fault, effects expected /
-published / missing / doubled / wrong. Doubled = one effect in two outbox records; the same
-outbox record re-published (same ``outbox-id`` header, which consumers dedupe) is counted
-apart and allowed.
+published / missing / doubled / wrong / re-published; missing, doubled or wrong fail the
+run. Doubled = one effect in two outbox records; the same outbox record re-published (same
+``outbox-id`` header, which consumers dedupe: a relay pass that timed out on Kafka and
+replaced its producer while the old one's retries still landed) is counted in its own
+column and allowed.
+
+Workers not ready at the end (the check before the audit) fail with an explanation: each
+one's /health, who holds each stalled partition with what committed offset and high
+watermark, the group's committed offset on the broker, and the worker's last own log lines
+(rebalance steps first; its timer process's cycles left out).
 
 Faults, in one timeline (seconds after the load starts, FAULTS_SCALE stretches it):
   SIGKILL between a commit and its cache write (a worker restarted with
@@ -52,6 +59,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from devkit.workers import ROOT, WorkerProcess, worker_env
 from tests.support.calendar_load import Acked, CalendarLoad, expected_reminders, run_load
@@ -539,6 +547,100 @@ async def settled(db: str, query: str, want: Callable[[Any], bool], timeout: flo
         await conn.close()
 
 
+# ---------------------------------------------------------------------- diagnostics
+
+STALL = re.compile(r"^(?P<topic>\S+):(?P<partition>\d+) ")
+
+
+def worker_lines(worker: WorkerProcess, n: int = 12) -> list[str]:
+    """The worker's last log lines that are not its timer process's cycles, and its last
+    rebalance steps (a CI tail was all timer-process lines)."""
+    try:
+        text = worker.log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ["<no log>"]
+    own = [x for x in text if "[timer-process]" not in x]
+    steps = [x for x in own if "assigned partitions" in x or "Revoking" in x]
+    return [*(f"rebalance: {x[:200]}" for x in steps[-4:]), *(x[:240] for x in own[-n:])]
+
+
+async def group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+        return {(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()}
+    finally:
+        await admin.close()
+
+
+async def explain_not_ready(workers: list[WorkerProcess], bootstrap: str, group: str) -> str:
+    """Why workers are not ready: each one's /health, who holds each stalled partition with
+    what committed offset and high watermark (its /status), the group's committed offset
+    on the broker, and the worker's last own log lines."""
+    lines: list[str] = []
+    health: dict[str, Any] = {}
+    status: dict[str, Any] = {}
+    for w in workers:
+        if w.proc is None or w.proc.poll() is not None:
+            lines.append(f"{w.name}: not running (rc {w.proc.returncode if w.proc else None})")
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            health[w.name] = (await asyncio.to_thread(w.get, "/health"))[1]
+            status[w.name] = (await asyncio.to_thread(w.get, "/status?format=json"))[1]
+    stalled: set[tuple[str, int]] = set()
+    for name, h in health.items():
+        lines.append(f"{name} /health: {h}")
+        for agent_stalls in (
+            (h.get("stalled_partitions") or {}).values() if isinstance(h, dict) else ()
+        ):
+            for text in agent_stalls:
+                m = STALL.match(text)
+                if m:
+                    stalled.add((m["topic"], int(m["partition"])))
+    group_view: dict[tuple[str, int], int] = {}
+    try:
+        group_view = await group_offsets(bootstrap, group)
+    except Exception as exc:  # a diagnostic must not hide the failure it explains
+        lines.append(f"group offsets of {group}: {exc!r}")
+    for topic, partition in sorted(stalled):
+        where = f"{topic}:{partition}"
+        lines.append(
+            f"stalled {where}: committed in the group {group_view.get((topic, partition))}"
+        )
+        for name, st in status.items():
+            for agent in st.get("agents", []) if isinstance(st, dict) else []:
+                for part in agent.get("partitions", []):
+                    if part["partition"] != where:
+                        continue
+                    mine = [x for x in agent.get("stalled", []) if x["partition"] == where]
+                    lines.append(
+                        f"  held by {name} ({agent['agent']}): committed {part['committed']} "
+                        f"highwater {part['highwater']} stalled {mine}"
+                    )
+                    if mine and part["committed"] == part["highwater"]:
+                        lines.append(
+                            "  (nothing left to read: the lag is the stall check's own "
+                            "position, behind the committed offset)"
+                        )
+    for w in workers:
+        h = health.get(w.name)
+        if h is not None and (not isinstance(h, dict) or h.get("status") != "ready"):
+            lines.append(f"{w.name} last lines:")
+            lines += [f"  {x}" for x in worker_lines(w)]
+    return "\n".join(lines)
+
+
+async def all_ready(
+    workers: list[WorkerProcess], bootstrap: str, group: str, timeout: float
+) -> None:
+    try:
+        await asyncio.gather(*(w.wait_ready(timeout=timeout) for w in workers))
+    except AssertionError as exc:
+        why = await explain_not_ready(workers, bootstrap, group)
+        raise AssertionError(f"{str(exc).splitlines()[0]}\n{why}") from None
+
+
 @pytest.mark.timeout(720)
 async def test_fault_matrix_every_slice_makes_each_effect_once_through_every_fault(
     durable_stack: PrivateStack, tmp_path: Path
@@ -630,7 +732,7 @@ async def test_fault_matrix_every_slice_makes_each_effect_once_through_every_fau
         wait = (last_due - datetime.now(UTC)).total_seconds() + GRACE_SECONDS
         if wait > 0:
             await asyncio.sleep(wait)  # the reminders come due on the wall clock
-        await asyncio.gather(*(w.wait_ready(timeout=120) for w in workers))
+        await all_ready(workers, stack.bootstrap, env["APP_ID"], timeout=120)
         quiet = await wait_quiet(stack.database_url, expectation.final_versions, QUIESCE_TIMEOUT)
         audited_at = datetime.now(UTC)
         due_records = await read_to_end(stack.bootstrap, prefix + DUE_TOPIC)
