@@ -15,9 +15,11 @@ from typing import Any
 
 from streams.asynctools import wait_any
 from streams.metrics import families_to_json
+from streams.outbox.config import RelayResult
 from streams.outbox.relay import OutboxRelay
 from streams.settings import Settings
 from streams.timer_process import wire
+from streams.timer_process.progress import Progress
 
 log = logging.getLogger("streams.timer_process")
 LOG_FORMAT = "[%(asctime)s] [%(process)s] [%(levelname)s] [timer-process] %(message)s"
@@ -36,6 +38,43 @@ async def _pipes(in_fd: int, out_fd: int) -> tuple[asyncio.StreamReader, asyncio
     return reader, writer
 
 
+RELAY = "outbox-relay"  # the relay's name among the loops a beat reports
+
+
+class WatchedRelay(OutboxRelay):
+    """The relay, telling ``progress`` at each pass by when its next pass comes.
+
+    A pass is bounded by its Kafka timeouts: starting a producer and publishing
+    (``publish_timeout`` each) and stopping replaced producers (``producer_stop_timeout``,
+    up to three per pass). After a pass the loop waits at most ``max_backoff`` (and may
+    refresh its gauges, one statement) before the next one.
+    """
+
+    progress: Progress | None = None
+
+    async def run_once(self) -> RelayResult:
+        config = self.config
+        self._turn(2 * config.publish_timeout + 3 * config.producer_stop_timeout)
+        try:
+            return await super().run_once()
+        finally:
+            self._turn(config.max_backoff + config.publish_timeout)
+
+    def _turn(self, within: float) -> None:
+        if self.progress is not None:
+            self.progress.turn(RELAY, within)
+
+
+async def beat(
+    writer: asyncio.StreamWriter, progress: Progress, interval: float, stopping: asyncio.Event
+) -> None:
+    """The parent's watch: every ``interval`` how long each loop may still take before its
+    next turn. A stopped event loop goes silent; a loop stuck in an await goes late."""
+    while not stopping.is_set():
+        writer.write(wire.beat(progress.left()))
+        await wait_any(stopping, within=interval)
+
+
 async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> int:
     from streams.app import create_context
 
@@ -50,9 +89,15 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     reader, writer = await _pipes(in_fd, out_fd)
-    relay = OutboxRelay.from_settings(
+    # Every loop promises its next turn; the beat carries how much of each promise is left,
+    # so a loop stuck in an await is late even while the event loop (and the beat) runs.
+    progress = Progress()
+    registry.report_turns(progress.turn)
+    relay = WatchedRelay.from_settings(
         settings, metrics=runtime.metrics.outbox, pool=await runtime.pool(), clock=runtime.clock
     )
+    assert isinstance(relay, WatchedRelay)
+    relay.progress = progress
     # The schedules need only PostgreSQL: they start first, and a relay that finds Kafka down
     # starts anyway (its passes retry the producer), so neither keeps the other from running.
     await registry.start()
@@ -62,13 +107,6 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
             registry.wake(name)
     log.info("action=timer_process_started worker=%s schedules=%s", worker_id, ",".join(isolated))
     writer.write(wire.encode({"op": "ready", "pid": os.getpid()}))
-
-    async def beat() -> None:
-        # The parent's watchdog: a stopped or stuck event loop goes silent.
-        interval = wire.beat_interval(settings.worker_timer_process_stall_seconds)
-        while not stopping.is_set():
-            writer.write(wire.BEAT)
-            await wait_any(stopping, within=interval)
 
     async def serve() -> None:
         while not stopping.is_set():
@@ -104,7 +142,10 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
         return None
 
     server = asyncio.create_task(serve(), name="timer-process-serve")
-    beating = asyncio.create_task(beat(), name="timer-process-beat")
+    interval = wire.beat_interval(settings.worker_timer_process_stall_seconds)
+    beating = asyncio.create_task(
+        beat(writer, progress, interval, stopping), name="timer-process-beat"
+    )
     signalled = asyncio.create_task(stopping.wait())
     await asyncio.wait({server, signalled}, return_when=asyncio.FIRST_COMPLETED)
     stopping.set()

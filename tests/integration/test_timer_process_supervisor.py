@@ -19,6 +19,7 @@ from streams.metrics import Metrics
 from streams.timer_process.supervisor import TimerProcess
 
 FAKE = "tests.support.fake_timer_process"  # run from the repository root, as pytest is
+STUCK = "tests.support.stuck_timer_process"
 
 
 def supervisor(
@@ -171,6 +172,59 @@ async def test_a_child_silent_past_kill_after_is_killed_and_started_again(tmp_pa
         assert not _alive(first)
         assert metrics.stall_kills._value.get() == 1
         assert metrics.restarts._value.get() == 1
+    finally:
+        await tp.stop()
+
+
+@pytest.mark.timeout(90)
+async def test_a_schedule_stuck_in_an_await_stalls_the_child_while_it_beats_on() -> None:
+    """The registry's loop stops turning (a run swallows its cancellation) while the child's
+    event loop and beat go on: the schedule's promised turn runs out, the child is stalled
+    (not ready, /health names the schedule), then killed and started again."""
+    from streams.web.health import timer_process_check
+
+    stall = 1.5
+    tp = TimerProcess(
+        Metrics(),
+        "test:1",
+        ["stuck"],
+        command=[sys.executable, "-m", STUCK],
+        ready_timeout=30,
+        stop_timeout=5,
+        stall_seconds=stall,
+        kill_after=6.0,
+    )
+    metrics = tp._metrics
+    await tp.start()
+    try:
+        first = tp.pid
+        # Beats carry the schedule's promise, renewed every turn (every second).
+        await eventually(
+            lambda: tp._due, until=lambda due: "stuck" in due, timeout=10, what="a promise"
+        )
+        assert tp.ready and not tp.stalled and metrics.stalls._value.get() == 0
+        tp.wake("stuck", None)
+        woken = time.monotonic()
+        await eventually(lambda: tp.ready, until=lambda r: not r, timeout=30, what="stalled")
+        noticed = time.monotonic() - woken
+        what, late = tp.late
+        assert what == "stuck" and late > stall, (what, late)
+        assert tp.silent_for < 1.0  # still beating: only the schedule's loop is stuck
+        # Max duration (0.5 s), the bound, a watchdog tick and a beat interval.
+        assert noticed < 0.5 + stall + 2, noticed
+        await eventually(
+            lambda: metrics.stalls._value.get(), until=lambda n: n == 1, timeout=5, what="1 stall"
+        )
+        assert tp.pid == first
+        assert timer_process_check(tp) == f"stalled: stuck late by {tp.late[1]:.0f}s"
+        await eventually(
+            lambda: (tp.pid, tp.ready),
+            until=lambda v: v[0] != first and v[1],
+            timeout=40,
+            what="a new child, ready",
+        )
+        assert first is not None and not _alive(first)
+        assert metrics.stall_kills._value.get() == 1 and metrics.restarts._value.get() == 1
     finally:
         await tp.stop()
 
