@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -65,13 +66,29 @@ class WatchedRelay(OutboxRelay):
             self.progress.turn(RELAY, within)
 
 
+def sender(writer: asyncio.StreamWriter, gone: asyncio.Event) -> Callable[[bytes], bool]:
+    """Writes a message to the parent; False, and ``gone`` set, once the parent's end of the
+    pipe is closed (it died or is stopping): the child then stops, it does not crash."""
+
+    def send(data: bytes) -> bool:
+        try:
+            writer.write(data)
+        except (ConnectionError, RuntimeError) as exc:  # uvloop: RuntimeError, handle closed
+            if not gone.is_set():
+                log.info("action=timer_process_parent_gone error=%s", type(exc).__name__)
+            gone.set()
+            return False
+        return True
+
+    return send
+
+
 async def beat(
-    writer: asyncio.StreamWriter, progress: Progress, interval: float, stopping: asyncio.Event
+    send: Callable[[bytes], bool], progress: Progress, interval: float, stopping: asyncio.Event
 ) -> None:
     """The parent's watch: every ``interval`` how long each loop may still take before its
     next turn. A stopped event loop goes silent; a loop stuck in an await goes late."""
-    while not stopping.is_set():
-        writer.write(wire.beat(progress.left()))
+    while not stopping.is_set() and send(wire.beat(progress.left())):
         await wait_any(stopping, within=interval)
 
 
@@ -106,7 +123,8 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
         if registry.get(name).enabled:
             registry.wake(name)
     log.info("action=timer_process_started worker=%s schedules=%s", worker_id, ",".join(isolated))
-    writer.write(wire.encode({"op": "ready", "pid": os.getpid()}))
+    send = sender(writer, stopping)
+    send(wire.encode({"op": "ready", "pid": os.getpid()}))
 
     async def serve() -> None:
         while not stopping.is_set():
@@ -122,8 +140,7 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
                 continue
             if message["op"] == "stop":
                 return
-            if answer is not None:
-                writer.write(wire.encode(answer))
+            if answer is not None and send(wire.encode(answer)):
                 await writer.drain()
 
     def handle(message: dict[str, Any]) -> dict[str, Any] | None:
@@ -144,7 +161,7 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
     server = asyncio.create_task(serve(), name="timer-process-serve")
     interval = wire.beat_interval(settings.worker_timer_process_stall_seconds)
     beating = asyncio.create_task(
-        beat(writer, progress, interval, stopping), name="timer-process-beat"
+        beat(send, progress, interval, stopping), name="timer-process-beat"
     )
     signalled = asyncio.create_task(stopping.wait())
     await asyncio.wait({server, signalled}, return_when=asyncio.FIRST_COMPLETED)

@@ -4,6 +4,7 @@ join the worker's metrics, restarts with wake-ups kept, and stopping (or killing
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -227,6 +228,46 @@ async def test_a_schedule_stuck_in_an_await_stalls_the_child_while_it_beats_on()
         assert metrics.stall_kills._value.get() == 1 and metrics.restarts._value.get() == 1
     finally:
         await tp.stop()
+
+
+@pytest.mark.timeout(120)
+async def test_the_timer_process_stops_cleanly_when_its_parent_is_gone_before_it_is_ready(
+    database_url: str, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """A worker that dies while its child starts closes the child's stdout: the child's first
+    message (ready) finds the pipe closed. It stops as when its stdin ends (exit 0), it does
+    not crash with a traceback (exit 1)."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TOPIC_PREFIX": topic_prefix,
+        "WORKER_DATA_DIR": str(tmp_path),
+    }
+    # Its stdout is a pipe nobody reads any more: the parent's end, gone before "ready".
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "streams.timer_process",
+        "--worker-id",
+        "test:1",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=write_end,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    os.close(write_end)
+    try:
+        _, err = await asyncio.wait_for(child.communicate(), 90)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    text = err.decode(errors="replace")
+    assert child.returncode == 0, text[-3000:]
+    assert "action=timer_process_parent_gone" in text and "Traceback" not in text, text[-3000:]
 
 
 def _alive(pid: int) -> bool:

@@ -14,7 +14,7 @@ import os
 from datetime import datetime, timedelta
 
 from streams.timer_process import wire
-from streams.timer_process.child import _pipes, beat
+from streams.timer_process.child import _pipes, beat, sender
 from streams.timer_process.progress import Progress
 from streams.timers import Mode, Schedule, TimerRegistry
 
@@ -52,7 +52,7 @@ async def main() -> None:
     stopping = asyncio.Event()
     await registry.start()
     writer.write(wire.encode({"op": "ready", "pid": os.getpid()}))
-    beating = asyncio.create_task(beat(writer, progress, 0.1, stopping))
+    beating = asyncio.create_task(beat(sender(writer, stopping), progress, 0.1, stopping))
     while line := await reader.readline():
         message = wire.decode(line)
         if message["op"] == "wake":
