@@ -130,8 +130,9 @@ class TimerProcess:
     async def start(self) -> None:
         """Start the child and wait (up to ``ready_timeout``) until it runs; a child that is
         not ready by then is waited for in the background (the worker runs on, /health says
-        so)."""
-        self._task = asyncio.create_task(self._supervise(), name="timer-process-supervisor")
+        so). Once started, ``start()`` again only waits for it to be ready."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._supervise(), name="timer-process-supervisor")
         try:
             await asyncio.wait_for(asyncio.shield(self._ready.wait()), self.ready_timeout)
         except TimeoutError:
