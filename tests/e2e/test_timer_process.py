@@ -209,6 +209,7 @@ async def test_a_stopped_timer_process_is_not_ready_then_killed_and_reminders_go
         noticed = await _stalled_within(worker, child)
         # The bound, plus a watchdog tick, a beat interval and a /health round trip.
         assert noticed < STALL + 2.5, f"/health not ready {noticed:.1f}s after SIGSTOP"
+        print(f"\n/health not ready {noticed:.2f}s after SIGSTOP (stall bound {STALL:g}s)")
         due = max(at for _, at in sent)
         await eventually(
             lambda: datetime.now(UTC) > due, until=bool, timeout=30, what="all due meanwhile"
@@ -232,6 +233,7 @@ async def test_a_stopped_timer_process_is_not_ready_then_killed_and_reminders_go
 
         # Stopped for good: killed after the kill bound and started again.
         os.kill(child, signal.SIGSTOP)
+        stopped = time.monotonic()
         sent += [await send_soon_due(producer, settings.topic(EVENTS)) for _ in range(3)]
         await _stalled_within(worker, child)
         restarted = await eventually(
@@ -240,6 +242,7 @@ async def test_a_stopped_timer_process_is_not_ready_then_killed_and_reminders_go
             timeout=KILL + 30,
             what="the stopped timer process killed and started again",
         )
+        print(f"restarted {time.monotonic() - stopped:.2f}s after SIGSTOP (kill bound {KILL:g}s)")
         assert not alive(child)
         await eventually(
             lambda: worker.get("/health")[1].get("timer_process"),

@@ -211,6 +211,9 @@ async def test_a_schedule_stuck_in_an_await_stalls_the_child_while_it_beats_on()
         what, late = tp.late
         assert what == "stuck" and late > stall, (what, late)
         assert tp.silent_for < 1.0  # still beating: only the schedule's loop is stuck
+        print(
+            f"\nstalled {noticed:.2f}s after the wake-up that got stuck ({what} late {late:.2f}s)"
+        )
         # Max duration (0.5 s), the bound, a watchdog tick and a beat interval.
         assert noticed < 0.5 + stall + 2, noticed
         await eventually(
