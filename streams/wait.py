@@ -221,8 +221,10 @@ async def wait_for(
     clock: Clock | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     status: dict[str, str] | None = None,
+    waited_before: float = 0.0,
 ) -> float:
-    """Probe each dependency in turn until it answers. Returns the seconds waited in all.
+    """Probe each dependency in turn until it answers. Returns the seconds waited in all
+    (``waited_before``, already spent on earlier dependencies, included).
 
     ``limit_s`` > 0 bounds the whole wait (DependencyTimeout); 0 waits forever. A
     configuration error raises DependencyConfigError at once; an unexpected exception
@@ -231,7 +233,7 @@ async def wait_for(
     """
     backoff = backoff or Backoff()
     clock = clock or SystemClock()
-    started = clock.monotonic()
+    started = clock.monotonic() - waited_before
     status = {} if status is None else status
     for dep in deps:
         status.setdefault(dep.name, "waiting")
@@ -303,9 +305,8 @@ async def wait_for_dependencies(
         options=security_options(settings),
         replication_factor=settings.kafka_replication_factor,
     )
-    # The limit is for the whole wait (a tiny rest still probes once before it gives up).
-    rest = max(limit - waited, 1e-3) if limit > 0 else 0.0
-    return waited + await wait_for([kafka], limit_s=rest, status=status)
+    # The limit is for the whole wait.
+    return await wait_for([kafka], limit_s=limit, status=status, waited_before=waited)
 
 
 @contextlib.contextmanager
