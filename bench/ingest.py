@@ -7,7 +7,10 @@ reader starting from the beginning with a fresh database:
 1. reference: a bare aiokafka consumer doing nothing (informational ceiling);
 2. reference: the bare pipeline (bench/pipeline.py) on its own database;
 3. one worker process (``python -m streams worker``); its resident memory afterwards;
-4. two worker processes in one consumer group (informational ratio to one).
+4. two worker processes in one consumer group (informational ratio to one);
+5. after the one-worker run, the time a worker takes to become ready again with its data
+   directory kept (a pod with its volume) and with an empty one (an emptyDir: its tables
+   are rebuilt from their changelog topics, one record per event ingested).
 
 Every run ends with the same rows: a checksum of both tables is compared with the bare
 pipeline's. A worker's rate counts from the first poll at which every worker is ready and
@@ -66,6 +69,26 @@ class WorkerRun:
     rss: list[tuple[float, float]]
     """(VmRSS, VmHWM) in MB of each worker right after the last row arrived."""
     checksum: tuple[int, int, str, str]
+    restart: tuple[float, float] | None = None
+    """Seconds from start to ready of a restarted worker: data directory kept, empty."""
+
+
+async def time_to_ready(worker: WorkerProcess) -> float:
+    started = time.perf_counter()
+    worker.start()
+    try:
+        await worker.wait_ready(timeout=300)
+        return time.perf_counter() - started
+    finally:
+        worker.stop()
+
+
+async def restart_times(env: dict[str, str], tmp: Path, name: str) -> tuple[float, float]:
+    """The worker ``name`` (stopped) started again on its data directory, then a worker with
+    an empty one: the second recovers every table from its changelog before it is ready."""
+    kept = await time_to_ready(WorkerProcess(env, tmp, name))
+    empty = await time_to_ready(WorkerProcess(env, tmp, f"{name}-empty-data"))
+    return kept, empty
 
 
 async def checksum(url: str) -> tuple[int, int, str, str]:
@@ -78,8 +101,9 @@ async def checksum(url: str) -> tuple[int, int, str, str]:
         await conn.close()
 
 
-async def run_workers(prefix: str, events: int, count: int) -> WorkerRun:
-    """``count`` worker processes (one consumer group) ingest the topic into a fresh database."""
+async def run_workers(prefix: str, events: int, count: int, *, restart: bool = False) -> WorkerRun:
+    """``count`` worker processes (one consumer group) ingest the topic into a fresh database;
+    ``restart``: then time a worker's restart with its data directory kept and empty."""
     async with database() as url:
         tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
         env = worker_env(url, KAFKA_BOOTSTRAP, prefix, APP_ID=f"{prefix}reminders-{count}w")
@@ -125,8 +149,9 @@ async def run_workers(prefix: str, events: int, count: int) -> WorkerRun:
             await conn.close()
             for p in procs:
                 p.stop()
+        restarted = await restart_times(env, tmp, procs[0].name) if restart else None
         shutil.rmtree(tmp, ignore_errors=True)  # kept when a worker failed: its log is there
-        return WorkerRun(rate, rss, await checksum(url))
+        return WorkerRun(rate, rss, await checksum(url), restarted)
 
 
 async def run(events: int = 50_000) -> list[Measure]:
@@ -152,7 +177,7 @@ async def run(events: int = 50_000) -> list[Measure]:
             f"  bare pipeline (consume+json+asyncpg)     {bare:>9,.0f} events/s  "
             f"({expected[0]:,} events, {expected[1]:,} reminder rows)"
         )
-        one = await run_workers(prefix, events, 1)
+        one = await run_workers(prefix, events, 1, restart=True)
         rss, hwm = one.rss[0]
         print(
             f"  one worker                               {one.rate:>9,.0f} events/s  "
@@ -161,6 +186,12 @@ async def run(events: int = 50_000) -> list[Measure]:
         print(
             f"  worker memory after ingest (worker + timer process): VmRSS {rss:.0f} MB, "
             f"peak VmHWM {hwm:.0f} MB"
+        )
+        assert one.restart is not None
+        kept, empty = one.restart
+        print(
+            f"  restart to ready: data directory kept {kept:.1f} s, empty {empty:.1f} s "
+            f"(tables rebuilt from the changelogs of {events:,} events)"
         )
         two = await run_workers(prefix, events, 2)
         memory = ", ".join(f"{r:.0f} MB" for r, _ in two.rss)
@@ -200,6 +231,16 @@ async def run(events: int = 50_000) -> list[Measure]:
             bench="ingest",
             detail=f"VmRSS of the one worker (both its processes) after {events:,} events; "
             f"peak VmHWM {hwm:.0f} MB",
+        ),
+        measure(
+            "ingest: ready with an empty data dir",
+            "s",
+            empty,
+            kept,
+            higher_is_better=False,
+            bench="ingest",
+            detail=f"a restarted worker whose tables recover from changelogs of {events:,} "
+            "events (an emptyDir); reference: the same restart with its data directory kept",
         ),
         measure(
             "ingest: two workers vs one",

@@ -162,3 +162,7 @@ async def listen(conn: asyncpg.Connection, callback: NotifyCallback) -> None:
 
 async def listener_ping(conn: asyncpg.Connection) -> None:
     await conn.fetchval(sql("outbox_listener_ping"))
+
+
+async def pass_keepalive(conn: asyncpg.Connection) -> None:
+    await conn.fetchval(sql("outbox_pass_keepalive"))

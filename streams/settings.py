@@ -81,9 +81,12 @@ class Settings(BaseSettings):
     # Transactional outbox relay.
     outbox_batch_size: int = Field(500, ge=1, le=10_000)
     outbox_poll_interval_seconds: float = Field(1.0, gt=0)
-    # Longest a relay pass waits for Kafka while it holds its transaction and lanes; at most
-    # half of DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS (checked when the relay is configured).
+    # After this a relay pass's unacknowledged sends are in doubt: it keeps waiting for them
+    # (keeping its session alive at this interval; at most half of
+    # DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS, checked when the relay is configured), up to
+    # OUTBOX_IN_DOUBT_TIMEOUT_SECONDS in all; then it rolls back and aborts its producer.
     outbox_publish_timeout_seconds: float = Field(10.0, gt=0, le=600)
+    outbox_in_doubt_timeout_seconds: float = Field(120.0, gt=0, le=3600)
     # Most of the 64 lanes one relay pass locks (what a paused relay can hold up).
     outbox_max_lanes_per_pass: int = Field(16, ge=1, le=64)
     outbox_retention_hours: float = Field(24.0, ge=0)
@@ -99,6 +102,10 @@ class Settings(BaseSettings):
     automation_lease_seconds: float = Field(120.0, gt=0, le=86_400)
     automation_backoff_seconds: str = "300,900,3600"
     automation_stale_batch_size: int = Field(500, ge=1, le=10_000)
+    # Claims ended without a verdict (DB error, cancelled run, expired lease) a row may have
+    # before they count as attempts, and how soon an interrupted row is due again.
+    automation_interruption_allowance: int = Field(5, ge=0, le=1_000)
+    automation_interruption_delay_seconds: float = Field(15.0, ge=0, le=86_400)
     # AutomationTypes whose handlers are approved as long-running: once the ladder is spent
     # they retry daily instead of going on support hold (comma-separated, e.g.
     # "ReportSubscription"; empty = none).

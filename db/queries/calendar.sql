@@ -77,7 +77,9 @@ WITH up AS (
     ON CONFLICT (reminder_id) DO UPDATE SET
         status = 'Pending', skip_reason = NULL, updated_at = EXCLUDED.updated_at,
         source_partition = EXCLUDED.source_partition, source_offset = EXCLUDED.source_offset,
-        source_version = EXCLUDED.source_version
+        source_version = EXCLUDED.source_version,
+        -- wanted again = a new reminder: an earlier poison backoff does not carry over
+        attempts = 0, next_attempt_at = '-infinity', last_error_code = NULL
     WHERE r.status = 'Skipped'
     RETURNING r.due_at
 )
@@ -252,7 +254,9 @@ VACUUM ANALYZE calendar.events, calendar.event_reminders;
 -- One reminder with its event's current state and the input that made it (explain).
 SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.skip_reason,
        r.sent_at, r.created_at, r.updated_at, r.source_partition, r.source_offset,
-       r.source_version, e.version AS event_version, e.status AS event_status,
+       r.source_version, r.attempts, r.last_error_code,
+       CASE WHEN r.next_attempt_at > '-infinity' THEN r.next_attempt_at END AS next_attempt_at,
+       e.version AS event_version, e.status AS event_status,
        e.source_partition AS event_source_partition, e.source_offset AS event_source_offset
 FROM calendar.event_reminders r
 JOIN calendar.events e ON e.event_id = r.event_id

@@ -97,6 +97,11 @@ SELECT count(*) FROM deleted;
 -- Proves the LISTEN connection is alive (a silently dropped socket would lose NOTIFYs).
 SELECT 1;
 
+-- name: outbox_pass_keepalive
+-- A relay pass still waiting for Kafka's acknowledgements keeps its session (and with it its
+-- lanes) from idle_in_transaction_session_timeout.
+SELECT 1;
+
 -- name: outbox_records_of_key
 -- The outbox records of one key (an entity) still within retention, oldest first (explain).
 SELECT id, topic, key, headers::text AS headers, created_at, published_at,

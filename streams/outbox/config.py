@@ -29,10 +29,17 @@ class RelayConfig:
     stop_timeout: float = 30.0
     """``stop()`` waits this long for the current pass, then cancels (rolls it back)."""
     publish_timeout: float = 10.0
-    """Longest a pass waits for Kafka (topic metadata, sends, acknowledgements) while it holds
-    its transaction and lanes; then it rolls back and the producer is replaced. Also bounds
-    starting a producer. Keep it well below PostgreSQL's idle_in_transaction_session_timeout,
-    which would otherwise end the session first."""
+    """How long a pass waits for Kafka (topic metadata, sends, acknowledgements) before its
+    sends count as in doubt; it then goes on waiting (see ``in_doubt_timeout``) and keeps
+    its session alive every ``publish_timeout``, so keep it well below PostgreSQL's
+    idle_in_transaction_session_timeout. Also bounds starting a producer."""
+    in_doubt_timeout: float = 120.0
+    """Longest a pass waits in all for the acknowledgements of sends it made (an idempotent
+    producer retries them until their partition has a leader again: a broker failover takes
+    a broker session timeout and an election). Sending those rows again sooner would
+    publish them twice. Past it the pass rolls back, its producer is aborted (what it still
+    holds is never delivered) and the rows go out again: only a request already on the
+    wire can then be written twice, with the same ``outbox-id``."""
     producer_stop_timeout: float = 5.0
     """How long the relay waits for a replaced producer to stop. One whose broker does not
     answer cannot stop (aiokafka flushes first): it goes on stopping in the background, and
@@ -50,23 +57,33 @@ class RelayConfig:
             "max_backoff",
             "stop_timeout",
             "publish_timeout",
+            "in_doubt_timeout",
             "producer_stop_timeout",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RelayConfig.{name} must be > 0")
+        if self.in_doubt_timeout < self.publish_timeout:
+            raise ValueError("RelayConfig.in_doubt_timeout must be >= publish_timeout")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RelayConfig:
+        if settings.outbox_in_doubt_timeout_seconds < settings.outbox_publish_timeout_seconds:
+            raise ConfigError(
+                "invalid configuration: setting OUTBOX_IN_DOUBT_TIMEOUT_SECONDS "
+                f"({settings.outbox_in_doubt_timeout_seconds:g}) must be at least "
+                f"OUTBOX_PUBLISH_TIMEOUT_SECONDS ({settings.outbox_publish_timeout_seconds:g})"
+            )
         config = cls(
             batch_size=settings.outbox_batch_size,
             poll_interval=settings.outbox_poll_interval_seconds,
             metrics_interval=settings.outbox_poll_interval_seconds,
             max_lanes_per_pass=settings.outbox_max_lanes_per_pass,
             publish_timeout=settings.outbox_publish_timeout_seconds,
+            in_doubt_timeout=settings.outbox_in_doubt_timeout_seconds,
         )
-        # A pass is idle in its transaction while it waits for Kafka; PostgreSQL must not end
-        # the session first (the pass would fail instead of rolling back cleanly and
-        # replacing its producer), so the publish timeout has to be clearly shorter.
+        # A pass is idle in its transaction between keepalives (one per publish timeout) while
+        # it waits for Kafka; PostgreSQL must not end the session first (the pass would fail
+        # instead of waiting for its sends), so the publish timeout has to be clearly shorter.
         idle = settings.db_idle_in_transaction_timeout_seconds
         if config.publish_timeout > idle / 2:
             raise ConfigError(
@@ -98,5 +115,5 @@ class RelayNotOpen(RuntimeError):
 
 
 class PublishTimeout(RuntimeError):
-    """Kafka did not acknowledge a pass's rows within ``publish_timeout``: the pass rolled
-    back and released its lanes; the rows stay unpublished."""
+    """Kafka did not acknowledge a pass's rows within ``in_doubt_timeout``: the pass rolled
+    back and released its lanes, its producer was aborted; the rows stay unpublished."""

@@ -111,6 +111,31 @@ def producer_fault(producer: object) -> str | None:
     return None
 
 
+class ProducerAborted(kafka_errors.KafkaError):  # type: ignore[misc]
+    """The relay gave up on this send: its row goes out again, from another producer."""
+
+
+async def abort_producer(producer: Producer) -> None:
+    """Stop ``producer`` without delivering what it still holds. ``stop()`` flushes first,
+    and an idempotent aiokafka producer retries a batch until it is acknowledged, so a
+    producer retired with sends in flight would deliver them whenever its broker answers
+    again, after the relay has sent the same rows from a new producer: every one of them
+    twice. Here the sender ends (it waits for the requests already on the wire, which only
+    their broker can still write), every queued batch fails, and the connections close.
+    aiokafka has no public abort, so this uses its internals; other producers (test
+    doubles) are just stopped."""
+    sender = getattr(producer, "_sender", None)
+    accumulator = getattr(producer, "_message_accumulator", None)
+    client = getattr(producer, "client", None)
+    if sender is None or accumulator is None or client is None:
+        await producer.stop()
+        return
+    producer._closed = True  # type: ignore[attr-defined]  # later sends fail at once
+    await sender.close()
+    accumulator.fail_all(ProducerAborted("the relay gave up on this send"))
+    await client.close()
+
+
 class ProducerSlot:
     """Holds the relay's current producer; starts one on demand and retires one that failed.
 
@@ -159,8 +184,29 @@ class ProducerSlot:
             await self.replace(producer, fault, None)
         return await self.start()
 
-    async def replace(self, producer: Producer, reason: str, error: BaseException | None) -> None:
-        """Retire ``producer``; the next ``ready()`` starts a new one from the factory."""
+    async def replace(
+        self,
+        producer: Producer,
+        reason: str,
+        error: BaseException | None,
+        *,
+        abort: bool = False,
+    ) -> None:
+        """Retire ``producer``; the next ``ready()`` starts a new one from the factory.
+        ``abort``: its queued sends must never be delivered (``abort_producer``), because the
+        rows they carry are sent again by whichever relay takes their lanes next."""
+        task = self.retire(producer, reason, error, abort=abort)
+        await asyncio.wait([task], timeout=self._stop_timeout)
+
+    def retire(
+        self,
+        producer: Producer,
+        reason: str,
+        error: BaseException | None,
+        *,
+        abort: bool = False,
+    ) -> asyncio.Task[None]:
+        """``replace`` without waiting for the producer to stop (for a cancelled pass)."""
         if self.current is producer:
             self.current = None
         self._metrics.producer_restarts.labels(reason=reason).inc()
@@ -170,7 +216,7 @@ class ProducerSlot:
             reason,
             describe(error) if error is not None else "-",
         )
-        await self._stop(producer)
+        return self._stop_in_background(producer, abort=abort)
 
     async def close(self) -> None:
         producer, self.current = self.current, None
@@ -188,8 +234,10 @@ class ProducerSlot:
                     task.cancel()
                 await asyncio.gather(*stuck, return_exceptions=True)
 
-    def _stop_in_background(self, producer: Producer) -> asyncio.Task[None]:
-        task = asyncio.create_task(self._stop_quietly(producer), name=f"outbox-stop-{self._name}")
+    def _stop_in_background(self, producer: Producer, *, abort: bool = False) -> asyncio.Task[None]:
+        task = asyncio.create_task(
+            self._stop_quietly(producer, abort=abort), name=f"outbox-stop-{self._name}"
+        )
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
         return task
@@ -198,9 +246,9 @@ class ProducerSlot:
         task = self._stop_in_background(producer)
         await asyncio.wait([task], timeout=self._stop_timeout)
 
-    async def _stop_quietly(self, producer: Producer) -> None:
+    async def _stop_quietly(self, producer: Producer, *, abort: bool) -> None:
         try:
-            await producer.stop()
+            await (abort_producer(producer) if abort else producer.stop())
         except Exception as exc:
             log.warning(
                 "action=outbox_producer_stop_failed relay=%s error=%s", self._name, describe(exc)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,11 +62,17 @@ async def unavailable_topics(
 
 
 async def publish(
-    producer: Producer, rows: Sequence[PendingRow], *, metadata_bound: float, relay: str
+    producer: Producer,
+    rows: Sequence[PendingRow],
+    *,
+    metadata_bound: float,
+    relay: str,
+    inflight: list[asyncio.Future[Any]] | None = None,
 ) -> Sent:
     """Send ``rows`` (id order) and wait for every acknowledgement. Returns, per lane, the
     acknowledged rows before the lane's first failed row: marking a later row of a lane
-    but not an earlier one would reorder its keys. The caller bounds the time."""
+    but not an earlier one would reorder its keys. The caller bounds the time; every send's
+    future is appended to ``inflight`` (what a caller that gives up must not leave behind)."""
     first_failure: dict[int, int] = {}
     refused: set[int] = set()
     producer_error: BaseException | None = None
@@ -117,6 +123,8 @@ async def publish(
             continue
         future.add_done_callback(_retrieve)
         sent.append((row, future))
+        if inflight is not None:
+            inflight.append(future)
     if sent:
         # asyncio.wait, not gather: a timeout must not cancel the producer's futures.
         await asyncio.wait([f for _, f in sent])
@@ -141,3 +149,45 @@ async def publish(
         refused_lanes=refused,
         producer_error=producer_error,
     )
+
+
+class InDoubt(Exception):
+    """Kafka acknowledged not every send of a pass within the in-doubt bound."""
+
+
+async def publish_waiting(
+    send: Awaitable[Sent],
+    *,
+    publish_timeout: float,
+    in_doubt_timeout: float,
+    keepalive: Callable[[], Awaitable[None]],
+    on_in_doubt: Callable[[], None],
+) -> Sent:
+    """Await one pass's ``send`` (``publish``) for as long as its sends are in doubt.
+
+    A send that Kafka has not acknowledged may still be written: an idempotent producer
+    retries it (same producer id and sequence, so never twice) until its partition's
+    leader answers, which during a broker failover takes a broker session timeout and an
+    election. Giving up on it early and sending its row again would publish the row twice
+    as soon as the old send lands. So after ``publish_timeout`` the pass keeps waiting, and
+    keeps its session (its lanes) with ``keepalive`` every ``publish_timeout``, up to
+    ``in_doubt_timeout`` in all; only then does it raise ``InDoubt`` (the caller rolls back
+    and aborts the producer). Cancelling ``send`` never cancels the producer's futures."""
+    task = asyncio.ensure_future(send)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + in_doubt_timeout
+    try:
+        done, _ = await asyncio.wait([task], timeout=min(publish_timeout, in_doubt_timeout))
+        if not done:
+            on_in_doubt()
+        while not done:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise InDoubt(f"no acknowledgement within {in_doubt_timeout:g}s")
+            await keepalive()
+            done, _ = await asyncio.wait([task], timeout=min(publish_timeout, remaining))
+        return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait([task])

@@ -17,10 +17,13 @@ What can go wrong with Kafka, and what the relay does about it:
 - The producer itself fails (closed, its sender task ended, fenced, out-of-order sequence,
   any other Kafka error that is not about the record): the rows acknowledged so far are
   marked, the producer is replaced and the loop backs off.
-- Kafka does not answer: a pass waits at most ``publish_timeout`` for topic metadata, sends
-  and acknowledgements. Then it rolls back (releasing its transaction and lanes) and the
-  producer is replaced. Sends still in flight may land later: re-publishes with the same
-  ``outbox-id``, which at-least-once allows.
+- Kafka does not answer (a broker failover, a silent network): after ``publish_timeout``
+  the pass's sends are in doubt, since the idempotent producer retries them until their
+  partition has a leader, and a row sent again from a new producer would land twice. So
+  the pass goes on waiting, holding its lanes and keeping its session alive, up to
+  ``in_doubt_timeout``. Only then does it roll back and abort the producer (nothing it
+  still holds is delivered); a request that was already on the wire may still be written:
+  a re-publish with the same ``outbox-id``, which at-least-once allows.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from streams.outbox.producer import (
     kafka_producer_factory,
     producer_fault,
 )
-from streams.outbox.publish import Sent, publish
+from streams.outbox.publish import InDoubt, Sent, publish, publish_waiting
 from streams.settings import Settings
 
 if TYPE_CHECKING:
@@ -246,6 +249,7 @@ class OutboxRelay:
         paused = self._lanes.paused(self._clock.monotonic())
         lanes: list[int] = []
         rows: list[repo.PendingRow] = []
+        inflight: list[asyncio.Future[Any]] = []
         try:
             async with repo.lane_transaction(pool) as conn:
                 lanes = await repo.lanes_lock(
@@ -257,18 +261,24 @@ class OutboxRelay:
                 per_lane = max(1, math.ceil(self.config.batch_size / len(lanes)))
                 rows = await repo.pending_get(conn, lanes, per_lane, probe=probing)
                 try:
-                    async with asyncio.timeout(self.config.publish_timeout):
-                        sent = await publish(
+                    sent = await publish_waiting(
+                        publish(
                             producer,
                             rows,
                             metadata_bound=self.config.publish_timeout / 2,
                             relay=self.name,
-                        )
-                except TimeoutError:
+                            inflight=inflight,
+                        ),
+                        publish_timeout=self.config.publish_timeout,
+                        in_doubt_timeout=self.config.in_doubt_timeout,
+                        keepalive=lambda: repo.pass_keepalive(conn),
+                        on_in_doubt=lambda: self._in_doubt(lanes, rows),
+                    )
+                except InDoubt:
                     # Leaving the block rolls back: the lanes are free for any relay again.
                     raise PublishTimeout(
                         f"Kafka did not acknowledge {len(rows)} rows of {len(lanes)} lanes "
-                        f"within {self.config.publish_timeout:g}s"
+                        f"within {self.config.in_doubt_timeout:g}s"
                     ) from None
                 published_at = self._clock.now()
                 if sent.acked:
@@ -281,15 +291,22 @@ class OutboxRelay:
                             len(sent.acked),
                             marked,
                         )
-        except PublishTimeout:
-            log.warning(
-                "action=outbox_publish_timeout relay=%s lanes=%d rows=%d timeout=%s",
-                self.name,
-                len(lanes),
-                len(rows),
-                self.config.publish_timeout,
-            )
-            await self._producers.replace(producer, "publish_timeout", None)
+        except BaseException as exc:
+            if isinstance(exc, PublishTimeout):
+                log.warning(
+                    "action=outbox_publish_timeout relay=%s lanes=%d rows=%d timeout=%s",
+                    self.name,
+                    len(lanes),
+                    len(rows),
+                    self.config.in_doubt_timeout,
+                )
+            if isinstance(exc, PublishTimeout) or any(not f.done() for f in inflight):
+                # Its rows go out again: nothing this producer still holds may land later.
+                why = "publish_timeout" if isinstance(exc, PublishTimeout) else "pass_failed"
+                if isinstance(exc, Exception):
+                    await self._producers.replace(producer, why, None, abort=True)
+                else:  # cancelled (a stop): do not hold the cancellation up
+                    self._producers.retire(producer, why, None, abort=True)
             raise
         # Committed: the rows are published for good.
         self._observe(sent.acked, published_at)
@@ -321,6 +338,16 @@ class OutboxRelay:
             # Passes with a refused lane or a failed producer (failed passes count in _run).
             self._metrics.errors.inc()
         return result
+
+    def _in_doubt(self, lanes: Sequence[int], rows: Sequence[repo.PendingRow]) -> None:
+        self._metrics.in_doubt.inc()
+        log.warning(
+            "action=outbox_publish_waiting relay=%s lanes=%d rows=%d after=%s",
+            self.name,
+            len(lanes),
+            len(rows),
+            self.config.publish_timeout,
+        )
 
     def _more(
         self,

@@ -2,14 +2,18 @@
 
 - a producer that can send no more (closed, sender task gone, out-of-order sequence) is
   replaced and the rows go out;
-- a broker that stops answering (a private broker, SIGSTOPped) ends the pass within the
-  publish timeout, releases its lanes and leaves the rows for later, with the same outbox-id;
+- a broker that stops answering for a while (a private broker, SIGSTOPped: what a failover
+  looks like to the producer) makes the pass wait for its acknowledgements, holding its
+  lanes, and nothing is sent twice;
+- a broker that stays silent ends the pass within the in-doubt bound, releases its lanes,
+  aborts the producer and leaves the rows for later, with the same outbox-id;
 - a relay paused in the middle of a pass holds at most ``max_lanes_per_pass`` lanes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -165,6 +169,72 @@ async def break_its_sequence(producer: Any, topic: str) -> str:
     return "fatal_error"
 
 
+async def test_broker_silent_past_the_publish_timeout_pass_waits_and_sends_nothing_twice(
+    private_kafka: PrivateStack, database_url: str, pool: asyncpg.Pool, topic_prefix: str
+) -> None:
+    """A failover seen from the producer: the leader answers nothing for several publish
+    timeouts, then answers again. The idempotent producer retries the pass's sends all along;
+    a relay that gave up on them at the publish timeout and sent the rows again from a new
+    producer published every row twice once the old sends landed."""
+    bootstrap = private_kafka.bootstrap
+    topic = f"{topic_prefix}outbox.failover"
+    await create_topics(bootstrap, [topic])
+    publish_timeout = 1.0
+    metrics = Metrics()
+    factory = RecordingFactory(bootstrap)
+    relay = OutboxRelay(
+        dsn=database_url,
+        producer_factory=factory,
+        metrics=metrics.outbox,
+        config=RelayConfig(
+            publish_timeout=publish_timeout,
+            in_doubt_timeout=60.0,
+            producer_stop_timeout=1.0,
+            max_lanes_per_pass=64,
+        ),
+    )
+    pid = private_kafka.kafka_pid()
+    assert pid is not None
+    async with opened(relay):
+        [warm] = await write(pool, [OutboxRecord(topic, "warm", '{"N": 0}')])
+        assert await drain(relay) == 1  # the producer is up and knows the topic
+        ids = await write(
+            pool, [OutboxRecord(topic, f"key-{i}", f'{{"N": {i}}}') for i in range(1, 31)]
+        )
+        lanes = set((await lanes_of(pool, ids)).values())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            silent_pass = asyncio.create_task(relay.run_once())
+
+            async def holding() -> bool:
+                return lanes <= await held_lanes(pool)
+
+            await eventually(holding, timeout=5, what="the pass to lock its lanes")
+            await asyncio.sleep(3 * publish_timeout)  # the silence a failover lasts
+            still_holding = lanes <= await held_lanes(pool) and not await lanes_free(pool, lanes)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+        async def drained() -> bool:
+            try:
+                await relay.run_once()
+            except (PublishTimeout, ProducerUnavailable):
+                return False
+            return await backlog(pool) == 0
+
+        with contextlib.suppress(PublishTimeout, ProducerUnavailable):
+            await asyncio.wait_for(silent_pass, 60)
+        await eventually(drained, timeout=60, what="the rows to go out")
+
+    received = await read_to_end(bootstrap, topic)
+    assert Counter(ids_of(received)) == Counter([warm, *ids]), "every row exactly once"
+    assert_per_key_order(received)
+    assert still_holding, "the waiting pass kept its lanes: no other relay could resend them"
+    assert sample(metrics, "outbox_publish_in_doubt_total") == 1
+    assert len(factory.made) == 1, "the producer was not replaced"
+    assert restarts(metrics, "publish_timeout") == 0
+
+
 @pytest.mark.parametrize(
     "breakage",
     [close_it, cancel_its_sender, break_its_sequence],
@@ -273,7 +343,7 @@ async def test_unresponsive_broker_pass_ends_within_bound_and_releases_its_lanes
     bootstrap = private_kafka.bootstrap
     topic = f"{topic_prefix}outbox.frozen"
     await create_topics(bootstrap, [topic])
-    publish_timeout, stop_timeout = 2.0, 1.0
+    publish_timeout, in_doubt_timeout, stop_timeout = 1.0, 2.5, 1.0
     metrics = Metrics()
     relay = OutboxRelay(
         dsn=database_url,
@@ -281,6 +351,7 @@ async def test_unresponsive_broker_pass_ends_within_bound_and_releases_its_lanes
         metrics=metrics.outbox,
         config=RelayConfig(
             publish_timeout=publish_timeout,
+            in_doubt_timeout=in_doubt_timeout,
             producer_stop_timeout=stop_timeout,
             max_lanes_per_pass=64,
         ),
@@ -310,7 +381,7 @@ async def test_unresponsive_broker_pass_ends_within_bound_and_releases_its_lanes
                 return not (await held_lanes(pool)) & lanes
 
             await eventually(
-                released, timeout=publish_timeout + 3, what="the pass to release its lanes"
+                released, timeout=in_doubt_timeout + 3, what="the pass to release its lanes"
             )
             released_after = time.monotonic() - started
             with pytest.raises(PublishTimeout):
@@ -338,8 +409,9 @@ async def test_unresponsive_broker_pass_ends_within_bound_and_releases_its_lanes
 
         await eventually(drained, timeout=60, what="the rows to go out once Kafka answers")
 
-    assert released_after <= publish_timeout + 1.5, released_after
-    assert ended_after <= publish_timeout + stop_timeout + 1.5, ended_after
+    assert publish_timeout < released_after <= in_doubt_timeout + 1.5, released_after
+    assert ended_after <= in_doubt_timeout + stop_timeout + 1.5, ended_after
+    assert sample(metrics, "outbox_publish_in_doubt_total") == 1
     assert start_failed_after <= publish_timeout + stop_timeout + 1.5, start_failed_after
     received = await read_to_end(bootstrap, topic)
     seen = ids_of(received)

@@ -10,6 +10,7 @@ from aiokafka import errors as kafka_errors
 
 from streams.outbox.config import DEFAULT_MAX_LANES_PER_PASS, RelayConfig
 from streams.outbox.producer import TopicUnavailable, is_record_error, producer_fault
+from streams.outbox.publish import InDoubt, Sent, publish_waiting
 from streams.settings import ConfigError, Settings, load_settings
 
 
@@ -115,3 +116,71 @@ def test_publish_timeout_must_stay_well_below_the_idle_in_transaction_timeout(
 
     monkeypatch.setenv("OUTBOX_PUBLISH_TIMEOUT_SECONDS", "30")
     assert RelayConfig.from_settings(load_settings()).publish_timeout == 30
+
+
+def test_in_doubt_timeout_defaults_and_may_not_undercut_the_publish_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert RelayConfig.from_settings(Settings()).in_doubt_timeout == 120.0
+    with pytest.raises(ValueError, match="in_doubt_timeout"):
+        RelayConfig(publish_timeout=10, in_doubt_timeout=5)
+    monkeypatch.setenv("OUTBOX_IN_DOUBT_TIMEOUT_SECONDS", "5")
+    with pytest.raises(ConfigError) as caught:
+        RelayConfig.from_settings(load_settings())
+    assert "OUTBOX_IN_DOUBT_TIMEOUT_SECONDS" in str(caught.value)
+
+
+def _sent() -> Sent:
+    return Sent(acked=[], placed={}, failed_lanes=set(), refused_lanes=set(), producer_error=None)
+
+
+async def test_a_pass_keeps_waiting_for_sends_in_doubt_and_keeps_its_session() -> None:
+    acknowledged = asyncio.Event()
+    keepalives: list[int] = []
+    in_doubt: list[int] = []
+
+    async def send() -> Sent:
+        await acknowledged.wait()  # the leader answers again after the second keepalive
+        return _sent()
+
+    async def keepalive() -> None:
+        keepalives.append(1)
+        if len(keepalives) == 2:
+            acknowledged.set()
+
+    result = await publish_waiting(
+        send(),
+        publish_timeout=0.01,
+        in_doubt_timeout=30,
+        keepalive=keepalive,
+        on_in_doubt=lambda: in_doubt.append(1),
+    )
+    assert result == _sent()
+    assert (len(in_doubt), len(keepalives)) == (1, 2)
+
+
+async def test_a_pass_gives_up_on_sends_in_doubt_only_after_the_bound() -> None:
+    never = asyncio.Event()
+    keepalives: list[int] = []
+    cancelled = asyncio.Event()
+
+    async def send() -> Sent:
+        try:
+            await never.wait()
+        finally:
+            cancelled.set()
+        return _sent()
+
+    async def keepalive() -> None:
+        keepalives.append(1)
+
+    with pytest.raises(InDoubt):
+        await publish_waiting(
+            send(),
+            publish_timeout=0.01,
+            in_doubt_timeout=0.05,
+            keepalive=keepalive,
+            on_in_doubt=lambda: None,
+        )
+    assert cancelled.is_set(), "the abandoned send is cancelled, not left running"
+    assert keepalives, "the session was kept alive while waiting"
