@@ -45,17 +45,19 @@ RELAY = "outbox-relay"  # the relay's name among the loops a beat reports
 class WatchedRelay(OutboxRelay):
     """The relay, telling ``progress`` at each pass by when its next pass comes.
 
-    A pass is bounded by its Kafka timeouts: starting a producer and publishing
-    (``publish_timeout`` each) and stopping replaced producers (``producer_stop_timeout``,
-    up to three per pass). After a pass the loop waits at most ``max_backoff`` (and may
-    refresh its gauges, one statement) before the next one.
+    A pass is bounded by its Kafka timeouts: starting a producer (``publish_timeout``),
+    waiting for acknowledgements (``in_doubt_timeout`` in all, a broker failover included)
+    and stopping or aborting producers (``producer_stop_timeout``, up to three per pass).
+    After a pass the loop waits at most ``max_backoff`` (and may refresh its gauges, one
+    statement) before the next one.
     """
 
     progress: Progress | None = None
 
     async def run_once(self) -> RelayResult:
         config = self.config
-        self._turn(2 * config.publish_timeout + 3 * config.producer_stop_timeout)
+        bound = config.publish_timeout + config.in_doubt_timeout + 3 * config.producer_stop_timeout
+        self._turn(bound)
         try:
             return await super().run_once()
         finally:
