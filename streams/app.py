@@ -42,7 +42,8 @@ class WorkerServices(Service):
         # then build a record only for the handler to drop it. Back to the configured level.
         logging.root.setLevel(self.runtime.settings.log_level.upper())
         if self.ctx.timer_process is not None:
-            # The relay and the isolated schedules run there (streams/timer_process).
+            # The relay and the isolated schedules run there (streams/timer_process); the
+            # startup gate started it once PostgreSQL answered (this waits until it is ready).
             await self.ctx.timer_process.start()
         else:
             self.relay = OutboxRelay.from_settings(
@@ -111,6 +112,11 @@ def create_context(
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
+    return create_worker(settings, runtime).app
+
+
+def create_worker(settings: Settings, runtime: Runtime | None = None) -> SliceContext:
+    """The worker's app and context (its timer process, if it has one, not started)."""
     ctx = create_context(settings, runtime)
     if settings.worker_timer_process:
         registry = ctx.registry
@@ -125,4 +131,4 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
         registry.delegate(isolated, ctx.timer_process.wake)
     views.register(ctx)
     ctx.app.service(WorkerServices(ctx))  # type: ignore[arg-type]
-    return ctx.app
+    return ctx

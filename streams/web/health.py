@@ -51,6 +51,17 @@ def partition_stalls(
     return out
 
 
+def timer_process_check(timer_process: TimerProcess) -> str:
+    """``ok``, ``down``, or ``stalled:`` with what is behind (the child silent, or which of its
+    loops is late) and by how long."""
+    if timer_process.stalled:
+        what, late = timer_process.late
+        if what == "silent":
+            return f"stalled: silent for {late:.0f}s"
+        return f"stalled: {what} late by {late:.0f}s"
+    return "ok" if timer_process.ready else "down"
+
+
 async def readiness(
     app: faust.App,
     runtime: Runtime,
@@ -89,10 +100,7 @@ async def readiness(
     storage = {cache.name: failing for cache in caches if (failing := cache.failing())}
     checks["local_storage"] = storage
     if timer_process is not None:
-        if timer_process.stalled:
-            checks["timer_process"] = f"stalled: silent for {timer_process.silent_for:.0f}s"
-        else:
-            checks["timer_process"] = "ok" if timer_process.ready else "down"
+        checks["timer_process"] = timer_process_check(timer_process)
     ready = (
         checks.get("timer_process", "ok") == "ok"
         and checks["postgres"] == "ok"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -17,6 +18,7 @@ from devkit.workers import ROOT, WorkerProcess, free_port, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from tests.conftest import with_database
+from tests.support.pause import process_state
 from tests.support.proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
@@ -105,6 +107,50 @@ async def test_worker_waits_for_kafka_then_becomes_ready(
     finally:
         worker.stop()
         proxy.stop()
+
+
+async def test_a_worker_waiting_for_kafka_answers_health_and_its_timer_process_ends_with_it(
+    module_database_url: str, module_tmp: Path
+) -> None:
+    """While it waits for Kafka the worker's timer process runs (it needs only PostgreSQL) and
+    a startup /health says what is missing; a worker that gives up (STARTUP_WAIT_SECONDS)
+    stops its timer process before it exits."""
+    env = worker_env(
+        module_database_url,
+        f"127.0.0.1:{free_port()}",  # nothing listens: Kafka is down
+        "unused.",
+        STARTUP_WAIT_SECONDS="15",
+    )
+    worker = WorkerProcess(env, module_tmp, "give-up-kafka").start()
+    try:
+        status, health = await eventually(
+            lambda: _get(worker, "/health"),
+            until=lambda answer: answer is not None and answer[1].get("timer_process") == "ok",
+            timeout=60,
+            what="the startup /health with the timer process ok",
+        )
+        assert status == 503 and health["status"] == "starting", health
+        assert health["postgres"] == "ok", health
+        assert health["kafka"] == "waiting: KafkaConnectionError", health
+        assert _get(worker, "/health/live") == (200, {"status": "alive"})
+        pids = worker.pids
+        assert len(pids) == 2, pids  # the worker and its timer process
+        assert worker.proc is not None
+        code = await asyncio.to_thread(worker.proc.wait, 60)
+        assert code == 1, worker.tail()
+        log = worker.tail(1000)
+        assert "kafka did not answer within STARTUP_WAIT_SECONDS=15" in log
+        assert "action=timer_process_stopped" in log
+        assert all(process_state(pid) in {"", "Z"} for pid in pids[1:]), "an orphan"
+    finally:
+        worker.kill()
+
+
+def _get(worker: WorkerProcess, path: str) -> tuple[int, Any] | None:
+    try:
+        return worker.get(path)
+    except OSError:  # not listening yet
+        return None
 
 
 @pytest.mark.parametrize(
