@@ -20,6 +20,9 @@ POINTS = frozenset(
         "applier.after_commit",
         # The document-expiry owner worker committed owners and has not yet written its cache.
         "expiry_owners.after_commit",
+        # The document-expiry owner worker committed one chunk of owners' markers and outbox
+        # rows and has not yet claimed the next (nor sent a continuation, nor acked).
+        "expiry_owners.after_chunk",
         # The document-expiry run is about to hand a batch of owners to the fan-out.
         "expiry_run.fanout",
         # A cache is about to write the worker's local store (RocksDB): raising here is the
