@@ -12,6 +12,7 @@ from mode import Service
 from streams.agents.monitor import LeanMonitor
 from streams.kafka_client import faust_credentials
 from streams.maintenance.schedules import WORKER_HEARTBEAT
+from streams.maintenance.status import retention_status
 from streams.outbox.config import RelayConfig
 from streams.outbox.relay import OutboxRelay
 from streams.runtime import Runtime
@@ -107,6 +108,7 @@ def create_context(
     )
     ctx = SliceContext(app, runtime, Topics(app, settings), build_registry(runtime, worker_id))
     install_all(ctx)
+    ctx.status("retention", lambda: retention_status(runtime))
     return ctx
 
 

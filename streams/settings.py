@@ -90,6 +90,19 @@ class Settings(BaseSettings):
     # Most of the 64 lanes one relay pass locks (what a paused relay can hold up).
     outbox_max_lanes_per_pass: int = Field(16, ge=1, le=64)
     outbox_retention_hours: float = Field(24.0, ge=0)
+    # Retention (streams/maintenance, docs/architecture.md "Retention"): rows per DELETE (each
+    # its own transaction) and how long one run of a retention job may keep deleting.
+    retention_batch_size: int = Field(5_000, ge=1, le=100_000)
+    retention_budget_seconds: float = Field(240.0, gt=0, le=3_000)
+    # Calendar events (with their reminders) this long past their start, none Pending, are
+    # deleted; each leaves a tombstone (EventId, Version) for calendar_tombstone_retention_days,
+    # then only the prune horizon (inputs that happened before it are stale for absent events).
+    calendar_event_retention_days: float = Field(30.0, ge=1)
+    calendar_tombstone_retention_days: float = Field(400.0, ge=1)
+    # Completed (dated triggers only), Deactivated and Cancelled automation.scheduler rows
+    # this long past their ScheduledOn and last change.
+    automation_scheduler_retention_days: float = Field(30.0, ge=2)
+    timer_slot_retention_days: float = Field(7.0, ge=1)
 
     # Calendar dispatch (seed 000): a poison row stays Pending and is retried after this,
     # doubling per failed attempt up to the max (DispatchConfig validates the pair).
