@@ -59,6 +59,14 @@ class Settings(BaseSettings):
 
     db_pool_min_size: int = Field(1, ge=0)
     db_pool_max_size: int = Field(10, ge=1)
+    # Every PostgreSQL connection one worker may open, both processes together (the two pools
+    # and the relay's LISTEN connection); each pool gets (this - 1) // processes, at most
+    # DB_POOL_MAX_SIZE. Checked at start-up against the server (streams/connection_budget.py).
+    db_max_connections_per_worker: int = Field(21, ge=2, le=10_000)
+    # Migrations: how long a migrator waits for another's lock (saying who holds it), and how
+    # long one of its statements waits for a table lock before the migration fails.
+    db_migrate_lock_wait_seconds: float = Field(300.0, gt=0, le=3_600)
+    db_migrate_lock_timeout_seconds: float = Field(10.0, gt=0, le=600)
     # A statement waiting longer than this for a lock fails and is retried (55P03).
     db_lock_timeout_seconds: float = Field(5.0, gt=0, le=600)
     # PostgreSQL ends a worker's session idle this long inside a transaction (a paused

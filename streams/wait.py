@@ -17,6 +17,7 @@ import asyncpg
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, SaslAuthenticationFailed
 
+from db.server import ConnectionLimits
 from streams.clock import Clock, SystemClock
 from streams.kafka_client import security_options
 from streams.settings import Settings
@@ -274,9 +275,34 @@ async def wait_for(
     return clock.monotonic() - started
 
 
+async def check_connection_budget(settings: Settings) -> ConnectionLimits:
+    """DB_MAX_CONNECTIONS_PER_WORKER against what the server allows (max_connections minus
+    its reserved slots); DependencyConfigError naming both when the budget cannot fit."""
+    from db import server
+    from db.connector import connect
+    from streams import connection_budget
+
+    conn = await connect(settings.database_url, timeout=10)
+    try:
+        limits = await server.connection_limits(conn)
+    finally:
+        await conn.close()
+    found = connection_budget.problem(settings, limits)
+    if found is not None:
+        raise DependencyConfigError(connection_budget.SETTING, found)
+    log.info(
+        "action=connection_budget uses=%s server_available=%d fits_workers=%d",
+        connection_budget.plan(settings).describe().replace(" ", "_"),
+        limits.available,
+        connection_budget.fits(settings, limits),
+    )
+    return limits
+
+
 async def wait_for_dependencies(settings: Settings) -> float:
-    """The worker's startup gate: PostgreSQL first (the ledger), then Kafka."""
-    return await wait_for(
+    """The worker's startup gate: PostgreSQL first (the ledger), then Kafka; then the
+    connection budget is checked against the server."""
+    waited = await wait_for(
         [
             postgres_dependency(settings.database_url),
             kafka_dependency(
@@ -287,6 +313,8 @@ async def wait_for_dependencies(settings: Settings) -> float:
         ],
         limit_s=settings.startup_wait_seconds,
     )
+    await check_connection_budget(settings)
+    return waited
 
 
 @contextlib.contextmanager
