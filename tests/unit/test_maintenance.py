@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,37 @@ async def test_slot_prune_counts_its_rows_per_table() -> None:
         "retention_deleted_rows_total", {"table": "ops.timer_slots"}
     )
     assert value == 2
+
+
+async def test_status_shows_every_pruned_table_with_its_horizon_and_last_run() -> None:
+    from streams.maintenance.status import retention_status
+    from streams.web.page import render_html
+
+    registry, runtime, store = _registry({})
+    await store.claim_slot("job", T0 - timedelta(days=9), "w", "r")
+    await registry.get("timer-slot-prune").handler.run_once(T0)
+    rows = retention_status(runtime)
+    assert [r["table"] for r in rows] == [
+        "ops.outbox",
+        "calendar.events",
+        "calendar.event_reminders",
+        "calendar.event_tombstones",
+        "automation.scheduler",
+        "ops.timer_slots",
+    ]
+    by_table = {r["table"]: r for r in rows}
+    assert by_table["ops.outbox"]["horizon"] == "published over 36 h ago"
+    assert by_table["ops.outbox"]["last_run"] is None  # not run in this worker yet
+    slots = by_table["ops.timer_slots"]
+    assert (slots["deleted"], slots["last_deleted"], slots["more"]) == (1, 1, False)
+    assert slots["last_run"] == T0.isoformat()
+    page = render_html({"retention": rows}, True, {})
+    assert 'data-k="retention.5.last_deleted">1<' in page
+
+
+def test_every_worker_has_the_retention_section(tmp_path: Path) -> None:
+    from streams.app import create_context
+
+    ctx = create_context(Settings(worker_data_dir=tmp_path))
+    assert "retention" in ctx.status_sections
+    assert "table-retention" in ctx.registry.names
