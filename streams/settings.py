@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     retention_budget_seconds: float = Field(240.0, gt=0, le=3_000)
     # Calendar events (with their reminders) this long past their start, none Pending, are
     # deleted; each leaves a tombstone (EventId, Version) for calendar_tombstone_retention_days,
-    # then only the prune horizon (inputs that happened before it are stale for absent events).
+    # then only the prune horizon (inputs that happened before it are stale).
     calendar_event_retention_days: float = Field(30.0, ge=1)
     calendar_tombstone_retention_days: float = Field(400.0, ge=1)
     # Completed (dated triggers only), Deactivated and Cancelled automation.scheduler rows

@@ -5,9 +5,8 @@
 -- newer than the tombstone, so a replayed or late old Version (the message that comes back a
 -- day late) never re-creates the event or its reminders. Tombstones are small and are kept
 -- far longer; deleting them raises a durable horizon (never lowered) to the latest
--- OccurredAt they held, and an input for an event with neither row nor tombstone that
--- happened before that horizon is stale (the idea of the document-expiry prune horizon,
--- migration 0013).
+-- OccurredAt they held, and an input that happened before that horizon is stale (the idea
+-- of the document-expiry prune horizon, migration 0013).
 CREATE TABLE calendar.event_tombstones (
     event_id    uuid        PRIMARY KEY,
     version     bigint      NOT NULL,

@@ -36,14 +36,14 @@ WITH up AS (
          AS u(event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone,
               status, offsets, appointment_id, version, occurred_at, source_partition,
               source_offset, fingerprint)
-    -- A pruned event (migration 0024): only a Version newer than its tombstone is stored;
-    -- with the tombstone gone too, an input that happened before the prune horizon is stale.
+    -- A pruned event (migration 0024): only a Version newer than its tombstone is stored,
+    -- and an input that happened before the prune horizon (raised as tombstones go, more
+    -- than a year after their prune) is stale, whether or not the event still has a row.
     WHERE NOT EXISTS (
               SELECT 1 FROM calendar.event_tombstones t
               WHERE t.event_id = u.event_id AND t.version >= u.version)
-      AND (u.occurred_at >= COALESCE(
-               (SELECT h.occurred_before FROM calendar.event_prune_horizon h), '-infinity')
-           OR EXISTS (SELECT 1 FROM calendar.events s WHERE s.event_id = u.event_id))
+      AND u.occurred_at >= COALESCE(
+              (SELECT h.occurred_before FROM calendar.event_prune_horizon h), '-infinity')
     ON CONFLICT (event_id) DO UPDATE SET
         tenant_id = EXCLUDED.tenant_id,
         owner_user_id = EXCLUDED.owner_user_id,

@@ -41,7 +41,7 @@ SELECT (SELECT count(*) FROM events) AS events,
 -- name: retention_calendar_tombstones_prune
 -- Up to $2 tombstones written before $1 are deleted, and the prune horizon is raised (never
 -- lowered) to the latest OccurredAt they held, in the same statement: from then on an input
--- for an event with neither row nor tombstone that happened before the horizon is stale.
+-- that happened before the horizon is stale.
 WITH doomed AS (
     SELECT event_id FROM calendar.event_tombstones
     WHERE pruned_at < $1
