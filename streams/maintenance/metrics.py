@@ -9,6 +9,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from streams.maintenance.drain import Drained
 
+TABLES = (
+    "ops.outbox",
+    "calendar.events",
+    "calendar.event_reminders",
+    "calendar.event_tombstones",
+    "automation.scheduler",
+    "ops.timer_slots",
+)
+"""Every table retention prunes, in the order /status lists them."""
+
 
 class RetentionMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -43,6 +53,9 @@ class RetentionMetrics:
             registry=registry,
         )
         self._last: dict[str, dict[str, Any]] = {}
+        for table in TABLES:  # every table's series exists from the start (rules, dashboards)
+            self.deleted.labels(table)
+            self.more.labels(table)
 
     def record(self, table: str, done: Drained, as_of: datetime) -> None:
         self.deleted.labels(table).inc(done.rows)

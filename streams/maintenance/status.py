@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from streams.maintenance.metrics import TABLES as ALL_TABLES
 from streams.maintenance.metrics import RetentionMetrics
 from streams.maintenance.outbox_retention import OUTBOX_TABLE
 from streams.maintenance.slot_prune import SLOTS
-from streams.maintenance.table_retention import TABLES, TableRetentionConfig
+from streams.maintenance.table_retention import TableRetentionConfig
 from streams.runtime import Runtime
 
 
@@ -22,7 +23,7 @@ def retention_status(runtime: Runtime) -> list[dict[str, Any]]:
         SLOTS: f"slot older than {settings.timer_slot_retention_days:g} d",
     }
     rows = []
-    for table in (OUTBOX_TABLE, *TABLES, SLOTS):
+    for table in ALL_TABLES:
         deleted = runtime.metrics.registry.get_sample_value(
             "retention_deleted_rows_total", {"table": table}
         )
