@@ -15,13 +15,16 @@ import asyncpg
 
 from db import server
 from db.connector import connect
-from db.queries import sql
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 SNAPSHOT = Path(__file__).with_name("schema.snapshot")
 SCHEMAS = ("calendar", "profile", "automation", "ops")
 # pg_advisory_lock key: "migr" in ASCII. Serialises concurrent migrators.
 _LOCK_KEY = 0x6D696772
+# Session-level, on the migrator's own connection: kept out of db/queries, whose statements
+# run on pooled connections and must leave no session state (tests/unit/test_db_boundary.py).
+_LOCK_TRY = "SELECT pg_try_advisory_lock($1)"
+_LOCK_RELEASE = "SELECT pg_advisory_unlock($1)"
 APPLICATION_NAME = "reminders:migrate"
 log = logging.getLogger(__name__)
 _FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -89,7 +92,7 @@ async def migrate(
                 "run it again when the transaction holding the table has ended"
             ) from exc
         finally:
-            await conn.execute(sql("migration_lock_release"), _LOCK_KEY)
+            await conn.execute(_LOCK_RELEASE, _LOCK_KEY)
     finally:
         await conn.close()
 
@@ -110,7 +113,7 @@ async def _lock(conn: asyncpg.Connection, wait_seconds: float, poll_seconds: flo
     loop = asyncio.get_running_loop()
     started = loop.time()
     said = ""
-    while not await conn.fetchval(sql("migration_lock_try"), _LOCK_KEY):
+    while not await conn.fetchval(_LOCK_TRY, _LOCK_KEY):
         holders = _holders_text(await server.advisory_lock_holders(conn, _LOCK_KEY))
         waited = loop.time() - started
         if waited >= wait_seconds:
