@@ -4,7 +4,7 @@ what is inside it, and a late input after a prune resurrects nothing."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
@@ -236,3 +236,50 @@ async def test_finished_scheduler_rows_go_after_the_horizon_history_that_dedupes
         r["scheduler_id"] for r in await pool.fetch("SELECT scheduler_id FROM automation.scheduler")
     }
     assert left == {*kept, touched}
+
+
+async def test_a_late_source_version_after_the_scheduler_prune_sends_nothing_again(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    """Dated rows past the horizon go; a Completed threshold row (the dedupe of "fired once")
+    stays, so a newer source Version planned after the prune ensures nothing again."""
+    from streams.contracts.automation import Comparator, FiringPolicy, Threshold, TriggerType
+    from tests.integration.automation_inputs_support import Inputs, by_status, complete, unit_msg
+    from tests.integration.automation_support import TARGET, setting_msg, source_msg
+    from tests.integration.automation_support import make_runtime as automation_runtime
+
+    dated, threshold, source = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    attributes = {"ExpiresOn": TARGET.isoformat(), "Booked": 90}
+    fires_once = setting_msg(
+        threshold,
+        trigger_type=TriggerType.THRESHOLD_CONDITION,
+        trigger_key="Capacity",
+        offsets_days=[],
+        threshold=Threshold(
+            metric_key="Booked",
+            value=80,
+            comparator=Comparator.GTE,
+            firing_policy=FiringPolicy.ONCE_PER_SOURCE,
+        ),
+    )
+    before = automation_runtime(database_url)
+    await Inputs(before).send(
+        unit_msg(), setting_msg(dated), fires_once, source_msg(source, attributes=attributes)
+    )
+    made = (await by_status(pool))["Pending"]
+    assert len(made) == 3  # offsets 30 and 7, and the threshold
+    for key in made:
+        await complete(pool, key)
+    await before.close()
+
+    as_of = datetime(2027, 2, 15, 9, 0, tzinfo=UTC)  # the dated rows 53 and 76 days past
+    result = await table_retention(pool, Metrics()).run_once(as_of)
+    assert result.deleted["automation.scheduler"] == 2
+    (kept,) = (await by_status(pool))["Completed"]
+    assert ":threshold:Booked:80:" in kept
+
+    after = automation_runtime(database_url, now=as_of)
+    late = source_msg(source, version=2, occurred_at=as_of, attributes={**attributes, "Booked": 95})
+    await Inputs(after).send(late)
+    await after.close()
+    assert await by_status(pool) == {"Completed": {kept}}
