@@ -11,9 +11,11 @@ from streams.maintenance.outbox_retention import OutboxRetention, RetentionConfi
 from streams.maintenance.slot_prune import SlotPruner
 from streams.maintenance.table_retention import TableRetention, TableRetentionConfig
 from streams.runtime import Runtime
+from streams.settings import Settings
 from streams.timers.on_pool import OnPool
 from streams.timers.ports import TimerStore
-from streams.timers.schedule import Misfire, Mode, Schedule
+from streams.timers.registry import TimerRegistry
+from streams.timers.schedule import Misfire, Mode, RegistrationError, Schedule
 
 OUTBOX_RETENTION = "outbox-retention"
 TABLE_RETENTION = "table-retention"
@@ -91,3 +93,19 @@ def maintenance_schedules(
             settings_prefix="TIMER_WORKER_HEARTBEAT_",
         ),
     ]
+
+
+def check_retention_budget(registry: TimerRegistry, settings: Settings) -> None:
+    """RETENTION_BUDGET_SECONDS must end a run before its schedule's max duration cancels it
+    (a cancelled run rolls back the batch it is in); RegistrationError naming both."""
+    budget = timedelta(seconds=settings.retention_budget_seconds)
+    for name in (OUTBOX_RETENTION, TABLE_RETENTION, TIMER_SLOT_PRUNE):
+        spec = registry.get(name)
+        if budget >= spec.max_duration:
+            raise RegistrationError(
+                name,
+                "RETENTION_BUDGET_SECONDS",
+                f"{settings.retention_budget_seconds:g} s must be less than "
+                f"{spec.settings_prefix}MAX_DURATION_SECONDS "
+                f"({spec.max_duration.total_seconds():g} s)",
+            )

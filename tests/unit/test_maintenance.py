@@ -164,3 +164,26 @@ def test_every_worker_has_the_retention_section(tmp_path: Path) -> None:
     ctx = create_context(Settings(worker_data_dir=tmp_path))
     assert "retention" in ctx.status_sections
     assert "table-retention" in ctx.registry.names
+
+
+def test_a_retention_budget_past_a_schedules_max_duration_is_refused() -> None:
+    from streams.maintenance.schedules import check_retention_budget
+    from streams.timers.schedule import RegistrationError
+
+    for env, budget, ok in [
+        ({}, 240.0, True),
+        ({}, 300.0, False),
+        ({"TIMER_OUTBOX_RETENTION_MAX_DURATION_SECONDS": "900",
+          "TIMER_TABLE_RETENTION_MAX_DURATION_SECONDS": "900",
+          "TIMER_SLOT_PRUNE_MAX_DURATION_SECONDS": "900"}, 600.0, True),
+    ]:  # fmt: skip
+        settings = Settings(retention_budget_seconds=budget)
+        runtime = Runtime(settings, clock=ManualClock(T0))
+        store = InMemoryTimerStore()
+        registry = TimerRegistry(store=store, clock=runtime.clock, environ=env)
+        registry.register_all(maintenance_schedules(runtime, store))
+        if ok:
+            check_retention_budget(registry, settings)
+        else:
+            with pytest.raises(RegistrationError, match=r"RETENTION_BUDGET_SECONDS.*MAX_DURATION"):
+                check_retention_budget(registry, settings)
