@@ -10,8 +10,10 @@ import faust
 from mode import Service
 
 from streams.agents.monitor import LeanMonitor
+from streams.connection_budget import plan as connection_plan
 from streams.kafka_client import faust_credentials
 from streams.maintenance.schedules import WORKER_HEARTBEAT
+from streams.maintenance.status import retention_status
 from streams.outbox.config import RelayConfig
 from streams.outbox.relay import OutboxRelay
 from streams.runtime import Runtime
@@ -78,6 +80,7 @@ def create_context(
     """The app with every slice installed and the timer registry declared, not started (the
     worker starts it; ``python -m streams timers run`` uses its registry directly)."""
     RelayConfig.from_settings(settings)  # relay settings that cannot work stop startup here
+    connection_plan(settings)  # so does a connection budget that leaves a pool nothing
     runtime = runtime or Runtime(settings)
     settings.worker_data_dir.mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -108,6 +111,7 @@ def create_context(
     )
     ctx = SliceContext(app, runtime, Topics(app, settings), build_registry(runtime, worker_id))
     install_all(ctx)
+    ctx.status("retention", lambda: retention_status(runtime))
     return ctx
 
 

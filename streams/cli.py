@@ -54,9 +54,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if command == "migrate":
-        from db.migrate import migrate
+        from db.migrate import MigrationError, migrate
 
-        applied = asyncio.run(migrate(settings.database_url))
+        try:
+            applied = asyncio.run(
+                migrate(
+                    settings.database_url,
+                    lock_wait_seconds=settings.db_migrate_lock_wait_seconds,
+                    lock_timeout_seconds=settings.db_migrate_lock_timeout_seconds,
+                )
+            )
+        except MigrationError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         print(f"migrations applied: {', '.join(applied) if applied else 'none (up to date)'}")
         return 0
     if command == "topics":

@@ -59,6 +59,14 @@ class Settings(BaseSettings):
 
     db_pool_min_size: int = Field(1, ge=0)
     db_pool_max_size: int = Field(10, ge=1)
+    # Every PostgreSQL connection one worker may open, both processes together (the two pools
+    # and the relay's LISTEN connection); each pool gets (this - 1) // processes, at most
+    # DB_POOL_MAX_SIZE. Checked at start-up against the server (streams/connection_budget.py).
+    db_max_connections_per_worker: int = Field(21, ge=2, le=10_000)
+    # Migrations: how long a migrator waits for another's lock (saying who holds it), and how
+    # long one of its statements waits for a table lock before the migration fails.
+    db_migrate_lock_wait_seconds: float = Field(300.0, gt=0, le=3_600)
+    db_migrate_lock_timeout_seconds: float = Field(10.0, gt=0, le=600)
     # A statement waiting longer than this for a lock fails and is retried (55P03).
     db_lock_timeout_seconds: float = Field(5.0, gt=0, le=600)
     # PostgreSQL ends a worker's session idle this long inside a transaction (a paused
@@ -90,6 +98,19 @@ class Settings(BaseSettings):
     # Most of the 64 lanes one relay pass locks (what a paused relay can hold up).
     outbox_max_lanes_per_pass: int = Field(16, ge=1, le=64)
     outbox_retention_hours: float = Field(24.0, ge=0)
+    # Retention (streams/maintenance, docs/architecture.md "Retention"): rows per DELETE (each
+    # its own transaction) and how long one run of a retention job may keep deleting.
+    retention_batch_size: int = Field(5_000, ge=1, le=100_000)
+    retention_budget_seconds: float = Field(240.0, gt=0, le=3_000)
+    # Calendar events (with their reminders) this long past their start, none Pending, are
+    # deleted; each leaves a tombstone (EventId, Version) for calendar_tombstone_retention_days,
+    # then only the prune horizon (inputs that happened before it are stale).
+    calendar_event_retention_days: float = Field(30.0, ge=1)
+    calendar_tombstone_retention_days: float = Field(400.0, ge=1)
+    # Completed (dated triggers only), Deactivated and Cancelled automation.scheduler rows
+    # this long past their ScheduledOn and last change.
+    automation_scheduler_retention_days: float = Field(30.0, ge=2)
+    timer_slot_retention_days: float = Field(7.0, ge=1)
 
     # Calendar dispatch (seed 000): a poison row stays Pending and is retried after this,
     # doubling per failed attempt up to the max (DispatchConfig validates the pair).

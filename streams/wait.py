@@ -17,6 +17,7 @@ import asyncpg
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, SaslAuthenticationFailed
 
+from db.server import ConnectionLimits
 from streams.clock import Clock, SystemClock
 from streams.kafka_client import security_options
 from streams.settings import Settings
@@ -283,21 +284,47 @@ async def wait_for(
     return clock.monotonic() - started
 
 
+async def check_connection_budget(settings: Settings) -> ConnectionLimits:
+    """DB_MAX_CONNECTIONS_PER_WORKER against what the server allows (max_connections minus
+    its reserved slots); DependencyConfigError naming both when the budget cannot fit."""
+    from db import server
+    from db.connector import connect
+    from streams import connection_budget
+
+    conn = await connect(settings.database_url, timeout=10)
+    try:
+        limits = await server.connection_limits(conn)
+    finally:
+        await conn.close()
+    found = connection_budget.problem(settings, limits)
+    if found is not None:
+        raise DependencyConfigError(connection_budget.SETTING, found)
+    log.info(
+        "action=connection_budget uses=%s server_available=%d fits_workers=%d",
+        connection_budget.plan(settings).describe().replace(" ", "_"),
+        limits.available,
+        connection_budget.fits(settings, limits),
+    )
+    return limits
+
+
 async def wait_for_dependencies(
     settings: Settings,
     *,
     after_postgres: Callable[[], Awaitable[None]] | None = None,
     status: dict[str, str] | None = None,
 ) -> float:
-    """The worker's startup gate: PostgreSQL first (the ledger), then Kafka.
-    ``after_postgres`` runs in between: what needs only PostgreSQL (the timer process)
-    starts without waiting for Kafka."""
+    """The worker's startup gate: PostgreSQL first (the ledger) and the connection budget
+    checked against it, then Kafka. ``after_postgres`` runs in between: what needs only
+    PostgreSQL (the timer process) starts without waiting for Kafka."""
     limit = settings.startup_wait_seconds
     status = {} if status is None else status
     status.update(postgres="waiting", kafka="waiting")
     waited = await wait_for(
         [postgres_dependency(settings.database_url)], limit_s=limit, status=status
     )
+    # Before anything opens its pools: the budget must fit what the server allows.
+    await check_connection_budget(settings)
     if after_postgres is not None:
         await after_postgres()
     kafka = kafka_dependency(

@@ -216,3 +216,42 @@ def _base_env() -> dict[str, str]:
     import os
 
     return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def test_a_connection_budget_the_server_cannot_hold_exits_2_naming_both(
+    module_database_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Against the real server's SHOW max_connections: a budget one over what it allows."""
+    import asyncpg
+
+    async def available() -> tuple[int, int]:
+        conn = await asyncpg.connect(module_database_url)
+        try:
+            m = int(await conn.fetchval("SHOW max_connections"))
+            r = int(await conn.fetchval("SHOW superuser_reserved_connections"))
+            extra = await conn.fetchval("SELECT current_setting('reserved_connections', true)")
+            return m, m - r - int(extra or 0)
+        finally:
+            await conn.close()
+
+    max_connections, free = asyncio.run(available())
+    env = {
+        **worker_env(module_database_url, kafka_bootstrap, "unused."),
+        "WORKER_DATA_DIR": str(tmp_path),
+        "WEB_PORT": str(free_port()),
+        "DB_MAX_CONNECTIONS_PER_WORKER": str(free + 1),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "streams", "worker"],
+        cwd=ROOT,
+        env={**_base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"error: setting DB_MAX_CONNECTIONS_PER_WORKER: DB_MAX_CONNECTIONS_PER_WORKER={free + 1}"
+        in (done.stderr)
+    )
+    assert f"max_connections={max_connections}" in done.stderr
