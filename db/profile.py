@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TypeAlias
@@ -99,16 +99,23 @@ class CheckedDocument:
 
 async def expiry_marks_check(
     db: Executor,
-    owners: Sequence[UUID],
+    owners: Mapping[UUID, int],
     lo: date,
     hi: date,
     today: date,
     thresholds: Sequence[int],
 ) -> list[CheckedDocument]:
+    """``owners``: owner -> the most documents to read of it (one statement, bounded)."""
     if not owners:
         return []
     rows = await db.fetch(
-        sql("profile_expiry_marks_check"), list(owners), lo, hi, today, list(thresholds)
+        sql("profile_expiry_marks_check"),
+        list(owners),
+        lo,
+        hi,
+        today,
+        list(thresholds),
+        list(owners.values()),
     )
     return [CheckedDocument(*r) for r in rows]  # columns in the dataclass's order
 

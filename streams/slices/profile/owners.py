@@ -324,8 +324,11 @@ class OwnerWorker:
         every document in the window, and one read of the ledger finds every one of them."""
         today = utc_date(as_of)
         window = scan_window(today, thresholds)
+        # One document more than a value names is enough to refuse it (every document in
+        # the window crosses a threshold), so no owner, however large, is read in full.
+        most = {owner: len(claimed) + 1 for owner, (_, claimed) in claiming.items()}
         docs = await repo.expiry_marks_check(
-            await self.runtime.pool(), list(claiming), window.lo, window.hi, today, thresholds
+            await self.runtime.pool(), most, window.lo, window.hi, today, thresholds
         )
         hits: dict[UUID, dict[str, frozenset[int]]] = defaultdict(dict)
         unmarked: Counter[UUID] = Counter()
