@@ -45,6 +45,14 @@ class RelayConfig:
     answer cannot stop (aiokafka flushes first): it goes on stopping in the background, and
     ``close()`` gives up on it after this long again."""
 
+    park_topic_wait: float = 60.0
+    """How long a row whose topic Kafka does not know (or does not let us write) is retried
+    before it is parked, counted only while Kafka answers for other topics
+    (streams/outbox/parking.py). Rows refused as too large are parked on their probe."""
+    max_record_bytes: int = 1_048_576
+    """The producer's ``max_request_size``: a record larger than this is refused by the
+    producer itself (and parked). Must not exceed the topics' ``max.message.bytes``."""
+
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError("RelayConfig.batch_size must be >= 1")
@@ -59,9 +67,12 @@ class RelayConfig:
             "publish_timeout",
             "in_doubt_timeout",
             "producer_stop_timeout",
+            "park_topic_wait",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RelayConfig.{name} must be > 0")
+        if self.max_record_bytes < 1024:
+            raise ValueError("RelayConfig.max_record_bytes must be >= 1024")
         if self.in_doubt_timeout < self.publish_timeout:
             raise ValueError("RelayConfig.in_doubt_timeout must be >= publish_timeout")
 
@@ -80,6 +91,8 @@ class RelayConfig:
             max_lanes_per_pass=settings.outbox_max_lanes_per_pass,
             publish_timeout=settings.outbox_publish_timeout_seconds,
             in_doubt_timeout=settings.outbox_in_doubt_timeout_seconds,
+            park_topic_wait=settings.outbox_park_unknown_topic_after_seconds,
+            max_record_bytes=settings.outbox_max_record_bytes,
         )
         # A pass is idle in its transaction between keepalives (one per publish timeout) while
         # it waits for Kafka; PostgreSQL must not end the session first (the pass would fail

@@ -13,7 +13,10 @@ same ``outbox-id`` header (at-least-once).
 What can go wrong with Kafka, and what the relay does about it:
 
 - Kafka refuses one record (too large, unknown topic): only that row's lane waits; it cools
-  down, then is probed with its head row alone (streams/outbox/lanes.py).
+  down, then is probed with its head row alone (streams/outbox/lanes.py). A row refused for
+  a reason that will not change by itself (too large, a topic that stays unknown, not
+  authorized) is parked: moved to ops.outbox_parked in the pass's transaction, so the rest of
+  its lane goes on at once (streams/outbox/parking.py; ``python -m streams outbox``).
 - The producer itself fails (closed, its sender task ended, fenced, out-of-order sequence,
   any other Kafka error that is not about the record): the rows acknowledged so far are
   marked, the producer is replaced and the loop backs off.
@@ -45,6 +48,7 @@ from streams.metrics import OutboxMetrics
 from streams.outbox.config import PublishTimeout, RelayConfig, RelayNotOpen, RelayResult
 from streams.outbox.lanes import LaneCooldown
 from streams.outbox.listener import NotifyListener
+from streams.outbox.parking import Park, ParkPolicy
 from streams.outbox.producer import (
     ProducerFactory,
     ProducerSlot,
@@ -79,12 +83,13 @@ class OutboxRelay:
         name: str | None = None,
         limits: SessionLimits | None = None,
     ) -> None:
+        self.name = name or uuid.uuid4().hex[:8]
+        self.config = config or RelayConfig()
         if producer_factory is None:
             if bootstrap is None:
                 raise ValueError("OutboxRelay needs bootstrap or producer_factory")
-            producer_factory = kafka_producer_factory(bootstrap, **(kafka_options or {}))
-        self.name = name or uuid.uuid4().hex[:8]
-        self.config = config or RelayConfig()
+            options = {"max_request_size": self.config.max_record_bytes, **(kafka_options or {})}
+            producer_factory = kafka_producer_factory(bootstrap, **options)
         self._dsn = dsn
         self._metrics = metrics
         self._clock: Clock = clock or SystemClock()
@@ -100,6 +105,7 @@ class OutboxRelay:
             name=self.name,
         )
         self._lanes = LaneCooldown(self.config.max_backoff)
+        self._parking = ParkPolicy(self.config.park_topic_wait)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._idle = asyncio.Event()
@@ -250,6 +256,7 @@ class OutboxRelay:
         lanes: list[int] = []
         rows: list[repo.PendingRow] = []
         inflight: list[asyncio.Future[Any]] = []
+        parks: list[Park] = []
         try:
             async with repo.lane_transaction(pool) as conn:
                 lanes = await repo.lanes_lock(
@@ -281,6 +288,16 @@ class OutboxRelay:
                         f"within {self.config.in_doubt_timeout:g}s"
                     ) from None
                 published_at = self._clock.now()
+                parks = self._parking.decide(
+                    list(sent.refusals.values()),
+                    now=self._clock.monotonic(),
+                    kafka_answered=bool(sent.candidates),
+                )
+                if parks:
+                    await self._park(conn, parks, rows, published_at)
+                    # The parked rows left their lanes: what Kafka acknowledged behind them
+                    # may be marked now.
+                    sent.acked = sent.acked_without({p.outbox_id for p in parks})
                 if sent.acked:
                     placed = [(r.id, *sent.placed.get(r.id, (None, None))) for r in sent.acked]
                     marked = await repo.published_mark(conn, placed, published_at)
@@ -308,9 +325,21 @@ class OutboxRelay:
                 else:  # cancelled (a stop): do not hold the cancellation up
                     self._producers.retire(producer, why, None, abort=True)
             raise
-        # Committed: the rows are published for good.
+        # Committed: the rows are published (or parked) for good.
         self._observe(sent.acked, published_at)
-        self._lanes.track(lanes, sent.refused_lanes, sent.failed_lanes, self._clock.monotonic())
+        self._parking.forget([p.outbox_id for p in parks] + [r.id for r in sent.acked])
+        # A lane whose only failed rows were parked is healthy again: the rest of it goes next.
+        parked_ids = {p.outbox_id for p in parks}
+        still_failed = {
+            lane for lane, ids in sent.failed_ids.items() if any(i not in parked_ids for i in ids)
+        }
+        self._lanes.track(
+            lanes,
+            sent.refused_lanes & still_failed,
+            sent.failed_lanes & still_failed,
+            self._clock.monotonic(),
+        )
+        self._observe_parked(parks, rows)
         reason = producer_fault(producer)
         if reason is None and sent.producer_error is not None:
             reason = "fatal_error"
@@ -320,7 +349,7 @@ class OutboxRelay:
             lanes=len(lanes),
             published=len(sent.acked),
             failed=len(rows) - len(sent.acked),
-            more=self._more(lanes, rows, sent, per_lane, probing),
+            more=bool(parks) or self._more(lanes, rows, sent, per_lane, probing),
             producer_replaced=reason is not None,
         )
         log.debug(
@@ -338,6 +367,40 @@ class OutboxRelay:
             # Passes with a refused lane or a failed producer (failed passes count in _run).
             self._metrics.errors.inc()
         return result
+
+    async def _park(
+        self,
+        conn: Any,
+        parks: Sequence[Park],
+        rows: Sequence[repo.PendingRow],
+        parked_at: datetime,
+    ) -> None:
+        requests = [repo.ParkRequest(p.outbox_id, p.reason, p.error, p.refusals) for p in parks]
+        moved = await repo.parked_move(conn, requests, parked_at)
+        if moved != len(parks):  # cannot happen while lanes are locked
+            log.error(
+                "action=outbox_park_mismatch relay=%s parks=%d moved=%d",
+                self.name,
+                len(parks),
+                moved,
+            )
+
+    def _observe_parked(self, parks: Sequence[Park], rows: Sequence[repo.PendingRow]) -> None:
+        topic_of = {r.id: r.topic for r in rows}
+        for park in parks:
+            self._metrics.parked_total.labels(
+                topic=topic_of[park.outbox_id], reason=park.reason
+            ).inc()
+            log.error(
+                "action=outbox_row_parked relay=%s outbox_id=%d topic=%s reason=%s error=%s "
+                "refusals=%d",
+                self.name,
+                park.outbox_id,
+                topic_of[park.outbox_id],
+                park.reason,
+                park.error,
+                park.refusals,
+            )
 
     def _in_doubt(self, lanes: Sequence[int], rows: Sequence[repo.PendingRow]) -> None:
         self._metrics.in_doubt.inc()
@@ -375,7 +438,9 @@ class OutboxRelay:
         pool = self._opened()
         async with connection(pool) as conn:
             backlog = await repo.backlog_get(conn)
+            parked = await repo.parked_stats(conn)
         self._metrics.backlog.set(backlog.count)
+        self._metrics.parked.set(sum(s.parked for s in parked))
         age = 0.0
         if backlog.oldest_created_at is not None:
             age = max(0.0, (self._clock.now() - backlog.oldest_created_at).total_seconds())

@@ -1,0 +1,247 @@
+"""Rows Kafka refuses for good are parked, real PostgreSQL and real Kafka: the keys behind
+them keep flowing; metrics, /status and ``python -m streams outbox`` show, retry and drop them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import asyncpg
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from devkit.kafka import read_to_end
+from devkit.wait import eventually
+from devkit.workers import ROOT
+from streams.metrics import Metrics
+from streams.outbox import OutboxRecord, OutboxRelay, RelayConfig
+from streams.web.status import outbox_stats
+from tests.integration.test_outbox_relay import assert_per_key_order, ids_of, sample, write
+
+pytestmark = pytest.mark.integration
+
+TOPIC_LIMIT = 2000  # the tiny topic's max.message.bytes
+# Rows of other keys behind a parked row are published within this (asserted and printed).
+BEHIND_WITHIN = 20.0
+
+
+def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streams", "outbox", *args],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": database_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def keys_in_lane(pool: asyncpg.Pool, lane: int, prefix: str, n: int) -> list[str]:
+    """``n`` keys whose rows land in ``lane`` (the table computes lanes as hashtext(key) & 63)."""
+    rows = await pool.fetch(
+        "SELECT k FROM (SELECT $2 || g AS k FROM generate_series(1, 10000) g) s "
+        "WHERE (hashtext(k) & 63) = $1 LIMIT $3",
+        lane,
+        prefix,
+        n,
+    )
+    return [str(r["k"]) for r in rows]
+
+
+async def lane_of_key(pool: asyncpg.Pool, key: str) -> int:
+    return int(await pool.fetchval("SELECT hashtext($1) & 63", key))
+
+
+async def unpublished_keys(pool: asyncpg.Pool, ids: list[int]) -> list[str]:
+    """Keys of those of ``ids`` that are not published yet (what the failure names)."""
+    rows = await pool.fetch(
+        "SELECT key FROM ops.outbox WHERE id = ANY($1) AND published_at IS NULL ORDER BY id", ids
+    )
+    return [str(r["key"]) for r in rows]
+
+
+async def parked_ids(pool: asyncpg.Pool) -> dict[int, str]:
+    rows = await pool.fetch("SELECT id, reason FROM ops.outbox_parked ORDER BY id")
+    return {int(r["id"]): str(r["reason"]) for r in rows}
+
+
+async def topic_limit(bootstrap: str, topic: str) -> str:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        [response] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        entries = response.resources[0][4]
+        return str(next(e[1] for e in entries if e[0] == "max.message.bytes"))
+    finally:
+        await admin.close()
+
+
+@pytest.mark.timeout(240)
+async def test_rows_kafka_refuses_for_good_are_parked_and_keys_behind_them_flow(
+    database_url: str, pool: asyncpg.Pool, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """One row too large for its topic and one for a topic Kafka cannot resolve (an invalid
+    name: the shared broker auto-creates valid ones; to the relay it is the same "no metadata
+    within the bound" as a missing topic with auto-create off). Both are parked with their
+    reason within seconds, and the rows of other keys in their lanes (and a later row of the
+    large row's own key) are published within BEHIND_WITHIN seconds. Then the CLI lists
+    them, retries the large one once its topic allows it (same outbox-id) and drops the
+    other."""
+    good, tiny = f"{topic_prefix}outbox.good", f"{topic_prefix}outbox.tiny"
+    bad = f"{topic_prefix}outbox missing!"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [
+                NewTopic(good, 4, 1),
+                NewTopic(tiny, 1, 1, topic_configs={"max.message.bytes": str(TOPIC_LIMIT)}),
+            ]
+        )
+    finally:
+        await admin.close()
+
+    big_lane = await lane_of_key(pool, "big-owner")
+    lost_lane = await lane_of_key(pool, "lost-key")
+    assert big_lane != lost_lane
+    behind_big = await keys_in_lane(pool, big_lane, "behind-big-", 5)
+    behind_lost = await keys_in_lane(pool, lost_lane, "behind-lost-", 5)
+    [big, lost] = await write(
+        pool,
+        [
+            OutboxRecord(tiny, "big-owner", json.dumps({"Blob": "x" * 10_000})),
+            OutboxRecord(bad, "lost-key", '{"N": 0}'),
+        ],
+    )
+    behind = await write(
+        pool,
+        [
+            *(OutboxRecord(good, k, '{"N": 1}') for k in behind_big + behind_lost),
+            OutboxRecord(good, "big-owner", '{"N": 2}'),  # a later row of the parked key
+            *(OutboxRecord(good, f"other-{i}", f'{{"N": {i}}}') for i in range(40)),
+        ],
+    )
+    later_of_big = behind[len(behind_big) + len(behind_lost)]
+
+    metrics = Metrics()
+    relay = OutboxRelay(
+        dsn=database_url,
+        bootstrap=kafka_bootstrap,
+        metrics=metrics.outbox,
+        config=RelayConfig(publish_timeout=2.0, park_topic_wait=3.0, poll_interval=0.2),
+    )
+    started = time.monotonic()
+    await relay.start()
+    try:
+        await eventually(
+            lambda: unpublished_keys(pool, behind),
+            until=lambda keys: keys == [],
+            timeout=BEHIND_WITHIN + 40,
+            what="every row behind the refused ones published",
+        )
+        behind_after = time.monotonic() - started
+        await eventually(
+            lambda: parked_ids(pool),
+            until=lambda p: len(p) == 2,
+            timeout=30,
+            what="both refused rows parked",
+        )
+        parked_after = time.monotonic() - started
+        print(
+            f"\nkeys behind the refused rows published within {behind_after:.1f}s; "
+            f"both rows parked within {parked_after:.1f}s"
+        )
+        assert behind_after < BEHIND_WITHIN, f"rows behind waited {behind_after:.1f}s"
+        assert await parked_ids(pool) == {big: "too_large", lost: "unknown_topic"}
+        assert (
+            await pool.fetchval("SELECT count(*) FROM ops.outbox WHERE id = ANY($1)", [big, lost])
+            == 0
+        )
+
+        # Counted, and shown on /status.
+        await relay.refresh_metrics()
+        assert sample(metrics, "outbox_parked_rows") == 2
+        assert sample(metrics, "outbox_parked_total", {"topic": tiny, "reason": "too_large"}) == 1
+        assert (
+            sample(metrics, "outbox_parked_total", {"topic": bad, "reason": "unknown_topic"}) == 1
+        )
+        status = outbox_stats(SimpleNamespace(metrics=metrics))  # type: ignore[arg-type]
+        assert status["parked"] == 2
+        assert status["parked_by_reason"] == {"too_large": 1, "unknown_topic": 1}
+        assert status["backlog"] == 0
+
+        # Listed by the CLI (no payloads).
+        listed = cli(database_url, "parked", "--format", "json")
+        assert listed.returncode == 0, listed.stderr
+        rows: list[dict[str, Any]] = json.loads(listed.stdout)
+        assert [(r["id"], r["reason"], r["topic"]) for r in rows] == [
+            (big, "too_large", tiny),
+            (lost, "unknown_topic", bad),
+        ]
+        assert all("payload" not in r for r in rows)
+        assert rows[0]["error"] in {"MessageSizeTooLargeError", "RecordTooLargeError"}
+        assert "x" * 100 not in listed.stdout
+
+        # The topic is fixed; retry sends the row with its own outbox-id. (The broker applies
+        # a topic config change a moment after it reports it, so a retry sent in between is
+        # refused and parked again: retry once more, as an operator would.)
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.alter_configs(
+                [
+                    ConfigResource(
+                        ConfigResourceType.TOPIC, tiny, configs={"max.message.bytes": "1048588"}
+                    )
+                ]
+            )
+        finally:
+            await admin.close()
+        await eventually(
+            lambda: topic_limit(kafka_bootstrap, tiny),
+            until=lambda v: v == "1048588",
+            timeout=30,
+            what="the topic's new limit",
+        )
+        for attempt in range(5):
+            retried = cli(database_url, "retry", str(big))
+            assert retried.returncode == 0, retried.stderr
+            outcome = await eventually(
+                lambda: pool.fetchval(
+                    "SELECT CASE WHEN EXISTS (SELECT 1 FROM ops.outbox_parked WHERE id = $1) "
+                    "THEN 'parked' WHEN EXISTS (SELECT 1 FROM ops.outbox "
+                    "WHERE id = $1 AND published_at IS NOT NULL) THEN 'published' END",
+                    big,
+                ),
+                timeout=30,
+                what="the retried row published or parked again",
+            )
+            if outcome == "published":
+                break
+            assert attempt < 4, "the retried row was parked again every time"
+
+        # Dropped: gone for good; a second drop or retry finds nothing.
+        dropped = cli(database_url, "drop", str(lost))
+        assert dropped.returncode == 0, dropped.stderr
+        assert await parked_ids(pool) == {}
+        assert cli(database_url, "retry", str(lost)).returncode == 1
+        assert cli(database_url, "drop", str(lost)).returncode == 1
+        await relay.refresh_metrics()
+        assert sample(metrics, "outbox_parked_rows") == 0
+    finally:
+        await relay.stop()
+
+    on_tiny = await read_to_end(kafka_bootstrap, tiny)
+    assert ids_of(on_tiny) == [big], "the retried row, with its original outbox-id"
+    on_good = await read_to_end(kafka_bootstrap, good)
+    assert sorted(set(ids_of(on_good))) == sorted(behind)
+    assert_per_key_order(on_good)
+    # The documented order: the parked row's key went on without it.
+    assert later_of_big in ids_of(on_good) and later_of_big > big
