@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from db.outbox import LANES
+from streams.contracts import RECORD_OVERHEAD_BYTES, produced_contracts
 from streams.settings import ConfigError, Settings
 
 DEFAULT_MAX_LANES_PER_PASS = 16
@@ -84,6 +85,7 @@ class RelayConfig:
                 f"({settings.outbox_in_doubt_timeout_seconds:g}) must be at least "
                 f"OUTBOX_PUBLISH_TIMEOUT_SECONDS ({settings.outbox_publish_timeout_seconds:g})"
             )
+        check_contract_sizes(settings.outbox_max_record_bytes)
         config = cls(
             batch_size=settings.outbox_batch_size,
             poll_interval=settings.outbox_poll_interval_seconds,
@@ -106,6 +108,20 @@ class RelayConfig:
                 "for Kafka inside its transaction"
             )
         return config
+
+
+def check_contract_sizes(max_record_bytes: int) -> None:
+    """Every produced contract's largest message, with its key and headers, must fit the
+    relay producer's limit, or such a message would be refused (and parked) by design."""
+    for contract in produced_contracts():
+        needed = contract.max_payload_bytes + RECORD_OVERHEAD_BYTES
+        if needed > max_record_bytes:
+            raise ConfigError(
+                "invalid configuration: setting OUTBOX_MAX_RECORD_BYTES "
+                f"({max_record_bytes}) is below what contract {contract.name} may produce "
+                f"(max_payload_bytes {contract.max_payload_bytes} + {RECORD_OVERHEAD_BYTES} "
+                "for key, headers and framing)"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ import logging
 import math
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import db.outbox as repo
@@ -47,6 +47,7 @@ from streams.kafka_client import security_options
 from streams.metrics import OutboxMetrics
 from streams.outbox.config import PublishTimeout, RelayConfig, RelayNotOpen, RelayResult
 from streams.outbox.lanes import LaneCooldown
+from streams.outbox.limits import topics_below_limit
 from streams.outbox.listener import NotifyListener
 from streams.outbox.parking import Park, ParkPolicy
 from streams.outbox.producer import (
@@ -82,6 +83,7 @@ class OutboxRelay:
         clock: Clock | None = None,
         name: str | None = None,
         limits: SessionLimits | None = None,
+        topic_check: Callable[[], Coroutine[Any, Any, object]] | None = None,
     ) -> None:
         self.name = name or uuid.uuid4().hex[:8]
         self.config = config or RelayConfig()
@@ -119,6 +121,9 @@ class OutboxRelay:
         self._task: asyncio.Task[None] | None = None
         self._listener_task: asyncio.Task[None] | None = None
         self._metrics_due = -math.inf
+        # Run once at start(), in the background: the topics' limits against the producer's.
+        self._topic_check = topic_check
+        self._check_task: asyncio.Task[object] | None = None
 
     @classmethod
     def from_settings(
@@ -129,13 +134,15 @@ class OutboxRelay:
         pool: Any = None,
         clock: Clock | None = None,
     ) -> OutboxRelay:
+        config = RelayConfig.from_settings(settings)
         return cls(
             dsn=settings.database_url,
             bootstrap=settings.kafka_bootstrap,
             kafka_options=security_options(settings),
             metrics=metrics,
             pool=pool,
-            config=RelayConfig.from_settings(settings),
+            config=config,
+            topic_check=lambda: topics_below_limit(settings, config.max_record_bytes),
             clock=clock,
             limits=SessionLimits(
                 lock_timeout_seconds=settings.db_lock_timeout_seconds,
@@ -208,6 +215,10 @@ class OutboxRelay:
             self._listener.run(self._stopping), name=f"outbox-listen-{self.name}"
         )
         self._task = asyncio.create_task(self._run(), name=f"outbox-relay-{self.name}")
+        if self._topic_check is not None:
+            self._check_task = asyncio.create_task(
+                self._topic_check(), name=f"outbox-topic-check-{self.name}"
+            )
         log.info(
             "action=outbox_relay_start relay=%s batch_size=%d poll_interval=%s "
             "max_lanes_per_pass=%d publish_timeout=%s",
@@ -223,6 +234,10 @@ class OutboxRelay:
         then close the listener, the producer and the pool if the relay created it."""
         self._stopping.set()
         self._wake.set()
+        check, self._check_task = self._check_task, None
+        if check is not None:
+            check.cancel()
+            await asyncio.gather(check, return_exceptions=True)
         task, self._task = self._task, None
         if task is not None:
             try:

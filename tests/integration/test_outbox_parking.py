@@ -20,8 +20,11 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from devkit.kafka import read_to_end
 from devkit.wait import eventually
 from devkit.workers import ROOT
+from streams.contracts import REMINDER_DUE
 from streams.metrics import Metrics
 from streams.outbox import OutboxRecord, OutboxRelay, RelayConfig
+from streams.outbox.limits import topics_below_limit
+from streams.settings import Settings
 from streams.web.status import outbox_stats
 from tests.integration.test_outbox_relay import assert_per_key_order, ids_of, sample, write
 
@@ -245,3 +248,50 @@ async def test_rows_kafka_refuses_for_good_are_parked_and_keys_behind_them_flow(
     assert_per_key_order(on_good)
     # The documented order: the parked row's key went on without it.
     assert later_of_big in ids_of(on_good) and later_of_big > big
+
+
+async def test_the_producer_limit_is_the_setting_and_topics_below_it_are_reported(
+    database_url: str, pool: asyncpg.Pool, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """OUTBOX_MAX_RECORD_BYTES is the relay producer's limit (aiokafka's own is 1 MiB): a
+    1.5 MB row goes out to a topic that takes 3 MB; a 2.5 MB row is refused by the producer
+    itself and parked at once. A produced topic whose max.message.bytes is below the setting
+    is reported when the relay starts."""
+    roomy = f"{topic_prefix}outbox.roomy"
+    reminder_due = f"{topic_prefix}{REMINDER_DUE.name}"  # the broker's default limit
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [
+                NewTopic(roomy, 1, 1, topic_configs={"max.message.bytes": "3000000"}),
+                NewTopic(reminder_due, 1, 1),
+            ]
+        )
+    finally:
+        await admin.close()
+    settings = Settings(
+        database_url=database_url,
+        kafka_bootstrap=kafka_bootstrap,
+        topic_prefix=topic_prefix,
+        outbox_max_record_bytes=2_000_000,
+    )
+    below = await topics_below_limit(settings, settings.outbox_max_record_bytes)
+    assert below == [(reminder_due, 1048588)]
+
+    [fits, too_big] = await write(
+        pool,
+        [
+            OutboxRecord(roomy, "k1", json.dumps({"Blob": "x" * 1_500_000})),
+            OutboxRecord(roomy, "k2", json.dumps({"Blob": "x" * 2_500_000})),
+        ],
+    )
+    metrics = Metrics()
+    relay = OutboxRelay.from_settings(settings, metrics=metrics.outbox)
+    async with relay:
+        results = [await relay.run_once() for _ in range(3)]
+    assert sum(r.published for r in results) == 1
+    assert await parked_ids(pool) == {too_big: "too_large"}
+    refusals = await pool.fetchval("SELECT refusals FROM ops.outbox_parked WHERE id = $1", too_big)
+    assert refusals == 1, "refused by the producer before sending: parked at once"
+    assert ids_of(await read_to_end(kafka_bootstrap, roomy)) == [fits]
