@@ -137,6 +137,8 @@ class RelayResult:
     """Some lane may hold more rows: run another pass without waiting."""
     producer_replaced: bool = False
     """The producer failed during this pass and was replaced: the loop backs off."""
+    parked: int = 0
+    """Of the failed rows, those Kafka refused for good: moved to ops.outbox_parked."""
 
 
 class RelayNotOpen(RuntimeError):

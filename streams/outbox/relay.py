@@ -366,6 +366,7 @@ class OutboxRelay:
             failed=len(rows) - len(sent.acked),
             more=bool(parks) or self._more(lanes, rows, sent, per_lane, probing),
             producer_replaced=reason is not None,
+            parked=len(parks),
         )
         log.debug(
             "action=outbox_pass relay=%s lanes=%d probes=%d published=%d failed=%d "

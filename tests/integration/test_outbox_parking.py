@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from devkit.kafka import read_to_end
+from devkit.kafka import create_topics, read_to_end
 from devkit.wait import eventually
 from devkit.workers import ROOT
 from streams.contracts import REMINDER_DUE
@@ -27,6 +28,7 @@ from streams.outbox.limits import topics_below_limit
 from streams.settings import Settings
 from streams.web.status import outbox_stats
 from tests.integration.test_outbox_relay import assert_per_key_order, ids_of, sample, write
+from tests.support.private_stack import PrivateStack
 
 pytestmark = pytest.mark.integration
 
@@ -295,3 +297,67 @@ async def test_the_producer_limit_is_the_setting_and_topics_below_it_are_reporte
     refusals = await pool.fetchval("SELECT refusals FROM ops.outbox_parked WHERE id = $1", too_big)
     assert refusals == 1, "refused by the producer before sending: parked at once"
     assert ids_of(await read_to_end(kafka_bootstrap, roomy)) == [fits]
+
+
+@pytest.mark.timeout(600)  # a private stack up (up to 300 s) and down (120 s)
+async def test_a_topic_that_does_not_exist_with_auto_create_off_is_parked_after_the_wait(
+    database_url: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    """A broker of this test only, with auto.create.topics.enable=false (the shared one
+    creates topics on first use): a row for a topic that does not exist is retried for
+    park_topic_wait, then parked as unknown_topic; the other keys of its lane are published
+    meanwhile, and the topic is not created."""
+    stack = PrivateStack(tmp_path, auto_create_topics=False).up()
+    try:
+        good, missing = "outbox.good", "outbox.missing"
+        await create_topics(stack.bootstrap, [good])
+        lane = await lane_of_key(pool, "lost-key")
+        behind_keys = await keys_in_lane(pool, lane, "behind-", 5)
+        [lost] = await write(pool, [OutboxRecord(missing, "lost-key", '{"N": 0}')])
+        behind = await write(
+            pool,
+            [
+                *(OutboxRecord(good, k, '{"N": 1}') for k in behind_keys),
+                *(OutboxRecord(good, f"other-{i}", '{"N": 2}') for i in range(20)),
+            ],
+        )
+        relay = OutboxRelay(
+            dsn=database_url,
+            bootstrap=stack.bootstrap,
+            metrics=Metrics().outbox,
+            config=RelayConfig(publish_timeout=2.0, park_topic_wait=3.0, poll_interval=0.2),
+        )
+        started = time.monotonic()
+        await relay.start()
+        try:
+            await eventually(
+                lambda: unpublished_keys(pool, behind),
+                until=lambda keys: keys == [],
+                timeout=BEHIND_WITHIN + 40,
+                what="the rows behind the missing topic's row published",
+            )
+            behind_after = time.monotonic() - started
+            await eventually(
+                lambda: parked_ids(pool),
+                until=lambda p: p == {lost: "unknown_topic"},
+                timeout=30,
+                what="the missing topic's row parked",
+            )
+            parked_after = time.monotonic() - started
+        finally:
+            await relay.stop()
+        print(
+            f"\nauto-create off: keys behind published within {behind_after:.1f}s, "
+            f"the row parked within {parked_after:.1f}s (park_topic_wait 3 s)"
+        )
+        assert behind_after < BEHIND_WITHIN
+        assert parked_after >= 3.0, "not parked before the wait"
+        admin = AIOKafkaAdminClient(bootstrap_servers=stack.bootstrap)
+        await admin.start()
+        try:
+            assert missing not in await admin.list_topics(), "auto-create is off"
+        finally:
+            await admin.close()
+        assert sorted(ids_of(await read_to_end(stack.bootstrap, good))) == behind
+    finally:
+        stack.down()

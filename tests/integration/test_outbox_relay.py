@@ -472,6 +472,7 @@ async def test_row_too_large_for_its_topic_is_probed_alone_then_parked(
         clock.advance(1)
         probe = await relay.run_once()
         assert (probe.lanes, probe.published, probe.failed, probe.more) == (1, 0, 1, True)
+        assert probe.parked == 1
         parked = await pool.fetch("SELECT id, reason, refusals FROM ops.outbox_parked")
         assert [tuple(r) for r in parked] == [(poison, "too_large", 2)]
         # The rest of the lane goes on at once, with no cool-down.
