@@ -128,6 +128,8 @@ class KeyRecord:
     published_partition: int | None
     published_offset: int | None
     payload: str
+    parked_reason: str | None = None
+    """Set for a row the relay parked (ops.outbox_parked): why."""
 
 
 async def records_of_key(conn: asyncpg.Connection, key: str, limit: int) -> list[KeyRecord]:
@@ -142,6 +144,7 @@ async def records_of_key(conn: asyncpg.Connection, key: str, limit: int) -> list
             r["published_partition"],
             r["published_offset"],
             str(r["payload"]),
+            r["parked_reason"],
         )
         for r in rows
     ]

@@ -103,10 +103,16 @@ SELECT 1;
 SELECT 1;
 
 -- name: outbox_records_of_key
--- The outbox records of one key (an entity) still within retention, oldest first (explain).
+-- The outbox records of one key (an entity) still within retention, oldest first (explain),
+-- with its parked rows (parked_reason set; ops.outbox_parked is small, scanned as it is).
 SELECT id, topic, key, headers::text AS headers, created_at, published_at,
-       published_partition, published_offset, payload::text AS payload
+       published_partition, published_offset, payload::text AS payload,
+       NULL::text AS parked_reason
 FROM ops.outbox
+WHERE key = $1
+UNION ALL
+SELECT id, topic, key, headers::text, created_at, NULL, NULL, NULL, payload::text, reason
+FROM ops.outbox_parked
 WHERE key = $1
 ORDER BY id
 LIMIT $2;
