@@ -309,7 +309,7 @@ class OutboxRelay:
                     kafka_answered=bool(sent.candidates),
                 )
                 if parks:
-                    await self._park(conn, parks, rows, published_at)
+                    await self._park(conn, parks, published_at)
                     # The parked rows left their lanes: what Kafka acknowledged behind them
                     # may be marked now.
                     sent.acked = sent.acked_without({p.outbox_id for p in parks})
@@ -384,13 +384,8 @@ class OutboxRelay:
             self._metrics.errors.inc()
         return result
 
-    async def _park(
-        self,
-        conn: Any,
-        parks: Sequence[Park],
-        rows: Sequence[repo.PendingRow],
-        parked_at: datetime,
-    ) -> None:
+    async def _park(self, conn: Any, parks: Sequence[Park], parked_at: datetime) -> None:
+        """Move ``parks`` out of their lanes (which this pass holds) to ops.outbox_parked."""
         requests = [repo.ParkRequest(p.outbox_id, p.reason, p.error, p.refusals) for p in parks]
         moved = await repo.parked_move(conn, requests, parked_at)
         if moved != len(parks):  # cannot happen while lanes are locked
