@@ -10,9 +10,11 @@ change", and after how long:
   its second refusal. The second refusal is the lane's probe, which sends the row alone: a
   batch of small rows that is too large together is never taken for one large row.
 - ``unknown_topic`` (no metadata for the topic, a topic that does not exist with auto-create
-  off) and ``unauthorized``: once refused for ``topic_wait`` seconds, and only if Kafka
-  acknowledged some other row since the first refusal, so a Kafka that is down or slow
-  parks nothing (a relay whose only rows are for that topic keeps retrying it).
+  off) and ``unauthorized``: once the *topic* has been refused for ``topic_wait`` seconds
+  (so the next rows of that topic, in any lane, are parked on their first refusal, not
+  after a wait of their own), and only if Kafka acknowledged some other row since, so a
+  Kafka that is down or slow parks nothing (a relay whose only rows are for that topic
+  keeps retrying it). A row of the topic that Kafka acknowledges ends the topic's wait.
 - ``rejected`` (corrupt record, invalid timestamp, a policy violation): on the second refusal.
 
 Every other error (a producer that failed, a timeout, a broker failover) is retriable: the
@@ -25,6 +27,7 @@ than those of the rows that went out after it), so a consumer can tell.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from aiokafka import errors as kafka_errors
@@ -76,6 +79,7 @@ class Refusal:
 
     outbox_id: int
     error: BaseException
+    topic: str = ""
     before_send: bool = False
     """The producer refused it in ``send()`` (its own size check), nothing reached Kafka."""
 
@@ -103,13 +107,24 @@ class ParkPolicy:
     def __init__(self, topic_wait: float) -> None:
         self.topic_wait = topic_wait
         self._seen: dict[int, _Seen] = {}
+        self._topic_since: dict[str, float] = {}
         self._answered_at: float | None = None
 
-    def decide(self, refusals: list[Refusal], *, now: float, kafka_answered: bool) -> list[Park]:
+    def decide(
+        self,
+        refusals: list[Refusal],
+        *,
+        now: float,
+        kafka_answered: bool,
+        acked_topics: Collection[str] = (),
+    ) -> list[Park]:
         """Count this pass's ``refusals`` (at monotonic ``now``) and return the rows to park.
-        ``kafka_answered``: Kafka acknowledged some row in this pass (it is up)."""
+        ``kafka_answered``: Kafka acknowledged some row in this pass (it is up), of
+        ``acked_topics``."""
         if kafka_answered:
             self._answered_at = now
+        for topic in acked_topics:
+            self._topic_since.pop(topic, None)
         if len(self._seen) > self.MAX_REMEMBERED:  # rows another relay took over, say
             oldest = sorted(self._seen, key=lambda i: self._seen[i].first_at)
             self.forget(oldest[: len(oldest) // 2])
@@ -121,10 +136,11 @@ class ParkPolicy:
             if reason is None:
                 continue
             if reason in ("unknown_topic", "unauthorized"):
+                since = self._topic_since.setdefault(refusal.topic, now)
                 due = (
                     self._answered_at is not None
-                    and self._answered_at >= seen.first_at
-                    and now - seen.first_at >= self.topic_wait
+                    and self._answered_at >= since
+                    and now - since >= self.topic_wait
                 )
             else:
                 due = refusal.before_send or seen.refusals >= 2

@@ -103,7 +103,7 @@ async def publish(
         if is_record_error(exc):
             refused.add(row.lane)
             if first:
-                refusals[row.lane] = Refusal(row.id, exc, before_send=before_send)
+                refusals[row.lane] = Refusal(row.id, exc, row.topic, before_send=before_send)
             log.warning(
                 "action=outbox_publish_refused relay=%s outbox_id=%d topic=%s lane=%d error=%s",
                 relay,

@@ -307,6 +307,7 @@ class OutboxRelay:
                     list(sent.refusals.values()),
                     now=self._clock.monotonic(),
                     kafka_answered=bool(sent.candidates),
+                    acked_topics={r.topic for r in sent.candidates},
                 )
                 if parks:
                     await self._park(conn, parks, published_at)

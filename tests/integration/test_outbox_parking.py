@@ -134,6 +134,9 @@ async def test_rows_kafka_refuses_for_good_are_parked_and_keys_behind_them_flow(
         ],
     )
     later_of_big = behind[len(behind_big) + len(behind_lost)]
+    # Another row for the missing topic, behind the first in its lane: the wait is the
+    # topic's, so it is parked on its first refusal once it heads the lane.
+    [lost_again] = await write(pool, [OutboxRecord(bad, "lost-key", '{"N": 3}')])
 
     metrics = Metrics()
     relay = OutboxRelay(
@@ -162,7 +165,7 @@ async def test_rows_kafka_refuses_for_good_are_parked_and_keys_behind_them_flow(
         behind_after = time.monotonic() - started
         await eventually(
             lambda: parked_ids(pool),
-            until=lambda p: len(p) == 2,
+            until=lambda p: len(p) == 3,
             timeout=30,
             what="both refused rows parked",
         )
@@ -170,25 +173,35 @@ async def test_rows_kafka_refuses_for_good_are_parked_and_keys_behind_them_flow(
         print(
             f"\nkeys behind the too-large row published within {behind_big_after:.1f}s, "
             f"behind both refused rows within {behind_after:.1f}s (park_topic_wait 3 s); "
-            f"both rows parked within {parked_after:.1f}s"
+            f"all three refused rows parked within {parked_after:.1f}s"
         )
         assert behind_after < BEHIND_WITHIN, f"rows behind waited {behind_after:.1f}s"
-        assert await parked_ids(pool) == {big: "too_large", lost: "unknown_topic"}
+        assert await parked_ids(pool) == {
+            big: "too_large",
+            lost: "unknown_topic",
+            lost_again: "unknown_topic",
+        }
         assert (
-            await pool.fetchval("SELECT count(*) FROM ops.outbox WHERE id = ANY($1)", [big, lost])
+            await pool.fetchval("SELECT refusals FROM ops.outbox_parked WHERE id = $1", lost_again)
+            == 1
+        ), "the topic had waited already: parked on its first refusal"
+        assert (
+            await pool.fetchval(
+                "SELECT count(*) FROM ops.outbox WHERE id = ANY($1)", [big, lost, lost_again]
+            )
             == 0
         )
 
         # Counted, and shown on /status.
         await relay.refresh_metrics()
-        assert sample(metrics, "outbox_parked_rows") == 2
+        assert sample(metrics, "outbox_parked_rows") == 3
         assert sample(metrics, "outbox_parked_total", {"topic": tiny, "reason": "too_large"}) == 1
         assert (
-            sample(metrics, "outbox_parked_total", {"topic": bad, "reason": "unknown_topic"}) == 1
+            sample(metrics, "outbox_parked_total", {"topic": bad, "reason": "unknown_topic"}) == 2
         )
         status = outbox_stats(SimpleNamespace(metrics=metrics))  # type: ignore[arg-type]
-        assert status["parked"] == 2
-        assert status["parked_by_reason"] == {"too_large": 1, "unknown_topic": 1}
+        assert status["parked"] == 3
+        assert status["parked_by_reason"] == {"too_large": 1, "unknown_topic": 2}
         assert status["backlog"] == 0
 
         # Listed by the CLI (no payloads).
@@ -198,6 +211,7 @@ async def test_rows_kafka_refuses_for_good_are_parked_and_keys_behind_them_flow(
         assert [(r["id"], r["reason"], r["topic"]) for r in rows] == [
             (big, "too_large", tiny),
             (lost, "unknown_topic", bad),
+            (lost_again, "unknown_topic", bad),
         ]
         assert all("payload" not in r for r in rows)
         assert rows[0]["error"] in {"MessageSizeTooLargeError", "RecordTooLargeError"}
@@ -242,8 +256,9 @@ async def test_rows_kafka_refuses_for_good_are_parked_and_keys_behind_them_flow(
             assert attempt < 4, "the retried row was parked again every time"
 
         # Dropped: gone for good; a second drop or retry finds nothing.
-        dropped = cli(database_url, "drop", str(lost))
-        assert dropped.returncode == 0, dropped.stderr
+        for doomed in (lost, lost_again):
+            dropped = cli(database_url, "drop", str(doomed))
+            assert dropped.returncode == 0, dropped.stderr
         assert await parked_ids(pool) == {}
         assert cli(database_url, "retry", str(lost)).returncode == 1
         assert cli(database_url, "drop", str(lost)).returncode == 1

@@ -88,3 +88,21 @@ def test_rows_acknowledged_behind_a_parked_row_may_be_marked_but_not_behind_a_fa
     assert [r.id for r in sent.acked_without({1})] == [2]
     assert [r.id for r in sent.acked_without({1, 5})] == [2, 6]
     assert [r.id for r in sent.acked_without({1, 3, 5})] == [2, 4, 6]
+
+
+def test_the_wait_is_the_topics_so_its_next_rows_are_parked_on_their_first_refusal() -> None:
+    policy = ParkPolicy(topic_wait=10)
+    first = Refusal(1, TopicUnavailable("no metadata"), "missing")
+    assert policy.decide([first], now=0.0, kafka_answered=True) == []
+    assert [p.outbox_id for p in policy.decide([first], now=10.0, kafka_answered=True)] == [1]
+    policy.forget([1])
+    # The next rows of the topic (other lanes, or behind the parked one) do not wait again.
+    later = [
+        Refusal(2, TopicUnavailable("x"), "missing"),
+        Refusal(3, TopicUnavailable("x"), "other"),
+    ]
+    assert [p.outbox_id for p in policy.decide(later, now=10.5, kafka_answered=True)] == [2]
+    # A row of the topic goes through (it was created): its next refusal waits again.
+    policy.decide([], now=11.0, kafka_answered=True, acked_topics={"missing"})
+    again = Refusal(4, TopicUnavailable("x"), "missing")
+    assert policy.decide([again], now=12.0, kafka_answered=True) == []
