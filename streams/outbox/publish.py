@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,8 @@ class Sent:
     """Lane -> ids of its rows that were not acknowledged (in id order)."""
     candidates: list[PendingRow] = field(default_factory=list)
     """Every acknowledged row, also those behind a failed row of their lane."""
+    looked_up_unavailable: dict[str, BaseException] = field(default_factory=dict)
+    """Topics this pass looked up and found no metadata for (not those it was told of)."""
 
     def acked_without(self, parked: Collection[int]) -> list[PendingRow]:
         """The rows that may be marked once the ``parked`` rows have left their lanes: per
@@ -84,11 +86,14 @@ async def publish(
     metadata_bound: float,
     relay: str,
     inflight: list[asyncio.Future[Any]] | None = None,
+    known_unavailable: Mapping[str, BaseException] | None = None,
 ) -> Sent:
     """Send ``rows`` (id order) and wait for every acknowledgement. Returns, per lane, the
     acknowledged rows before the lane's first failed row: marking a later row of a lane
     but not an earlier one would reorder its keys. The caller bounds the time; every send's
-    future is appended to ``inflight`` (what a caller that gives up must not leave behind)."""
+    future is appended to ``inflight`` (what a caller that gives up must not leave behind).
+    Topics in ``known_unavailable`` (found without metadata by a recent pass) are refused
+    without another lookup: a missing topic does not cost every pass the metadata bound."""
     first_failure: dict[int, int] = {}
     refused: set[int] = set()
     refusals: dict[int, Refusal] = {}
@@ -122,7 +127,11 @@ async def publish(
                 describe(exc),
             )
 
-    unavailable = await unavailable_topics(producer, {r.topic for r in rows}, metadata_bound)
+    known = dict(known_unavailable or {})
+    looked_up = await unavailable_topics(
+        producer, {r.topic for r in rows} - known.keys(), metadata_bound
+    )
+    unavailable = {**known, **looked_up}
     sent: list[tuple[PendingRow, asyncio.Future[Any]]] = []
     for row in rows:
         if producer_error is not None:
@@ -178,6 +187,7 @@ async def publish(
         refusals=refusals,
         failed_ids=failed_ids,
         candidates=acked_candidates,
+        looked_up_unavailable=looked_up,
     )
 
 

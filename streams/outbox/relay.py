@@ -108,6 +108,9 @@ class OutboxRelay:
         )
         self._lanes = LaneCooldown(self.config.max_backoff)
         self._parking = ParkPolicy(self.config.park_topic_wait)
+        # Topic -> (monotonic time until which it counts as unavailable, the lookup's error):
+        # a topic found without metadata is not looked up again by every pass.
+        self._unavailable: dict[str, tuple[float, BaseException]] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._idle = asyncio.Event()
@@ -290,6 +293,7 @@ class OutboxRelay:
                             metadata_bound=self.config.publish_timeout / 2,
                             relay=self.name,
                             inflight=inflight,
+                            known_unavailable=self._known_unavailable(),
                         ),
                         publish_timeout=self.config.publish_timeout,
                         in_doubt_timeout=self.config.in_doubt_timeout,
@@ -343,6 +347,9 @@ class OutboxRelay:
             raise
         # Committed: the rows are published (or parked) for good.
         self._observe(sent.acked, published_at)
+        until = self._clock.monotonic() + self.config.publish_timeout
+        for topic, error in sent.looked_up_unavailable.items():
+            self._unavailable[topic] = (until, error)
         self._parking.forget([p.outbox_id for p in parks] + [r.id for r in sent.acked])
         # A lane whose only failed rows were parked is healthy again: the rest of it goes next.
         parked_ids = {p.outbox_id for p in parks}
@@ -384,6 +391,13 @@ class OutboxRelay:
             # Passes with a refused lane or a failed producer (failed passes count in _run).
             self._metrics.errors.inc()
         return result
+
+    def _known_unavailable(self) -> dict[str, BaseException]:
+        """Topics a pass found without metadata within the last ``publish_timeout``."""
+        now = self._clock.monotonic()
+        for topic in [t for t, (until, _) in self._unavailable.items() if until <= now]:
+            del self._unavailable[topic]
+        return {t: error for t, (_, error) in self._unavailable.items()}
 
     async def _park(self, conn: Any, parks: Sequence[Park], parked_at: datetime) -> None:
         """Move ``parks`` out of their lanes (which this pass holds) to ops.outbox_parked."""

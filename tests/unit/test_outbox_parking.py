@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
 
 from aiokafka import errors as kafka_errors
 
 from db.outbox import PendingRow
 from streams.outbox.parking import ParkPolicy, Refusal, park_reason
 from streams.outbox.producer import RECORD_ERRORS, TopicUnavailable
-from streams.outbox.publish import Sent
+from streams.outbox.publish import Sent, publish
 
 
 def test_every_record_error_has_a_park_reason_and_producer_errors_have_none() -> None:
@@ -106,3 +110,52 @@ def test_the_wait_is_the_topics_so_its_next_rows_are_parked_on_their_first_refus
     policy.decide([], now=11.0, kafka_answered=True, acked_topics={"missing"})
     again = Refusal(4, TopicUnavailable("x"), "missing")
     assert policy.decide([again], now=12.0, kafka_answered=True) == []
+
+
+class _CountingProducer:
+    """Metadata for every topic but ``missing`` (which never answers); sends succeed."""
+
+    def __init__(self) -> None:
+        self.lookups: list[str] = []
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        self.lookups.append(topic)
+        if topic == "missing":
+            await asyncio.Event().wait()
+        return {0}
+
+    async def send(self, topic: str, value: bytes | None = None, **_: object) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future.set_result(SimpleNamespace(partition=0, offset=len(self.lookups)))
+        return future
+
+
+async def test_a_topic_known_to_be_unavailable_is_refused_without_another_lookup() -> None:
+    """A pass with a row of a missing topic waits the metadata bound once; the next passes
+    are told the topic is unavailable and refuse its rows at once."""
+    producer = _CountingProducer()
+    rows = [
+        PendingRow(1, 0, "missing", "k1", "{}", {}, datetime(2026, 1, 1, tzinfo=UTC)),
+        PendingRow(2, 1, "good", "k2", "{}", {}, datetime(2026, 1, 1, tzinfo=UTC)),
+    ]
+    first = await publish(producer, rows, metadata_bound=0.05, relay="t")
+    assert sorted(producer.lookups) == ["good", "missing"]
+    assert set(first.looked_up_unavailable) == {"missing"}
+    producer.lookups.clear()
+    started = time.monotonic()
+    again = await publish(
+        producer,
+        rows,
+        metadata_bound=30,
+        relay="t",
+        known_unavailable=first.looked_up_unavailable,
+    )
+    assert time.monotonic() - started < 5, "no wait for the missing topic's metadata"
+    assert producer.lookups == ["good"]
+    assert [r.id for r in again.acked] == [2]
+    assert again.refusals[0].outbox_id == 1 and again.refusals[0].topic == "missing"
+    assert again.looked_up_unavailable == {}
