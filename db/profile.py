@@ -137,8 +137,11 @@ async def expiry_marks_claim(
     today: date,
     thresholds: Sequence[int],
     reminded_at: datetime,
+    after: tuple[UUID, UUID],
+    limit: int,
 ) -> list[ClaimedDocument]:
-    """Insert-wins for the owners' documents in [lo, hi], on the caller's transaction."""
+    """Insert-wins for up to ``limit`` of the owners' documents in [lo, hi] after the keyset
+    ``after`` (OwnerUserId, DocumentId), on the caller's transaction; one row per document."""
     if not owners:
         return []
     rows = await conn.fetch(
@@ -149,6 +152,9 @@ async def expiry_marks_claim(
         today,
         list(thresholds),
         reminded_at,
+        after[0],
+        after[1],
+        limit,
     )
     return [ClaimedDocument(*r) for r in rows]  # columns in the dataclass's order
 

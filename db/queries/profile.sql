@@ -97,8 +97,10 @@ WHERE d.owner_user_id = ANY($1::uuid[])
   AND d.status = 'Active' AND NOT d.is_deleted;
 
 -- name: profile_expiry_marks_claim
--- One transaction's owners ($1) in one statement: their active documents with ExpiresAt in
--- [$2, $3] (read without a lock), the existing markers of those documents read FOR UPDATE
+-- One chunk of one transaction's owners ($1): their active documents with ExpiresAt in
+-- [$2, $3] after the keyset ($7 OwnerUserId, $8 DocumentId) in that order, at most $9 (so
+-- no statement, however large an owner, covers more than a chunk; the caller goes on from
+-- the last document it got), read without a lock; the existing markers of those documents read FOR UPDATE
 -- SKIP LOCKED (a parallel instance's are passed over), every crossed threshold (DaysLeft as
 -- of $4 <= t, t in $5) without a marker inserted insert-wins with RemindedAt $6. Returns
 -- each document once: its open columns, DaysLeft, the smallest threshold this statement
@@ -115,6 +117,9 @@ WITH docs AS MATERIALIZED (
       AND d.expires_at IS NOT NULL
       AND d.expires_at BETWEEN greatest($2::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $3
       AND d.status = 'Active' AND NOT d.is_deleted
+      AND (d.owner_user_id, d.document_id) > ($7::uuid, $8::uuid)
+    ORDER BY d.owner_user_id, d.document_id
+    LIMIT $9
 ), locked AS MATERIALIZED (
     SELECT r.document_id, r.threshold_days
     FROM profile.document_expiry_reminders r

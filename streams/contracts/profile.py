@@ -50,9 +50,20 @@ class ExpiringDocumentItem(BaseModel):
     days_left: int
 
 
+# The most documents one event may list (DOCUMENT_EXPIRY_MAX_DOCUMENTS_PER_EVENT is at most
+# this): 3,000 of the largest items are about 780 KB, under Kafka's default 1 MiB.
+MAX_DOCUMENTS_PER_EVENT = 3000
+
+
 class DocumentExpiryReminderEvent(Contract):
-    """pin.profile.document-expiry-reminders.v1 — one per owner per run (DocumentExpiryReminderKafkaEvent)."""
+    """pin.profile.document-expiry-reminders.v1 — an owner's reminders of one run
+    (DocumentExpiryReminderKafkaEvent): one event, or several when the owner has more than
+    DOCUMENT_EXPIRY_MAX_DOCUMENTS_PER_EVENT (default 1,000, at most 3,000) documents to be
+    reminded of. Every event of the owner's run carries the run's correlation-id (and the
+    owner's work-id) header; each document is listed in exactly one of them. Consumers that
+    want the owner's whole list group by aggregate-id and correlation-id; deduplication by
+    OwnerUserId + DocumentId/ThresholdDays (seed 001) is unchanged."""
 
     owner_user_id: UUID
     reminded_at: Instant
-    documents: list[ExpiringDocumentItem] = Field(min_length=1)
+    documents: list[ExpiringDocumentItem] = Field(min_length=1, max_length=MAX_DOCUMENTS_PER_EVENT)

@@ -4,15 +4,19 @@ record is built, and the relay producer's limit must fit every one."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
+from datetime import UTC, date, datetime
 
 import pytest
 
 from streams.contracts import (
+    DOCUMENT_EXPIRY_REMINDERS,
     RECORD_OVERHEAD_BYTES,
     REMINDER_DUE,
     ContractTooLarge,
     produced_contracts,
 )
+from streams.contracts.profile import DocumentExpiryReminderEvent, ExpiringDocumentItem
 from streams.outbox.config import RelayConfig
 from streams.outbox.records import record_for
 from streams.settings import ConfigError, Settings
@@ -49,3 +53,23 @@ def test_a_producer_limit_below_a_contract_is_refused_at_startup_naming_both() -
         RelayConfig.from_settings(settings)
     assert "OUTBOX_MAX_RECORD_BYTES (500000)" in str(raised.value)
     assert "max_payload_bytes" in str(raised.value)
+
+
+def test_the_largest_document_expiry_event_at_the_default_split_fits_its_contract() -> None:
+    """DOCUMENT_EXPIRY_MAX_DOCUMENTS_PER_EVENT (default 1,000) items of the largest kind:
+    every string at its max_length, in 4-byte characters (UTF-8 is not ASCII: the seeds'
+    document types are Russian and Vietnamese)."""
+    per_event = Settings(database_url="postgresql://x@h/x").document_expiry_max_documents_per_event
+    item = ExpiringDocumentItem(
+        document_id=uuid.uuid4(),
+        type="\U0001d11e" * 32,
+        number_mask="\U0001d11e" * 64,
+        expires_at=date(2026, 1, 1),
+        threshold_days=2**31,
+        days_left=-(2**31),
+    )
+    event = DocumentExpiryReminderEvent(
+        owner_user_id=uuid.uuid4(), reminded_at=datetime.now(UTC), documents=[item] * per_event
+    )
+    record = record_for(DOCUMENT_EXPIRY_REMINDERS, event)
+    assert len(record.payload.encode()) <= DOCUMENT_EXPIRY_REMINDERS.max_payload_bytes

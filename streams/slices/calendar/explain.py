@@ -92,6 +92,12 @@ async def explain(runtime: Runtime, ident: str) -> dict[str, Any] | None:
                     "event_version": reminder["event_version"],
                     "event_status": reminder["event_status"],
                 },
+                # Failed dispatch attempts (a poison row stays Pending and backs off).
+                "dispatch": {
+                    "attempts": reminder["attempts"],
+                    "next_attempt_at": _iso(reminder["next_attempt_at"]),
+                    "last_error_code": reminder["last_error_code"],
+                },
                 "history": _history(reminder),
                 "outbox": _records(found, ident),
             }
