@@ -19,6 +19,8 @@ USAGE = """usage: streams <command>   (or: python -m streams <command>)
   automation ensure --json FILE | deactivate KEY... --reason CODE | show KEY | hold
            | release KEY | retry-key KEY
            scheduler rows by hand and the support commands (rows on hold)
+  outbox parked | retry ID | drop ID
+           rows the relay parked (Kafka refused them for good): list, send again, delete
   explain ID
            what happened to a ReminderId or EventId: input message, row, outbox, topic offset
   timers run NAME [--as-of ISO-8601] [--rerun]
@@ -139,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         from streams.slices.automation.cli import run_cli as automation_cli
 
         return automation_cli(settings, rest)
+    if command == "outbox":
+        from streams.outbox.cli import run_cli as outbox_cli
+
+        return outbox_cli(settings, rest)
     if command == "explain":
         from streams.explain import run_cli as explain_cli
         from streams.runtime import Runtime

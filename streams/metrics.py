@@ -143,6 +143,18 @@ class OutboxMetrics:
             ["reason"],
             registry=registry,
         )
+        self.parked_total = Counter(
+            "outbox_parked_total",
+            "Outbox rows the relay parked (moved out of their lane) because Kafka refused them "
+            "for a reason that will not change by itself, by topic and reason",
+            ["topic", "reason"],
+            registry=registry,
+        )
+        self.parked = Gauge(
+            "outbox_parked_rows",
+            "Outbox rows parked now (ops.outbox_parked), waiting for retry or drop",
+            registry=registry,
+        )
         self.in_doubt = Counter(
             "outbox_publish_in_doubt_total",
             "Relay passes that waited past the publish timeout for Kafka's acknowledgements "

@@ -97,6 +97,12 @@ class Settings(BaseSettings):
     outbox_in_doubt_timeout_seconds: float = Field(120.0, gt=0, le=3600)
     # Most of the 64 lanes one relay pass locks (what a paused relay can hold up).
     outbox_max_lanes_per_pass: int = Field(16, ge=1, le=64)
+    # The relay producer's max_request_size: the largest record it sends. Topics the service
+    # creates get max.message.bytes = this; the relay checks its topics' limit at start.
+    outbox_max_record_bytes: int = Field(1_048_576, ge=1024, le=100 * 1024 * 1024)
+    # A row whose topic is unknown (or not authorized) this long, while Kafka answers for
+    # other topics, is parked (python -m streams outbox parked|retry|drop).
+    outbox_park_unknown_topic_after_seconds: float = Field(60.0, gt=0, le=86_400)
     outbox_retention_hours: float = Field(24.0, ge=0)
     # Retention (streams/maintenance, docs/architecture.md "Retention"): rows per DELETE (each
     # its own transaction) and how long one run of a retention job may keep deleting.

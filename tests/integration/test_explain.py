@@ -10,6 +10,7 @@ from unittest.mock import MagicMock
 import asyncpg
 import pytest
 
+import db.outbox as outbox_repo
 from streams.agents.consumer import Decoded
 from streams.explain import explain
 from streams.runtime import Runtime
@@ -82,4 +83,28 @@ async def test_a_poison_reminder_explains_its_attempts_and_retry_time(
     assert dispatch["attempts"] == 1 and dispatch["last_error_code"]
     assert (
         dispatch["next_attempt_at"] is not None and dispatch["next_attempt_at"] > start.isoformat()
+    )
+
+
+async def test_a_reminder_whose_record_was_parked_says_so(
+    runtime: Runtime, pool: asyncpg.Pool
+) -> None:
+    start = T0 + timedelta(hours=2)
+    e = calendar_event(StartAt=start, ReminderOffsetsMinutes=[60])
+    await CalendarEventsApplier(runtime)([read_at(e, 3, 42)])
+    assert (await CalendarReminderDispatcher(runtime).run_once(start)).sent_count == 1
+    outbox_id = await pool.fetchval("SELECT id FROM ops.outbox")
+    async with pool.acquire() as conn:  # what the relay does with a row Kafka refuses for good
+        moved = await outbox_repo.parked_move(
+            conn, [outbox_repo.ParkRequest(outbox_id, "unknown_topic", "TopicUnavailable", 3)], T0
+        )
+    assert moved == 1
+    reminder_id = await pool.fetchval("SELECT reminder_id::text FROM calendar.event_reminders")
+    found = await explain(runtime, reminder_id)
+    assert found is not None
+    [record] = found["outbox"]
+    assert (record["outbox_id"], record["published_at"], record["parked"]) == (
+        outbox_id,
+        None,
+        "unknown_topic",
     )

@@ -54,7 +54,9 @@ class PrivateStack:
 
     DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 
-    def __init__(self, base: Path | None = None, *, durable: bool = False) -> None:
+    def __init__(
+        self, base: Path | None = None, *, durable: bool = False, auto_create_topics: bool = True
+    ) -> None:
         self.durable = durable
         self.dev_dir = Path(tempfile.mkdtemp(prefix="private-stack-", dir=base))
         self.kafka_port = free_port()
@@ -68,6 +70,7 @@ class PrivateStack:
             "PG_PORT": str(self.pg_port),
             "READY_TIMEOUT": "120",
             "STACK_PG_DURABLE": "1" if durable else "0",
+            "STACK_KAFKA_AUTO_CREATE": "true" if auto_create_topics else "false",
         }
         self.bootstrap = f"127.0.0.1:{self.kafka_port}"
         self.database_url = f"postgresql://reminders@127.0.0.1:{self.pg_port}/reminders"

@@ -44,6 +44,8 @@ def _records(found: list[outbox_repo.KeyRecord], reminder_id: str | None) -> lis
                 "published_at": _iso(r.published_at),
                 "partition": r.published_partition,
                 "offset": r.published_offset,
+                # Kafka refused it for good: python -m streams outbox parked|retry|drop.
+                **({"parked": r.parked_reason} if r.parked_reason else {}),
             }
         )
     return out
