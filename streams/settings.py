@@ -157,7 +157,7 @@ class Settings(BaseSettings):
     # run are split into events of up to this many (same correlation-id). 1,000 items are
     # about 154 KB (at most ~260 KB with 64-character masks): well under Kafka's 1 MiB; at
     # most the contract's MAX_DOCUMENTS_PER_EVENT (streams/contracts/profile.py).
-    document_expiry_max_documents_per_event: int = Field(1000, ge=1, le=3000)
+    document_expiry_max_documents_per_event: int = Field(1000, ge=1, le=1800)
     # Documents one claim statement (and its transaction) covers at most: an owner with more
     # is claimed in chunks, each continued by a work item of its own.
     document_expiry_claim_chunk_documents: int = Field(5000, ge=10, le=50_000)

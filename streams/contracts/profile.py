@@ -51,14 +51,15 @@ class ExpiringDocumentItem(BaseModel):
 
 
 # The most documents one event may list (DOCUMENT_EXPIRY_MAX_DOCUMENTS_PER_EVENT is at most
-# this): 3,000 of the largest items are about 780 KB, under Kafka's default 1 MiB.
-MAX_DOCUMENTS_PER_EVENT = 3000
+# this): 1,800 of the largest items, every string at its max_length in 4-byte UTF-8
+# characters (~526 bytes each), are ~947 KB, under the contract's max_payload_bytes.
+MAX_DOCUMENTS_PER_EVENT = 1800
 
 
 class DocumentExpiryReminderEvent(Contract):
     """pin.profile.document-expiry-reminders.v1 — an owner's reminders of one run
     (DocumentExpiryReminderKafkaEvent): one event, or several when the owner has more than
-    DOCUMENT_EXPIRY_MAX_DOCUMENTS_PER_EVENT (default 1,000, at most 3,000) documents to be
+    DOCUMENT_EXPIRY_MAX_DOCUMENTS_PER_EVENT (default 1,000, at most 1,800) documents to be
     reminded of. Every event of the owner's run carries the run's correlation-id (and the
     owner's work-id) header; each document is listed in exactly one of them. Consumers that
     want the owner's whole list group by aggregate-id and correlation-id; deduplication by

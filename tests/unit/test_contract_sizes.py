@@ -16,7 +16,11 @@ from streams.contracts import (
     ContractTooLarge,
     produced_contracts,
 )
-from streams.contracts.profile import DocumentExpiryReminderEvent, ExpiringDocumentItem
+from streams.contracts.profile import (
+    MAX_DOCUMENTS_PER_EVENT,
+    DocumentExpiryReminderEvent,
+    ExpiringDocumentItem,
+)
 from streams.outbox.config import RelayConfig
 from streams.outbox.records import record_for
 from streams.settings import ConfigError, Settings
@@ -55,11 +59,17 @@ def test_a_producer_limit_below_a_contract_is_refused_at_startup_naming_both() -
     assert "max_payload_bytes" in str(raised.value)
 
 
-def test_the_largest_document_expiry_event_at_the_default_split_fits_its_contract() -> None:
-    """DOCUMENT_EXPIRY_MAX_DOCUMENTS_PER_EVENT (default 1,000) items of the largest kind:
-    every string at its max_length, in 4-byte characters (UTF-8 is not ASCII: the seeds'
-    document types are Russian and Vietnamese)."""
-    per_event = Settings(database_url="postgresql://x@h/x").document_expiry_max_documents_per_event
+@pytest.mark.parametrize("split", ["default", "largest allowed"])
+def test_the_largest_document_expiry_event_fits_its_contract(split: str) -> None:
+    """DOCUMENT_EXPIRY_MAX_DOCUMENTS_PER_EVENT (default 1,000; at most the contract's
+    MAX_DOCUMENTS_PER_EVENT) items of the largest kind: every string at its max_length, in
+    4-byte characters (UTF-8 is not ASCII: the seeds' document types are Russian and
+    Vietnamese)."""
+    per_event = (
+        Settings(database_url="postgresql://x@h/x").document_expiry_max_documents_per_event
+        if split == "default"
+        else MAX_DOCUMENTS_PER_EVENT
+    )
     item = ExpiringDocumentItem(
         document_id=uuid.uuid4(),
         type="\U0001d11e" * 32,

@@ -50,7 +50,7 @@ def test_every_item_is_in_exactly_one_event_of_at_most_per_event(n: int, per_eve
 
 
 def test_the_largest_setting_keeps_an_event_of_the_largest_items_under_one_mebibyte() -> None:
-    (record,) = reminder_records(WORK, SLOT, [item() for _ in range(3000)], "", 3000)
+    (record,) = reminder_records(WORK, SLOT, [item() for _ in range(1800)], "", 1800)
     assert len(record.payload.encode()) < 1024 * 1024
 
 
