@@ -61,9 +61,8 @@ lint: install ## ruff lint + format check
 typecheck: install ## mypy (strict on streams/ and db/)
 	$(VENV)/bin/mypy streams db
 
-test: install stack-up lint typecheck ## all tests: unit, integration (real PG + Kafka), e2e (worker processes)
-	# The fault matrix (marker faults) runs on its own: `make test-faults` (see README).
-	$(VENV)/bin/pytest tests -m 'not faults'
+test: install stack-up lint typecheck ## all tests: unit, integration (real PG + Kafka), e2e (worker processes), the fault matrix
+	$(VENV)/bin/pytest tests
 
 test-unit: install ## fast tests of pure logic, no services
 	$(VENV)/bin/pytest tests/unit

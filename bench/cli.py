@@ -48,6 +48,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "ingest": ("bench.ingest", "events/s: worker vs bare pipeline; RSS; two workers vs one"),
     "automation": ("bench.automation", "scheduler claim+complete+outbox vs bare SQL; claim time"),
     "expiry": ("bench.expiry", "document expiry run over 1,000,000 documents vs bare SQL"),
+    "expiry-large": ("bench.expiry_large", "document expiry: 1,000,000 documents of one owner"),
+    "retention": ("bench.retention", "rows/s retention deletes (outbox, calendar) vs 1,000/s made"),
 }
 
 

@@ -68,6 +68,13 @@ def free_port() -> int:
 @contextlib.contextmanager
 def worker(env: dict[str, str], log: Path) -> Iterator[int]:
     """A ``python -m streams worker`` process; yields its web port, stops it afterwards."""
+    with worker_process(env, log) as (port, _):
+        yield port
+
+
+@contextlib.contextmanager
+def worker_process(env: dict[str, str], log: Path) -> Iterator[tuple[int, int]]:
+    """As ``worker``; yields its web port and its pid."""
     port = free_port()
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -78,7 +85,7 @@ def worker(env: dict[str, str], log: Path) -> Iterator[int]:
             stderr=subprocess.STDOUT,
         )
     try:
-        yield port
+        yield port, proc.pid
     finally:
         proc.terminate()
         try:
@@ -111,3 +118,19 @@ async def metric(port: int, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[-1])
     raise KeyError(name)
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Peak resident memory (VmHWM) of a live process, in MB (0 when it is gone)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (a worker's timer process)."""
+    with contextlib.suppress(OSError):
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return []

@@ -117,6 +117,7 @@ class ClaimedRow:
     due_on: datetime
     lease_expires_on: datetime
     token: int
+    interrupted_count: int = 0
 
 
 _CLAIM_COLUMNS = (
@@ -136,6 +137,7 @@ _CLAIM_COLUMNS = (
     "due_on",
     "processing_lease_expires_on",
     "version",
+    "interrupted_count",
 )
 
 
@@ -185,7 +187,8 @@ async def rows_retire(
 
 @dataclass(frozen=True, slots=True)
 class RetryWrite:
-    """Where a claimed row goes back to (planned by the backoff ladder or a hold)."""
+    """Where a claimed row goes back to (planned by the backoff ladder, the interruption
+    allowance or a hold). ``interrupted_count`` is set only for an interrupted claim."""
 
     scheduler_id: int
     token: int
@@ -196,6 +199,7 @@ class RetryWrite:
     reason: str | None
     error: str | None = None
     conflict_hash: str | None = None
+    interrupted_count: int | None = None
 
 
 async def rows_retry(
@@ -214,6 +218,7 @@ class StaleRow:
     scheduler_key: str
     automation_type: str
     retry_count: int
+    interrupted_count: int
     token: int
 
 
@@ -225,6 +230,7 @@ async def stale_lock(conn: asyncpg.Connection, now: datetime, batch_size: int) -
             r["scheduler_key"],
             r["automation_type_id"],
             r["retry_count"],
+            r["interrupted_count"],
             r["version"],
         )
         for r in rows
@@ -267,6 +273,7 @@ class SchedulerRow:
     support_action: str | None
     support_action_on: datetime | None
     support_action_count: int
+    interrupted_count: int
     version: int
     updated_on: datetime
 

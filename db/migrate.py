@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import logging
 import re
 import sys
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import asyncpg
 
+from db import server
 from db.connector import connect
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
@@ -19,6 +21,12 @@ SNAPSHOT = Path(__file__).with_name("schema.snapshot")
 SCHEMAS = ("calendar", "profile", "automation", "ops")
 # pg_advisory_lock key: "migr" in ASCII. Serialises concurrent migrators.
 _LOCK_KEY = 0x6D696772
+# Session-level, on the migrator's own connection: kept out of db/queries, whose statements
+# run on pooled connections and must leave no session state (tests/unit/test_db_boundary.py).
+_LOCK_TRY = "SELECT pg_try_advisory_lock($1)"
+_LOCK_RELEASE = "SELECT pg_advisory_unlock($1)"
+APPLICATION_NAME = "reminders:migrate"
+log = logging.getLogger(__name__)
 _FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -50,18 +58,73 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     return found
 
 
-async def migrate(dsn: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
-    """Apply pending migrations; returns the names applied (empty when up to date)."""
+async def migrate(
+    dsn: str,
+    directory: Path = MIGRATIONS_DIR,
+    *,
+    lock_wait_seconds: float = 300.0,
+    lock_timeout_seconds: float = 10.0,
+    poll_seconds: float = 1.0,
+) -> list[str]:
+    """Apply pending migrations; returns the names applied (empty when up to date).
+
+    Migrators take turns on a session advisory lock. One that waits for it says who holds it
+    (pid, application_name, since when) and gives up after ``lock_wait_seconds``; each
+    statement of a migration waits at most ``lock_timeout_seconds`` for a table lock (a
+    long transaction on the table fails the migration with 55P03 instead of queueing every
+    query on that table behind it)."""
     migrations = discover(directory)
-    conn = await connect(dsn)
+    conn = await connect(
+        dsn,
+        server_settings={
+            "application_name": APPLICATION_NAME,
+            "lock_timeout": str(int(lock_timeout_seconds * 1000)),
+        },
+    )
     try:
-        await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+        await _lock(conn, lock_wait_seconds, poll_seconds)
         try:
             return await _apply(conn, migrations)
+        except asyncpg.LockNotAvailableError as exc:
+            raise MigrationError(
+                f"a migration waited longer than lock_timeout ({lock_timeout_seconds:g} s, "
+                "DB_MIGRATE_LOCK_TIMEOUT_SECONDS) for a table lock; nothing of it was applied, "
+                "run it again when the transaction holding the table has ended"
+            ) from exc
         finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+            await conn.execute(_LOCK_RELEASE, _LOCK_KEY)
     finally:
         await conn.close()
+
+
+def _holders_text(holders: list[server.LockHolder]) -> str:
+    if not holders:
+        return "a session that just released it"
+    return ", ".join(
+        f"pid={h.pid} application_name={h.application_name or '-'}"
+        f" client={h.client_addr or 'local'}"
+        f" connected_since={h.backend_start.isoformat() if h.backend_start else '-'}"
+        f" state={h.state or '-'}"
+        for h in holders
+    )
+
+
+async def _lock(conn: asyncpg.Connection, wait_seconds: float, poll_seconds: float) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    said = ""
+    while not await conn.fetchval(_LOCK_TRY, _LOCK_KEY):
+        holders = _holders_text(await server.advisory_lock_holders(conn, _LOCK_KEY))
+        waited = loop.time() - started
+        if waited >= wait_seconds:
+            raise MigrationError(
+                f"gave up after {waited:.0f} s (DB_MIGRATE_LOCK_WAIT_SECONDS={wait_seconds:g}) "
+                f"waiting for the migration lock, held by {holders}"
+            )
+        if holders != said:  # once per holder, not once per poll
+            log.warning("action=migrate_lock_wait waited_seconds=%.1f held_by=%s", waited, holders)
+            said = holders
+        await asyncio.sleep(poll_seconds)
 
 
 async def _apply(conn: asyncpg.Connection, migrations: list[Migration]) -> list[str]:
@@ -167,8 +230,13 @@ async def _main(argv: list[str]) -> int:
         "--write-snapshot", action="store_true", help=f"rewrite {SNAPSHOT.name} from the database"
     )
     args = parser.parse_args(argv)
-    dsn = args.dsn or load_settings().database_url
-    applied = await migrate(dsn)
+    settings = load_settings()
+    dsn = args.dsn or settings.database_url
+    applied = await migrate(
+        dsn,
+        lock_wait_seconds=settings.db_migrate_lock_wait_seconds,
+        lock_timeout_seconds=settings.db_migrate_lock_timeout_seconds,
+    )
     print(f"migrations applied: {', '.join(applied) if applied else 'none (up to date)'}")
     if args.write_snapshot:
         conn = await connect(dsn)

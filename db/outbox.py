@@ -128,6 +128,8 @@ class KeyRecord:
     published_partition: int | None
     published_offset: int | None
     payload: str
+    parked_reason: str | None = None
+    """Set for a row the relay parked (ops.outbox_parked): why."""
 
 
 async def records_of_key(conn: asyncpg.Connection, key: str, limit: int) -> list[KeyRecord]:
@@ -142,6 +144,7 @@ async def records_of_key(conn: asyncpg.Connection, key: str, limit: int) -> list
             r["published_partition"],
             r["published_offset"],
             str(r["payload"]),
+            r["parked_reason"],
         )
         for r in rows
     ]
@@ -166,3 +169,81 @@ async def listener_ping(conn: asyncpg.Connection) -> None:
 
 async def pass_keepalive(conn: asyncpg.Connection) -> None:
     await conn.fetchval(sql("outbox_pass_keepalive"))
+
+
+@dataclass(frozen=True, slots=True)
+class ParkRequest:
+    id: int
+    reason: str
+    error: str
+    refusals: int
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedRow:
+    id: int
+    topic: str
+    key: str
+    payload_bytes: int
+    created_at: datetime
+    parked_at: datetime
+    reason: str
+    error: str
+    refusals: int
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedStats:
+    reason: str
+    parked: int
+    oldest_parked_at: datetime
+
+
+async def parked_move(
+    conn: asyncpg.Connection, requests: Sequence[ParkRequest], parked_at: datetime
+) -> int:
+    """Move unpublished rows to ops.outbox_parked (on the relay's lane transaction)."""
+    return int(
+        await conn.fetchval(
+            sql("outbox_parked_move"),
+            [r.id for r in requests],
+            [r.reason for r in requests],
+            [r.error for r in requests],
+            [r.refusals for r in requests],
+            parked_at,
+        )
+    )
+
+
+async def parked_list(conn: asyncpg.Connection, limit: int) -> list[ParkedRow]:
+    rows = await conn.fetch(sql("outbox_parked_list"), limit)
+    return [
+        ParkedRow(
+            id=int(r["id"]),
+            topic=str(r["topic"]),
+            key=str(r["key"]),
+            payload_bytes=int(r["payload_bytes"]),
+            created_at=r["created_at"],
+            parked_at=r["parked_at"],
+            reason=str(r["reason"]),
+            error=str(r["error"]),
+            refusals=int(r["refusals"]),
+        )
+        for r in rows
+    ]
+
+
+async def parked_stats(conn: asyncpg.Connection) -> list[ParkedStats]:
+    rows = await conn.fetch(sql("outbox_parked_stats"))
+    return [ParkedStats(str(r["reason"]), int(r["parked"]), r["oldest_parked_at"]) for r in rows]
+
+
+async def parked_retry(conn: asyncpg.Connection, outbox_id: int) -> bool:
+    """Move a parked row back into ops.outbox; False if there is no such parked row."""
+    return bool(await conn.fetchval(sql("outbox_parked_retry"), outbox_id))
+
+
+async def parked_drop(conn: asyncpg.Connection, outbox_id: int) -> tuple[str, str] | None:
+    """Delete a parked row; its (topic, reason), or None if there is no such parked row."""
+    row = await conn.fetchrow(sql("outbox_parked_drop"), outbox_id)
+    return None if row is None else (str(row["topic"]), str(row["reason"]))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TypeAlias
@@ -99,16 +99,23 @@ class CheckedDocument:
 
 async def expiry_marks_check(
     db: Executor,
-    owners: Sequence[UUID],
+    owners: Mapping[UUID, int],
     lo: date,
     hi: date,
     today: date,
     thresholds: Sequence[int],
 ) -> list[CheckedDocument]:
+    """``owners``: owner -> the most documents to read of it (one statement, bounded)."""
     if not owners:
         return []
     rows = await db.fetch(
-        sql("profile_expiry_marks_check"), list(owners), lo, hi, today, list(thresholds)
+        sql("profile_expiry_marks_check"),
+        list(owners),
+        lo,
+        hi,
+        today,
+        list(thresholds),
+        list(owners.values()),
     )
     return [CheckedDocument(*r) for r in rows]  # columns in the dataclass's order
 
@@ -137,8 +144,11 @@ async def expiry_marks_claim(
     today: date,
     thresholds: Sequence[int],
     reminded_at: datetime,
+    after: tuple[UUID, UUID],
+    limit: int,
 ) -> list[ClaimedDocument]:
-    """Insert-wins for the owners' documents in [lo, hi], on the caller's transaction."""
+    """Insert-wins for up to ``limit`` of the owners' documents in [lo, hi] after the keyset
+    ``after`` (OwnerUserId, DocumentId), on the caller's transaction; one row per document."""
     if not owners:
         return []
     rows = await conn.fetch(
@@ -149,6 +159,9 @@ async def expiry_marks_claim(
         today,
         list(thresholds),
         reminded_at,
+        after[0],
+        after[1],
+        limit,
     )
     return [ClaimedDocument(*r) for r in rows]  # columns in the dataclass's order
 

@@ -12,7 +12,8 @@
 # Settings (environment): DEV_DIR, KAFKA_PORT, KAFKA_CONTROLLER_PORT, PG_PORT,
 # KAFKA_VERSION (must match stack/kafka/pom.xml unless overridden), READY_TIMEOUT, and the
 # stack's shape: STACK_KAFKA_BROKERS (1 or 3), STACK_KAFKA_SECURITY (plaintext or sasl_ssl:
-# a CA and certificates made with openssl, SCRAM users), STACK_PG_DURABLE (0 or 1).
+# a CA and certificates made with openssl, SCRAM users), STACK_PG_DURABLE (0 or 1),
+# STACK_KAFKA_AUTO_CREATE (true or false: the brokers' auto.create.topics.enable).
 # `env` prints the client settings of the shape (KAFKA_SECURITY_PROTOCOL, ...).
 set -euo pipefail
 
@@ -176,6 +177,8 @@ kafka_install() {
 # default KAFKA_PORT and KAFKA_CONTROLLER_PORT for node 1, then +2 per node.
 STACK_KAFKA_BROKERS="${STACK_KAFKA_BROKERS:-1}"
 STACK_KAFKA_SECURITY="${STACK_KAFKA_SECURITY:-plaintext}"
+STACK_KAFKA_AUTO_CREATE="${STACK_KAFKA_AUTO_CREATE:-true}"
+case "$STACK_KAFKA_AUTO_CREATE" in true|false) ;; *) die "STACK_KAFKA_AUTO_CREATE must be true or false, got '$STACK_KAFKA_AUTO_CREATE'";; esac
 case "$STACK_KAFKA_BROKERS" in 1|3) ;; *) die "STACK_KAFKA_BROKERS must be 1 or 3, got '$STACK_KAFKA_BROKERS'";; esac
 case "$STACK_KAFKA_SECURITY" in plaintext|sasl_ssl) ;; *) die "STACK_KAFKA_SECURITY must be plaintext or sasl_ssl, got '$STACK_KAFKA_SECURITY'";; esac
 # SCRAM users of the secured stack: the brokers' own, and the service's.
@@ -251,7 +254,7 @@ inter.broker.listener.name=$proto
 listener.security.protocol.map=$proto:$proto,CONTROLLER:PLAINTEXT
 log.dirs=$d/data
 num.partitions=4
-auto.create.topics.enable=true
+auto.create.topics.enable=$STACK_KAFKA_AUTO_CREATE
 default.replication.factor=$rf
 min.insync.replicas=$isr
 offsets.topic.replication.factor=$rf

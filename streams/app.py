@@ -10,8 +10,10 @@ import faust
 from mode import Service
 
 from streams.agents.monitor import LeanMonitor
+from streams.connection_budget import plan as connection_plan
 from streams.kafka_client import faust_credentials
 from streams.maintenance.schedules import WORKER_HEARTBEAT
+from streams.maintenance.status import retention_status
 from streams.outbox.config import RelayConfig
 from streams.outbox.relay import OutboxRelay
 from streams.runtime import Runtime
@@ -42,7 +44,8 @@ class WorkerServices(Service):
         # then build a record only for the handler to drop it. Back to the configured level.
         logging.root.setLevel(self.runtime.settings.log_level.upper())
         if self.ctx.timer_process is not None:
-            # The relay and the isolated schedules run there (streams/timer_process).
+            # The relay and the isolated schedules run there (streams/timer_process); the
+            # startup gate started it once PostgreSQL answered (this waits until it is ready).
             await self.ctx.timer_process.start()
         else:
             self.relay = OutboxRelay.from_settings(
@@ -77,6 +80,7 @@ def create_context(
     """The app with every slice installed and the timer registry declared, not started (the
     worker starts it; ``python -m streams timers run`` uses its registry directly)."""
     RelayConfig.from_settings(settings)  # relay settings that cannot work stop startup here
+    connection_plan(settings)  # so does a connection budget that leaves a pool nothing
     runtime = runtime or Runtime(settings)
     settings.worker_data_dir.mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -107,10 +111,16 @@ def create_context(
     )
     ctx = SliceContext(app, runtime, Topics(app, settings), build_registry(runtime, worker_id))
     install_all(ctx)
+    ctx.status("retention", lambda: retention_status(runtime))
     return ctx
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
+    return create_worker(settings, runtime).app
+
+
+def create_worker(settings: Settings, runtime: Runtime | None = None) -> SliceContext:
+    """The worker's app and context (its timer process, if it has one, not started)."""
     ctx = create_context(settings, runtime)
     if settings.worker_timer_process:
         registry = ctx.registry
@@ -125,4 +135,4 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
         registry.delegate(isolated, ctx.timer_process.wake)
     views.register(ctx)
     ctx.app.service(WorkerServices(ctx))  # type: ignore[arg-type]
-    return ctx.app
+    return ctx

@@ -20,6 +20,8 @@ USAGE = """usage: streams <command>   (or: python -m streams <command>)
   automation ensure --json FILE | deactivate KEY... --reason CODE | show KEY | hold
            | release KEY | retry-key KEY
            scheduler rows by hand and the support commands (rows on hold)
+  outbox parked | retry ID | drop ID
+           rows the relay parked (Kafka refused them for good): list, send again, delete
   explain ID
            what happened to a ReminderId or EventId: input message, row, outbox, topic offset
   timers run NAME [--as-of ISO-8601] [--rerun]
@@ -57,9 +59,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if command == "migrate":
-        from db.migrate import migrate
+        from db.migrate import MigrationError, migrate
 
-        applied = asyncio.run(migrate(settings.database_url))
+        try:
+            applied = asyncio.run(
+                migrate(
+                    settings.database_url,
+                    lock_wait_seconds=settings.db_migrate_lock_wait_seconds,
+                    lock_timeout_seconds=settings.db_migrate_lock_timeout_seconds,
+                )
+            )
+        except MigrationError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         print(f"migrations applied: {', '.join(applied) if applied else 'none (up to date)'}")
         return 0
     if command == "topics":
@@ -76,21 +88,34 @@ def main(argv: list[str] | None = None) -> int:
         from streams.agents import drain
 
         drain.install()  # Faust's fetch loop without a task per record (streams/agents/drain.py)
-        from streams.app import create_app
+        from streams.app import create_worker
         from streams.timers.schedule import RegistrationError
 
         try:
-            app = create_app(settings)
+            ctx = create_worker(settings)
         except (ConfigError, RegistrationError, ValueError) as exc:
             # The worker does not start half-configured; the message names the setting.
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        app, timer_process = ctx.app, ctx.timer_process
         from streams.wait import startup_gate
+        from streams.web.startup import startup_health
 
         # A worker started before PostgreSQL or Kafka waits for them (on the loop Faust
-        # will run on) instead of exiting; bad configuration still stops it at once.
-        code = startup_gate(app.loop, settings)
+        # will run on) instead of exiting; bad configuration still stops it at once. Its
+        # timer process needs only PostgreSQL: it starts (and dispatches into the outbox)
+        # while the worker still waits for Kafka; /health says what it waits for.
+        code = startup_gate(
+            app.loop,
+            settings,
+            after_postgres=timer_process.start if timer_process is not None else None,
+            health=lambda status: startup_health(
+                settings.web_host, settings.web_port, status, timer_process
+            ),
+        )
         if code:
+            if timer_process is not None:
+                app.loop.run_until_complete(timer_process.stop())
             return code
         sys.argv = [
             "reminders",
@@ -119,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         from streams.slices.automation.cli import run_cli as automation_cli
 
         return automation_cli(settings, rest)
+    if command == "outbox":
+        from streams.outbox.cli import run_cli as outbox_cli
+
+        return outbox_cli(settings, rest)
     if command == "explain":
         from streams.explain import run_cli as explain_cli
         from streams.runtime import Runtime

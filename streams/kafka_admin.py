@@ -192,3 +192,30 @@ async def _leaders_elected(admin: AIOKafkaAdminClient, names: list[str], timeout
         if loop.time() > deadline:
             raise TimeoutError(f"topics without a leader after {timeout:.0f}s: {pending}")
         await asyncio.sleep(0.1)
+
+
+async def topic_max_message_bytes(
+    settings: Settings, names: list[str], *, timeout: float = 10.0
+) -> dict[str, int]:
+    """``max.message.bytes`` of each of ``names`` that exists (the broker's default when the
+    topic sets none); a topic Kafka does not know is left out."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    await asyncio.wait_for(admin.start(), timeout)
+    try:
+        resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
+        responses = await asyncio.wait_for(admin.describe_configs(resources), timeout)
+    finally:
+        await admin.close()
+    limits: dict[str, int] = {}
+    for response in responses:
+        # (error_code, error_message, resource_type, resource_name, config_entries)
+        for resource in response.resources:
+            error_code, name, entries = resource[0], resource[3], resource[4]
+            if error_code:
+                continue
+            for entry in entries:
+                if entry[0] == "max.message.bytes" and entry[1] is not None:
+                    limits[str(name)] = int(entry[1])
+    return limits

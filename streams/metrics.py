@@ -70,7 +70,7 @@ class AgentMetrics:
         )
         self.retries = Counter(
             "stream_infrastructure_retries_total",
-            "Batches retried because PostgreSQL was unavailable or unwell (the input was fine)",
+            "Batches retried because PostgreSQL or the worker's local store was unwell (the input was fine)",
             ["topic"],
             registry=registry,
         )
@@ -96,6 +96,19 @@ class AgentMetrics:
             "stream_table_cache_total",
             "Changelog-table cache lookups in front of PostgreSQL, by table and result (hit, miss)",
             ["table", "result"],
+            registry=registry,
+        )
+        self.local_storage_errors = Counter(
+            "stream_local_storage_errors_total",
+            "Reads and writes of a cache table that the worker's local store (RocksDB) failed, "
+            "by table and op (a read falls back to PostgreSQL; a write is retried, holding its batch)",
+            ["table", "op"],
+            registry=registry,
+        )
+        self.local_storage_failing = Gauge(
+            "stream_local_storage_failing",
+            "1 while a cache table's local store fails (its last read or write failed)",
+            ["table"],
             registry=registry,
         )
 
@@ -128,6 +141,18 @@ class OutboxMetrics:
             "Relay Kafka producers replaced because they became unusable, by reason "
             "(publish_timeout, pass_failed, fatal_error, closed, sender_stopped)",
             ["reason"],
+            registry=registry,
+        )
+        self.parked_total = Counter(
+            "outbox_parked_total",
+            "Outbox rows the relay parked (moved out of their lane) because Kafka refused them "
+            "for a reason that will not change by itself, by topic and reason",
+            ["topic", "reason"],
+            registry=registry,
+        )
+        self.parked = Gauge(
+            "outbox_parked_rows",
+            "Outbox rows parked now (ops.outbox_parked), waiting for retry or drop",
             registry=registry,
         )
         self.in_doubt = Counter(

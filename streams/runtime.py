@@ -7,6 +7,7 @@ import os
 
 from db.connector import Pool, SessionLimits, create_pool
 from streams.clock import Clock, SystemClock
+from streams.connection_budget import plan
 from streams.metrics import Metrics
 from streams.settings import Settings
 
@@ -28,8 +29,8 @@ class Runtime:
                 if self._pool is None:
                     self._pool = await create_pool(
                         self.settings.database_url,
-                        min_size=self.settings.db_pool_min_size,
-                        max_size=self.settings.db_pool_max_size,
+                        min_size=min(self.settings.db_pool_min_size, plan(self.settings).pool_size),
+                        max_size=plan(self.settings).pool_size,
                         limits=self.session_limits(),
                         application_name=f"{self.settings.app_id}:{os.getpid()}",
                         on_statement=self.metrics.db.statements.inc,

@@ -62,6 +62,14 @@ class Settings(BaseSettings):
 
     db_pool_min_size: int = Field(1, ge=0)
     db_pool_max_size: int = Field(10, ge=1)
+    # Every PostgreSQL connection one worker may open, both processes together (the two pools
+    # and the relay's LISTEN connection); each pool gets (this - 1) // processes, at most
+    # DB_POOL_MAX_SIZE. Checked at start-up against the server (streams/connection_budget.py).
+    db_max_connections_per_worker: int = Field(21, ge=2, le=10_000)
+    # Migrations: how long a migrator waits for another's lock (saying who holds it), and how
+    # long one of its statements waits for a table lock before the migration fails.
+    db_migrate_lock_wait_seconds: float = Field(300.0, gt=0, le=3_600)
+    db_migrate_lock_timeout_seconds: float = Field(10.0, gt=0, le=600)
     # A statement waiting longer than this for a lock fails and is retried (55P03).
     db_lock_timeout_seconds: float = Field(5.0, gt=0, le=600)
     # PostgreSQL ends a worker's session idle this long inside a transaction (a paused
@@ -92,7 +100,26 @@ class Settings(BaseSettings):
     outbox_in_doubt_timeout_seconds: float = Field(120.0, gt=0, le=3600)
     # Most of the 64 lanes one relay pass locks (what a paused relay can hold up).
     outbox_max_lanes_per_pass: int = Field(16, ge=1, le=64)
+    # The relay producer's max_request_size: the largest record it sends. Topics the service
+    # creates get max.message.bytes = this; the relay checks its topics' limit at start.
+    outbox_max_record_bytes: int = Field(1_048_576, ge=1024, le=100 * 1024 * 1024)
+    # A row whose topic is unknown (or not authorized) this long, while Kafka answers for
+    # other topics, is parked (python -m streams outbox parked|retry|drop).
+    outbox_park_unknown_topic_after_seconds: float = Field(60.0, gt=0, le=86_400)
     outbox_retention_hours: float = Field(24.0, ge=0)
+    # Retention (streams/maintenance, docs/architecture.md "Retention"): rows per DELETE (each
+    # its own transaction) and how long one run of a retention job may keep deleting.
+    retention_batch_size: int = Field(5_000, ge=1, le=100_000)
+    retention_budget_seconds: float = Field(240.0, gt=0, le=3_000)
+    # Calendar events (with their reminders) this long past their start, none Pending, are
+    # deleted; each leaves a tombstone (EventId, Version) for calendar_tombstone_retention_days,
+    # then only the prune horizon (inputs that happened before it are stale).
+    calendar_event_retention_days: float = Field(30.0, ge=1)
+    calendar_tombstone_retention_days: float = Field(400.0, ge=1)
+    # Completed (dated triggers only), Deactivated and Cancelled automation.scheduler rows
+    # this long past their ScheduledOn and last change.
+    automation_scheduler_retention_days: float = Field(30.0, ge=2)
+    timer_slot_retention_days: float = Field(7.0, ge=1)
 
     # Calendar dispatch (seed 000): a poison row stays Pending and is retried after this,
     # doubling per failed attempt up to the max (DispatchConfig validates the pair).
@@ -105,6 +132,10 @@ class Settings(BaseSettings):
     automation_lease_seconds: float = Field(120.0, gt=0, le=86_400)
     automation_backoff_seconds: str = "300,900,3600"
     automation_stale_batch_size: int = Field(500, ge=1, le=10_000)
+    # Claims ended without a verdict (DB error, cancelled run, expired lease) a row may have
+    # before they count as attempts, and how soon an interrupted row is due again.
+    automation_interruption_allowance: int = Field(5, ge=0, le=1_000)
+    automation_interruption_delay_seconds: float = Field(15.0, ge=0, le=86_400)
     # AutomationTypes whose handlers are approved as long-running: once the ladder is spent
     # they retry daily instead of going on support hold (comma-separated, e.g.
     # "ReportSubscription"; empty = none).
@@ -125,6 +156,14 @@ class Settings(BaseSettings):
     # kafka: one work item per owner on an internal topic, done by the worker that owns the
     # owner's partition (and its marks cache); inline: the run does every owner itself.
     timer_document_expiry_fanout: Literal["kafka", "inline"] = "kafka"
+    # Documents one DocumentExpiryReminderEvent lists at most: an owner's reminders of one
+    # run are split into events of up to this many (same correlation-id). 1,000 items are
+    # about 154 KB (at most ~260 KB with 64-character masks): well under Kafka's 1 MiB; at
+    # most the contract's MAX_DOCUMENTS_PER_EVENT (streams/contracts/profile.py).
+    document_expiry_max_documents_per_event: int = Field(1000, ge=1, le=1800)
+    # Documents one claim statement (and its transaction) covers at most: an owner with more
+    # is claimed in chunks, each continued by a work item of its own.
+    document_expiry_claim_chunk_documents: int = Field(5000, ge=10, le=50_000)
 
     @field_validator("database_url")
     @classmethod

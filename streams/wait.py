@@ -17,6 +17,7 @@ import asyncpg
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, SaslAuthenticationFailed
 
+from db.server import ConnectionLimits
 from streams.clock import Clock, SystemClock
 from streams.kafka_client import security_options
 from streams.settings import Settings
@@ -220,22 +221,30 @@ async def wait_for(
     backoff: Backoff | None = None,
     clock: Clock | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    status: dict[str, str] | None = None,
+    waited_before: float = 0.0,
 ) -> float:
-    """Probe each dependency in turn until it answers. Returns the seconds waited in all.
+    """Probe each dependency in turn until it answers. Returns the seconds waited in all
+    (``waited_before``, already spent on earlier dependencies, included).
 
     ``limit_s`` > 0 bounds the whole wait (DependencyTimeout); 0 waits forever. A
     configuration error raises DependencyConfigError at once; an unexpected exception
-    (a bug, not an outage) propagates.
+    (a bug, not an outage) propagates. ``status`` (the startup /health) is kept per
+    dependency: ``waiting``, ``waiting: <error class>`` or ``ok``.
     """
     backoff = backoff or Backoff()
     clock = clock or SystemClock()
-    started = clock.monotonic()
+    started = clock.monotonic() - waited_before
+    status = {} if status is None else status
+    for dep in deps:
+        status.setdefault(dep.name, "waiting")
     for dep in deps:
         attempt = 0
         while True:
             try:
                 await dep.probe()
             except Exception as exc:
+                status[dep.name] = f"waiting: {type(exc).__name__}"
                 problem = dep.config_problem(exc)
                 if problem is not None:
                     raise DependencyConfigError(
@@ -265,6 +274,7 @@ async def wait_for(
                 )
                 await sleep(delay)
                 continue
+            status[dep.name] = "ok"
             log.info(
                 "action=dependency_ready dependency=%s waited_s=%.1f",
                 dep.name,
@@ -274,19 +284,56 @@ async def wait_for(
     return clock.monotonic() - started
 
 
-async def wait_for_dependencies(settings: Settings) -> float:
-    """The worker's startup gate: PostgreSQL first (the ledger), then Kafka."""
-    return await wait_for(
-        [
-            postgres_dependency(settings.database_url),
-            kafka_dependency(
-                settings.kafka_bootstrap,
-                options=security_options(settings),
-                replication_factor=settings.kafka_replication_factor,
-            ),
-        ],
-        limit_s=settings.startup_wait_seconds,
+async def check_connection_budget(settings: Settings) -> ConnectionLimits:
+    """DB_MAX_CONNECTIONS_PER_WORKER against what the server allows (max_connections minus
+    its reserved slots); DependencyConfigError naming both when the budget cannot fit."""
+    from db import server
+    from db.connector import connect
+    from streams import connection_budget
+
+    conn = await connect(settings.database_url, timeout=10)
+    try:
+        limits = await server.connection_limits(conn)
+    finally:
+        await conn.close()
+    found = connection_budget.problem(settings, limits)
+    if found is not None:
+        raise DependencyConfigError(connection_budget.SETTING, found)
+    log.info(
+        "action=connection_budget uses=%s server_available=%d fits_workers=%d",
+        connection_budget.plan(settings).describe().replace(" ", "_"),
+        limits.available,
+        connection_budget.fits(settings, limits),
     )
+    return limits
+
+
+async def wait_for_dependencies(
+    settings: Settings,
+    *,
+    after_postgres: Callable[[], Awaitable[None]] | None = None,
+    status: dict[str, str] | None = None,
+) -> float:
+    """The worker's startup gate: PostgreSQL first (the ledger) and the connection budget
+    checked against it, then Kafka. ``after_postgres`` runs in between: what needs only
+    PostgreSQL (the timer process) starts without waiting for Kafka."""
+    limit = settings.startup_wait_seconds
+    status = {} if status is None else status
+    status.update(postgres="waiting", kafka="waiting")
+    waited = await wait_for(
+        [postgres_dependency(settings.database_url)], limit_s=limit, status=status
+    )
+    # Before anything opens its pools: the budget must fit what the server allows.
+    await check_connection_budget(settings)
+    if after_postgres is not None:
+        await after_postgres()
+    kafka = kafka_dependency(
+        settings.kafka_bootstrap,
+        options=security_options(settings),
+        replication_factor=settings.kafka_replication_factor,
+    )
+    # The limit is for the whole wait.
+    return await wait_for([kafka], limit_s=limit, status=status, waited_before=waited)
 
 
 @contextlib.contextmanager
@@ -310,11 +357,28 @@ def startup_logging(level: str) -> Iterator[None]:
         logger.propagate = before[1]
 
 
-def startup_gate(loop: asyncio.AbstractEventLoop, settings: Settings) -> int:
+def startup_gate(
+    loop: asyncio.AbstractEventLoop,
+    settings: Settings,
+    *,
+    after_postgres: Callable[[], Awaitable[None]] | None = None,
+    health: Callable[[dict[str, str]], contextlib.AbstractAsyncContextManager[object]]
+    | None = None,
+) -> int:
     """Wait for the dependencies on ``loop``. Returns 0 to start the worker, else the exit
     code after printing why: 2 bad configuration, 1 STARTUP_WAIT_SECONDS ran out, 143/130
-    stopped by SIGTERM/SIGINT while waiting (the container's PID 1 has no default handler)."""
-    task = loop.create_task(wait_for_dependencies(settings))
+    stopped by SIGTERM/SIGINT while waiting (the container's PID 1 has no default handler).
+    ``after_postgres`` runs once PostgreSQL answers; within ``health(status)`` (the startup
+    /health) the wait's status is served until the worker serves its own."""
+    status: dict[str, str] = {}
+
+    async def gate() -> float:
+        async with health(status) if health is not None else contextlib.nullcontext():
+            return await wait_for_dependencies(
+                settings, after_postgres=after_postgres, status=status
+            )
+
+    task = loop.create_task(gate())
     stopped_by: list[int] = []
 
     def stop(sig: int) -> None:

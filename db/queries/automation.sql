@@ -150,7 +150,7 @@ WHERE s.scheduler_id = due.scheduler_id
 RETURNING s.scheduler_id, s.scheduler_key, s.automation_type_id, s.trigger_type_id,
           s.scheduled_on, s.scheduled_local_date, s.time_zone_id, s.input_hash, s.setting_guid,
           s.source_type, s.source_guid, s.subscription_guid, s.retry_count, s.due_on,
-          s.processing_lease_expires_on, s.version;
+          s.processing_lease_expires_on, s.version, s.interrupted_count;
 
 -- name: automation_rows_complete
 -- Claimed rows → Completed with their dispatch coordinates, only WHERE Version = token:
@@ -180,11 +180,13 @@ WHERE s.scheduler_id = c.scheduler_id AND s.version = c.token AND s.status_id = 
 RETURNING s.scheduler_id;
 
 -- name: automation_rows_retry
--- Claimed rows back from Processing: a failed attempt, an expired lease or a hold, as the
--- backoff ladder planned it (status, RetryCount, NextRetryOn, hold), with the failure
--- reason, a value-free error and a conflict hash where given; only WHERE Version = token.
+-- Claimed rows back from Processing: a failed attempt, an interrupted claim (handed back by
+-- the runner or found with an expired lease) or a hold, as the backoff ladder or the
+-- interruption allowance planned it (status, RetryCount, NextRetryOn, hold), with the failure
+-- reason, a value-free error and a conflict hash where given, and the interruption count of
+-- an interrupted claim (NULL: not an interruption, count kept); only WHERE Version = token.
 -- $1 ids, $2 tokens, $3 statuses, $4 retry counts, $5 next retry, $6 hold, $7 reason codes,
--- $8 errors, $9 conflict hashes (parallel), $10 now.
+-- $8 errors, $9 conflict hashes, $10 interruption counts (parallel), $11 now.
 UPDATE automation.scheduler s
 SET status_id = c.status,
     retry_count = c.retry_count,
@@ -193,21 +195,24 @@ SET status_id = c.status,
     failure_reason_code = coalesce(c.reason, s.failure_reason_code),
     last_error = coalesce(c.error, s.last_error),
     conflict_input_hash = coalesce(c.conflict_hash, s.conflict_input_hash),
+    interrupted_count = coalesce(c.interrupted_count, s.interrupted_count),
+    last_interrupted_on = CASE WHEN c.interrupted_count IS NULL THEN s.last_interrupted_on
+                               ELSE $11 END,
     processing_lease_expires_on = NULL,
     version = s.version + 1,
-    updated_on = $10
+    updated_on = $11
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::timestamptz[], $6::bool[],
-            $7::text[], $8::text[], $9::text[])
+            $7::text[], $8::text[], $9::text[], $10::int[])
      AS c(scheduler_id, token, status, retry_count, next_retry_on, hold, reason, error,
-          conflict_hash)
+          conflict_hash, interrupted_count)
 WHERE s.scheduler_id = c.scheduler_id AND s.version = c.token AND s.status_id = 'Processing'
 RETURNING s.scheduler_id;
 
 -- name: automation_stale_lock
--- Processing rows whose lease expired (their claimant crashed or stalled), locked for this
--- cleanup transaction; their current Version is the token of the rescue write.
+-- Processing rows whose lease expired (their claimant crashed, stalled or could not hand them
+-- back), locked for this cleanup transaction; their current Version is the token of the rescue write.
 -- $1 now, $2 batch size.
-SELECT scheduler_id, scheduler_key, automation_type_id, retry_count, version
+SELECT scheduler_id, scheduler_key, automation_type_id, retry_count, interrupted_count, version
 FROM automation.scheduler
 WHERE status_id = 'Processing' AND processing_lease_expires_on < $1
 ORDER BY processing_lease_expires_on
@@ -232,7 +237,7 @@ SELECT scheduler_id, scheduler_key, automation_type_id, trigger_type_id, status_
        status_reason_code,
        failure_reason_code, last_error, retry_count, next_retry_on, scheduled_on, input_hash,
        conflict_input_hash, is_on_support_hold, dispatch_result_json, support_action,
-       support_action_on, support_action_count, version, updated_on
+       support_action_on, support_action_count, interrupted_count, version, updated_on
 FROM automation.scheduler
 WHERE is_on_support_hold
 ORDER BY updated_on DESC, scheduler_key
@@ -244,14 +249,14 @@ SELECT scheduler_id, scheduler_key, automation_type_id, trigger_type_id, status_
        status_reason_code,
        failure_reason_code, last_error, retry_count, next_retry_on, scheduled_on, input_hash,
        conflict_input_hash, is_on_support_hold, dispatch_result_json, support_action,
-       support_action_on, support_action_count, version, updated_on
+       support_action_on, support_action_count, interrupted_count, version, updated_on
 FROM automation.scheduler
 WHERE scheduler_key = $1;
 
 -- name: automation_row_release
 -- Support puts a held row back: the hold is lifted; a Failed row (ladder exhausted) becomes
 -- Pending; a Pending or Failed row is due again now (NextRetryOn cleared); $3 resets the
--- attempts (retry-key) or keeps them (release). The action, when and how many are recorded
+-- attempts and the interruption allowance (retry-key) or keeps them (release). The action, when and how many are recorded
 -- in the row; the failure diagnostics and any conflict hash stay as history.
 -- $1 key, $2 action, $3 reset attempts, $4 now.
 UPDATE automation.scheduler s
@@ -260,6 +265,7 @@ SET is_on_support_hold = false,
     next_retry_on = CASE WHEN s.status_id IN ('Failed', 'Pending') THEN NULL
                          ELSE s.next_retry_on END,
     retry_count = CASE WHEN $3 THEN 0 ELSE s.retry_count END,
+    interrupted_count = CASE WHEN $3 THEN 0 ELSE s.interrupted_count END,
     support_action = $2,
     support_action_on = $4,
     support_action_count = s.support_action_count + 1,
@@ -270,7 +276,7 @@ RETURNING s.scheduler_id, s.scheduler_key, s.automation_type_id, s.trigger_type_
           s.status_reason_code, s.failure_reason_code, s.last_error, s.retry_count,
           s.next_retry_on, s.scheduled_on, s.input_hash, s.conflict_input_hash,
           s.is_on_support_hold, s.dispatch_result_json, s.support_action, s.support_action_on,
-          s.support_action_count, s.version, s.updated_on;
+          s.support_action_count, s.interrupted_count, s.version, s.updated_on;
 
 -- name: automation_settings_upsert
 -- ReminderSetting states, each applied only when its Version is newer than the stored one.

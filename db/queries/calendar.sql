@@ -17,6 +17,7 @@
 -- the row an INSERT ... ON CONFLICT inserted; the updated row carries its updater's lock).
 -- Offsets come as an array literal ($9: '{15,60}', sorted and distinct). $22 is each state's
 -- content fingerprint, stored with it (calendar_events_version_advance compares it).
+-- An event retention pruned is stored again only for a Version newer than its tombstone.
 -- Returns one row per stored event (event_id), one per reminder made Pending (due_at, to
 -- wake the dispatcher) and one with the number of reminders Skipped.
 WITH up AS (
@@ -35,6 +36,14 @@ WITH up AS (
          AS u(event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone,
               status, offsets, appointment_id, version, occurred_at, source_partition,
               source_offset, fingerprint)
+    -- A pruned event (migration 0024): only a Version newer than its tombstone is stored,
+    -- and an input that happened before the prune horizon (raised as tombstones go, more
+    -- than a year after their prune) is stale, whether or not the event still has a row.
+    WHERE NOT EXISTS (
+              SELECT 1 FROM calendar.event_tombstones t
+              WHERE t.event_id = u.event_id AND t.version >= u.version)
+      AND u.occurred_at >= COALESCE(
+              (SELECT h.occurred_before FROM calendar.event_prune_horizon h), '-infinity')
     ON CONFLICT (event_id) DO UPDATE SET
         tenant_id = EXCLUDED.tenant_id,
         owner_user_id = EXCLUDED.owner_user_id,
@@ -77,7 +86,9 @@ WITH up AS (
     ON CONFLICT (reminder_id) DO UPDATE SET
         status = 'Pending', skip_reason = NULL, updated_at = EXCLUDED.updated_at,
         source_partition = EXCLUDED.source_partition, source_offset = EXCLUDED.source_offset,
-        source_version = EXCLUDED.source_version
+        source_version = EXCLUDED.source_version,
+        -- wanted again = a new reminder: an earlier poison backoff does not carry over
+        attempts = 0, next_attempt_at = '-infinity', last_error_code = NULL
     WHERE r.status = 'Skipped'
     RETURNING r.due_at
 )
@@ -252,7 +263,9 @@ VACUUM ANALYZE calendar.events, calendar.event_reminders;
 -- One reminder with its event's current state and the input that made it (explain).
 SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.skip_reason,
        r.sent_at, r.created_at, r.updated_at, r.source_partition, r.source_offset,
-       r.source_version, e.version AS event_version, e.status AS event_status,
+       r.source_version, r.attempts, r.last_error_code,
+       CASE WHEN r.next_attempt_at > '-infinity' THEN r.next_attempt_at END AS next_attempt_at,
+       e.version AS event_version, e.status AS event_status,
        e.source_partition AS event_source_partition, e.source_offset AS event_source_offset
 FROM calendar.event_reminders r
 JOIN calendar.events e ON e.event_id = r.event_id

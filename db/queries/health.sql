@@ -12,3 +12,25 @@ SELECT 1;
 -- millisecond per batch; it is not set for the whole session, where the dispatcher's and the
 -- relay's many small statements would pay it too (lateness p99 167 ms against 92 ms).
 SET LOCAL plan_cache_mode = force_custom_plan;
+
+-- name: server_connection_limits
+-- What the server lets clients open: max_connections minus the slots kept for superusers
+-- and (PostgreSQL 16+) for roles with pg_use_reserved_connections; NULL before 16.
+SELECT current_setting('max_connections')::int AS max_connections,
+       current_setting('superuser_reserved_connections')::int AS superuser_reserved,
+       COALESCE(NULLIF(current_setting('reserved_connections', true), ''), '0')::int
+           AS reserved;
+
+-- name: advisory_lock_holders
+-- Who holds (granted) the session advisory lock on key $1 (pg_advisory_lock(bigint) is
+-- classid = high 32 bits, objid = low 32 bits, objsubid = 1): pid, application name, since.
+SELECT l.pid, a.application_name, a.client_addr::text AS client_addr, a.backend_start,
+       a.state, a.xact_start
+FROM pg_locks l
+LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory'
+  AND l.granted
+  AND l.objsubid = 1
+  AND l.classid::bigint = ($1::bigint >> 32)
+  AND l.objid::bigint = ($1::bigint & 4294967295)
+ORDER BY l.pid;

@@ -103,10 +103,66 @@ SELECT 1;
 SELECT 1;
 
 -- name: outbox_records_of_key
--- The outbox records of one key (an entity) still within retention, oldest first (explain).
+-- The outbox records of one key (an entity) still within retention, oldest first (explain),
+-- with its parked rows (parked_reason set; ops.outbox_parked is small, scanned as it is).
 SELECT id, topic, key, headers::text AS headers, created_at, published_at,
-       published_partition, published_offset, payload::text AS payload
+       published_partition, published_offset, payload::text AS payload,
+       NULL::text AS parked_reason
 FROM ops.outbox
+WHERE key = $1
+UNION ALL
+SELECT id, topic, key, headers::text, created_at, NULL, NULL, NULL, payload::text, reason
+FROM ops.outbox_parked
 WHERE key = $1
 ORDER BY id
 LIMIT $2;
+
+-- name: outbox_parked_move
+-- Rows Kafka refused for good leave their lane (the relay holds it): one statement moves
+-- them to ops.outbox_parked with why ($1 ids, $2 reasons, $3 errors, $4 refusals, $5 now).
+WITH doomed AS (
+    DELETE FROM ops.outbox o
+    USING unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS p(id, reason, error, refusals)
+    WHERE o.id = p.id AND o.published_at IS NULL
+    RETURNING o.id, o.topic, o.key, o.payload, o.headers, o.created_at, p.reason, p.error,
+              p.refusals
+), moved AS (
+    INSERT INTO ops.outbox_parked
+        (id, topic, key, payload, headers, created_at, parked_at, reason, error, refusals)
+    SELECT id, topic, key, payload, headers, created_at, $5, reason, error, refusals FROM doomed
+    RETURNING 1
+)
+SELECT count(*) FROM moved;
+
+-- name: outbox_parked_list
+-- Parked rows, oldest first, without their payloads (they may hold personal data).
+SELECT id, topic, key, octet_length(payload::text) AS payload_bytes, created_at, parked_at,
+       reason, error, refusals
+FROM ops.outbox_parked
+ORDER BY id
+LIMIT $1;
+
+-- name: outbox_parked_stats
+-- How many rows are parked, by reason (for /status and the outbox_parked gauge).
+SELECT reason, count(*) AS parked, min(parked_at) AS oldest_parked_at
+FROM ops.outbox_parked
+GROUP BY reason
+ORDER BY reason;
+
+-- name: outbox_parked_retry
+-- A parked row back into ops.outbox with its own id (so the same outbox-id header) and its
+-- own created_at: it is the head of its lane again and the relay sends it next.
+WITH back AS (
+    DELETE FROM ops.outbox_parked WHERE id = $1
+    RETURNING id, topic, key, payload, headers, created_at
+), inserted AS (
+    INSERT INTO ops.outbox (id, topic, key, payload, headers, created_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT id, topic, key, payload, headers, created_at FROM back
+    RETURNING id
+)
+SELECT count(*) FROM inserted;
+
+-- name: outbox_parked_drop
+-- Deletes one parked row for good; returns its topic and reason (NULL: no such row).
+DELETE FROM ops.outbox_parked WHERE id = $1 RETURNING topic, reason;

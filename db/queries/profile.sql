@@ -83,22 +83,33 @@ SELECT (SELECT count(*) FROM batch)::int,
 -- with ExpiresAt in [$2, $3], its DaysLeft as of $4 and how many of its crossed thresholds
 -- (DaysLeft <= t, t in $5) have no marker in the ledger. Zero for every document: the owner
 -- has nothing to send, and the cache's claim is confirmed by the ledger itself.
-SELECT d.document_id, d.owner_user_id, d.expires_at - $4::date AS days_left,
+-- At most $6[i] documents of owner $1[i] (one more than its cache value names): every
+-- document in the window crosses a threshold, so an owner with more documents than its
+-- value names cannot be settled by it, and reading the rest of a huge owner is no use.
+SELECT d.document_id, o.owner_user_id, d.expires_at - $4::date AS days_left,
        (SELECT count(*)::int
         FROM unnest($5::int[]) AS t(days)
         WHERE d.expires_at - $4::date <= t.days
           AND NOT EXISTS (
               SELECT 1 FROM profile.document_expiry_reminders r
               WHERE r.document_id = d.document_id AND r.threshold_days = t.days)) AS unmarked
-FROM profile.person_documents d
-WHERE d.owner_user_id = ANY($1::uuid[])
-  AND d.expires_at IS NOT NULL
-  AND d.expires_at BETWEEN greatest($2::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $3
-  AND d.status = 'Active' AND NOT d.is_deleted;
+FROM unnest($1::uuid[], $6::int[]) AS o(owner_user_id, most)
+CROSS JOIN LATERAL (
+    SELECT p.document_id, p.expires_at
+    FROM profile.person_documents p
+    WHERE p.owner_user_id = o.owner_user_id
+      AND p.expires_at IS NOT NULL
+      AND p.expires_at BETWEEN greatest($2::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $3
+      AND p.status = 'Active' AND NOT p.is_deleted
+    ORDER BY p.document_id
+    LIMIT o.most
+) d;
 
 -- name: profile_expiry_marks_claim
--- One transaction's owners ($1) in one statement: their active documents with ExpiresAt in
--- [$2, $3] (read without a lock), the existing markers of those documents read FOR UPDATE
+-- One chunk of one transaction's owners ($1): their active documents with ExpiresAt in
+-- [$2, $3] after the keyset ($7 OwnerUserId, $8 DocumentId) in that order, at most $9 (so
+-- no statement, however large an owner, covers more than a chunk; the caller goes on from
+-- the last document it got), read without a lock; the existing markers of those documents read FOR UPDATE
 -- SKIP LOCKED (a parallel instance's are passed over), every crossed threshold (DaysLeft as
 -- of $4 <= t, t in $5) without a marker inserted insert-wins with RemindedAt $6. Returns
 -- each document once: its open columns, DaysLeft, the smallest threshold this statement
@@ -115,6 +126,9 @@ WITH docs AS MATERIALIZED (
       AND d.expires_at IS NOT NULL
       AND d.expires_at BETWEEN greatest($2::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $3
       AND d.status = 'Active' AND NOT d.is_deleted
+      AND (d.owner_user_id, d.document_id) > ($7::uuid, $8::uuid)
+    ORDER BY d.owner_user_id, d.document_id
+    LIMIT $9
 ), locked AS MATERIALIZED (
     SELECT r.document_id, r.threshold_days
     FROM profile.document_expiry_reminders r

@@ -23,6 +23,7 @@ from streams.agents.gaps import GapGuard, GapHealer
 from streams.agents.progress import PartitionProgress, ReasonCounts
 from streams.contracts import Contract, ContractError, TopicContract, decode
 from streams.metrics import AgentMetrics
+from streams.tables.cache import LocalStorageError
 
 M = TypeVar("M", bound=Contract)
 log = logging.getLogger("streams.agents")
@@ -187,8 +188,9 @@ class ContractConsumer(Generic[M]):
         """Decode, dead-letter what cannot be used, apply the rest; never raises for input.
 
         Every message ends in exactly one outcome: applied (it changed state), noop (stale,
-        replayed or unchanged) or dlq. Only an unwell database or an unreachable broker
-        makes this wait (retrying), which holds the partition without losing anything.
+        replayed or unchanged) or dlq. Only an unwell database, the worker's own store failing
+        or an unreachable broker makes this wait (retrying), which holds the partition
+        without losing anything.
         """
         good: list[Decoded[M]] = []
         for event in events:
@@ -272,27 +274,48 @@ class ContractConsumer(Generic[M]):
         self._settle(batch, result)
 
     async def _apply_retrying(self, messages: list[Decoded[M]]) -> object:
-        """Apply, retrying while the database is unwell (the input is fine) until it passes or
-        the worker stops; raises what says the input itself is bad."""
+        """Apply, retrying while the database or the worker's local store is unwell (the
+        input is fine) until it passes or the worker stops; raises what says the input
+        itself is bad."""
         delay = RETRY_FIRST_SECONDS
         while True:
             try:
                 with self.metrics.batch_seconds.labels(self.label).time():
                     return await self.apply(messages)
             except Exception as exc:
-                if not is_transient(exc):
+                cause = infrastructure(exc)
+                if cause is None:
                     raise
                 self.metrics.retries.labels(self.label).inc()
                 log.warning(
-                    "action=retry topic=%s size=%d error=%s sqlstate=%s delay_s=%.1f",
+                    "action=retry topic=%s size=%d cause=%s error=%s sqlstate=%s delay_s=%.1f",
                     self.label,
                     len(messages),
+                    cause,
                     type(exc).__name__,
                     getattr(exc, "sqlstate", None) or "-",
                     delay,
                 )
                 await self._sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+
+def infrastructure(exc: BaseException) -> str | None:
+    """What is unwell when ``exc`` says the infrastructure failed, not the input:
+    ``"local_storage"`` (the worker's own store, anywhere in the chain of causes) or
+    ``"database"`` (PostgreSQL unavailable or unwell); None when the message itself may be
+    at fault (only then may it be dead-lettered)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, LocalStorageError):
+            return "local_storage"
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return "database" if is_transient(exc) else None
 
 
 def processing_reason(exc: BaseException) -> str:

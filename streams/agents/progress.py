@@ -54,11 +54,21 @@ class PartitionProgress:
     ) -> Stall | None:
         """A stall when the partition has lag and has not moved for ``limit_seconds``.
 
-        Before the first handled batch the committed offset stands in for the position and
-        the first check starts the clock (a worker blocked on its very first message).
+        The committed offset is a floor of the position: every record below it was handled,
+        here or by the worker that held the partition meanwhile (a partition handed back
+        by a rebalance carries the position this worker reached before it lost it, and with
+        no new record nothing here would ever move it past that). Before the first handled
+        batch the committed offset is the position and the first check starts the clock (a
+        worker blocked on its very first message).
         """
         now = self._clock()
-        position = self._next.get(partition, committed if committed is not None else 0)
+        floor = committed if committed is not None else 0
+        own = self._next.get(partition)
+        if own is None or floor > own:
+            self._next[partition] = floor
+            if own is not None:
+                self._moved_at[partition] = now  # moved by the committed offset
+        position = self._next[partition]
         lag = 0 if highwater is None else max(0, highwater - position)
         if lag == 0:
             self._moved_at[partition] = now
@@ -68,6 +78,13 @@ class PartitionProgress:
         if waited < limit_seconds:
             return None
         return Stall(partition, lag, round(waited, 1))
+
+    def revoked(self, partitions: Iterable[Hashable]) -> None:
+        """Drop what was recorded for ``partitions`` (a rebalance took them away; if one
+        comes back, it starts again from the offset committed for it then)."""
+        for tp in partitions:
+            self._next.pop(tp, None)
+            self._moved_at.pop(tp, None)
 
     def forget(self, keep: Iterable[Hashable]) -> None:
         """Drop partitions no longer assigned (after a rebalance)."""

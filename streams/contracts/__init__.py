@@ -22,6 +22,15 @@ from streams.errors import SafeMessage
 
 M = TypeVar("M", bound=Contract)
 
+# The size contract: an event this service produces is at most its contract's
+# ``max_payload_bytes`` serialized (checked when the outbox record is built: a larger one
+# raises ContractTooLarge in the producer's transaction, before anything commits). The
+# default leaves RECORD_OVERHEAD_BYTES (key, headers, Kafka's record and batch framing)
+# under the relay producer's default OUTBOX_MAX_RECORD_BYTES of 1 MiB; the relay's settings
+# refuse a producer limit that a produced contract would not fit.
+DEFAULT_MAX_PAYLOAD_BYTES = 1_000_000
+RECORD_OVERHEAD_BYTES = 16 * 1024
+
 
 @dataclass(frozen=True)
 class TopicContract(Generic[M]):
@@ -31,6 +40,8 @@ class TopicContract(Generic[M]):
     # "in" (consumed), "out" (produced through the outbox) or "internal" (a slice's own topic
     # between its parts, e.g. per-owner work items; not part of the published contract)
     direction: str
+    # Largest serialized payload (UTF-8 JSON bytes) of one message: the size contract.
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     # Wire names of fields this service never stores, not even in the DLQ (streams/dlq/redact.py).
     secret_fields: tuple[str, ...] = ()
 
@@ -92,6 +103,24 @@ ALL_TOPICS: tuple[TopicContract[Any], ...] = (
 )
 
 DLQ_SUFFIX = ".dlq"
+
+
+class ContractTooLarge(SafeMessage, ValueError):
+    """A produced message larger than its contract's ``max_payload_bytes`` (no values)."""
+
+    def __init__(self, contract: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{contract} message is {size} bytes serialized, over its contract's "
+            f"max_payload_bytes of {limit}"
+        )
+        self.contract = contract
+        self.size = size
+        self.limit = limit
+
+
+def produced_contracts() -> tuple[TopicContract[Any], ...]:
+    """The contracts this service publishes through the outbox."""
+    return tuple(c for c in ALL_TOPICS if c.direction == "out")
 
 
 class ContractError(SafeMessage, ValueError):

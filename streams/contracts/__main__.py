@@ -23,6 +23,9 @@ def render() -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) > 1 or (argv and argv[0].startswith("-")):
+        print(__doc__.strip().split(": ", 1)[1], file=sys.stderr)
+        return 0 if argv[0] in ("-h", "--help") else 2
     target = Path(argv[0]) if argv else DEFAULT_DIR
     target.mkdir(parents=True, exist_ok=True)
     for name, text in render().items():

@@ -50,9 +50,21 @@ class ExpiringDocumentItem(BaseModel):
     days_left: int
 
 
+# The most documents one event may list (DOCUMENT_EXPIRY_MAX_DOCUMENTS_PER_EVENT is at most
+# this): 1,800 of the largest items, every string at its max_length in 4-byte UTF-8
+# characters (~526 bytes each), are ~947 KB, under the contract's max_payload_bytes.
+MAX_DOCUMENTS_PER_EVENT = 1800
+
+
 class DocumentExpiryReminderEvent(Contract):
-    """pin.profile.document-expiry-reminders.v1 — one per owner per run (DocumentExpiryReminderKafkaEvent)."""
+    """pin.profile.document-expiry-reminders.v1 — an owner's reminders of one run
+    (DocumentExpiryReminderKafkaEvent): one event, or several when the owner has more than
+    DOCUMENT_EXPIRY_MAX_DOCUMENTS_PER_EVENT (default 1,000, at most 1,800) documents to be
+    reminded of. Every event of the owner's run carries the run's correlation-id (and the
+    owner's work-id) header; each document is listed in exactly one of them. Consumers that
+    want the owner's whole list group by aggregate-id and correlation-id; deduplication by
+    OwnerUserId + DocumentId/ThresholdDays (seed 001) is unchanged."""
 
     owner_user_id: UUID
     reminded_at: Instant
-    documents: list[ExpiringDocumentItem] = Field(min_length=1)
+    documents: list[ExpiringDocumentItem] = Field(min_length=1, max_length=MAX_DOCUMENTS_PER_EVENT)

@@ -193,6 +193,46 @@ def retry_plan(
     return RetryPlan(n, SchedulerStatus.FAILED, None, True)
 
 
+# --- interruptions: a claim that ended without a verdict ----------------------------------------
+
+# Interruptions a row may have before they count as attempts (issue 21, finding 5): more than
+# the four short outages that put healthy rows on hold, few enough that a row which kills its
+# worker every time is held after ``allowance + len(ladder) + 1`` dead workers.
+DEFAULT_INTERRUPTION_ALLOWANCE = 5
+DEFAULT_INTERRUPTION_DELAY = timedelta(seconds=15)
+
+
+@dataclass(frozen=True)
+class InterruptionPlan:
+    """Where an interrupted claim leaves the row: ``charged`` when it counted as an attempt."""
+
+    interrupted_count: int
+    charged: bool
+    step: RetryPlan
+
+
+def interruption_plan(
+    retry_count: int,
+    interrupted_count: int,
+    now: datetime,
+    ladder: tuple[timedelta, ...] = DEFAULT_BACKOFF,
+    *,
+    allowance: int = DEFAULT_INTERRUPTION_ALLOWANCE,
+    delay: timedelta = DEFAULT_INTERRUPTION_DELAY,
+    daily_retry: bool = False,
+) -> InterruptionPlan:
+    """A claim ended with no verdict (a transient database error, a cancelled run, an expired
+    lease): the infrastructure failed, not the row. Within ``allowance`` the row is due again
+    after ``delay`` with RetryCount unchanged; past it, each interruption is a failed attempt
+    on the ladder (``retry_plan``), so a row that never gets a verdict still reaches hold."""
+    n = interrupted_count + 1
+    if n <= allowance:
+        return InterruptionPlan(
+            n, False, RetryPlan(retry_count, SchedulerStatus.PENDING, now + delay, False)
+        )
+    return InterruptionPlan(n, True, retry_plan(retry_count, now, ladder, daily_retry=daily_retry))
+
+
 def parse_ladder(text: str) -> tuple[timedelta, ...]:
     """``"300,900,3600"`` (seconds) → the ladder; ValueError on anything else."""
     steps = [s.strip() for s in text.split(",")]
@@ -207,11 +247,14 @@ def parse_ladder(text: str) -> tuple[timedelta, ...]:
 __all__ = [
     "DAILY_RETRY",
     "DEFAULT_BACKOFF",
+    "DEFAULT_INTERRUPTION_ALLOWANCE",
+    "DEFAULT_INTERRUPTION_DELAY",
     "HASH_VERSION",
     "MAX_KEY_LENGTH",
     "REACTIVATABLE",
     "AutomationInput",
     "EnsureOutcome",
+    "InterruptionPlan",
     "ReminderDateInput",
     "ReminderThresholdInput",
     "ReportManualInput",
@@ -223,6 +266,7 @@ __all__ = [
     "component",
     "ensure_decision",
     "input_hash",
+    "interruption_plan",
     "norm_instant",
     "norm_number",
     "norm_text",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from db.outbox import LANES
+from streams.contracts import RECORD_OVERHEAD_BYTES, produced_contracts
 from streams.settings import ConfigError, Settings
 
 DEFAULT_MAX_LANES_PER_PASS = 16
@@ -45,6 +46,14 @@ class RelayConfig:
     answer cannot stop (aiokafka flushes first): it goes on stopping in the background, and
     ``close()`` gives up on it after this long again."""
 
+    park_topic_wait: float = 60.0
+    """How long a row whose topic Kafka does not know (or does not let us write) is retried
+    before it is parked, counted only while Kafka answers for other topics
+    (streams/outbox/parking.py). Rows refused as too large are parked on their probe."""
+    max_record_bytes: int = 1_048_576
+    """The producer's ``max_request_size``: a record larger than this is refused by the
+    producer itself (and parked). Must not exceed the topics' ``max.message.bytes``."""
+
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError("RelayConfig.batch_size must be >= 1")
@@ -59,9 +68,12 @@ class RelayConfig:
             "publish_timeout",
             "in_doubt_timeout",
             "producer_stop_timeout",
+            "park_topic_wait",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RelayConfig.{name} must be > 0")
+        if self.max_record_bytes < 1024:
+            raise ValueError("RelayConfig.max_record_bytes must be >= 1024")
         if self.in_doubt_timeout < self.publish_timeout:
             raise ValueError("RelayConfig.in_doubt_timeout must be >= publish_timeout")
 
@@ -73,6 +85,7 @@ class RelayConfig:
                 f"({settings.outbox_in_doubt_timeout_seconds:g}) must be at least "
                 f"OUTBOX_PUBLISH_TIMEOUT_SECONDS ({settings.outbox_publish_timeout_seconds:g})"
             )
+        check_contract_sizes(settings.outbox_max_record_bytes)
         config = cls(
             batch_size=settings.outbox_batch_size,
             poll_interval=settings.outbox_poll_interval_seconds,
@@ -80,6 +93,8 @@ class RelayConfig:
             max_lanes_per_pass=settings.outbox_max_lanes_per_pass,
             publish_timeout=settings.outbox_publish_timeout_seconds,
             in_doubt_timeout=settings.outbox_in_doubt_timeout_seconds,
+            park_topic_wait=settings.outbox_park_unknown_topic_after_seconds,
+            max_record_bytes=settings.outbox_max_record_bytes,
         )
         # A pass is idle in its transaction between keepalives (one per publish timeout) while
         # it waits for Kafka; PostgreSQL must not end the session first (the pass would fail
@@ -95,6 +110,20 @@ class RelayConfig:
         return config
 
 
+def check_contract_sizes(max_record_bytes: int) -> None:
+    """Every produced contract's largest message, with its key and headers, must fit the
+    relay producer's limit, or such a message would be refused (and parked) by design."""
+    for contract in produced_contracts():
+        needed = contract.max_payload_bytes + RECORD_OVERHEAD_BYTES
+        if needed > max_record_bytes:
+            raise ConfigError(
+                "invalid configuration: setting OUTBOX_MAX_RECORD_BYTES "
+                f"({max_record_bytes}) is below what contract {contract.name} may produce "
+                f"(max_payload_bytes {contract.max_payload_bytes} + {RECORD_OVERHEAD_BYTES} "
+                "for key, headers and framing)"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class RelayResult:
     lanes: int
@@ -108,6 +137,8 @@ class RelayResult:
     """Some lane may hold more rows: run another pass without waiting."""
     producer_replaced: bool = False
     """The producer failed during this pass and was replaced: the loop backs off."""
+    parked: int = 0
+    """Of the failed rows, those Kafka refused for good: moved to ops.outbox_parked."""
 
 
 class RelayNotOpen(RuntimeError):

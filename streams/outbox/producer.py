@@ -57,6 +57,11 @@ def kafka_producer_factory(bootstrap: str, **options: Any) -> ProducerFactory:
             "max_batch_size": 256 * 1024,
         }
         config.update(options)
+        # A batch is never larger than one record may be (OUTBOX_MAX_RECORD_BYTES): a topic
+        # that takes the largest record then takes every batch.
+        config["max_batch_size"] = min(
+            config["max_batch_size"], config.get("max_request_size", 1_048_576)
+        )
         producer: Producer = AIOKafkaProducer(**config)
         return producer
 

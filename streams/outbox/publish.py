@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from db.outbox import PendingRow
 from streams.asynctools import describe
+from streams.outbox.parking import Refusal
 from streams.outbox.producer import Producer, TopicUnavailable, is_record_error
 from streams.outbox.records import wire_headers
 
@@ -30,6 +31,23 @@ class Sent:
     """Lanes whose row Kafka refused (a record error): these cool down."""
     producer_error: BaseException | None
     """The first error that says the producer, not a record, failed."""
+    refusals: dict[int, Refusal] = field(default_factory=dict)
+    """Lane -> its first failed row, when Kafka refused that row (a record error)."""
+    failed_ids: dict[int, list[int]] = field(default_factory=dict)
+    """Lane -> ids of its rows that were not acknowledged (in id order)."""
+    candidates: list[PendingRow] = field(default_factory=list)
+    """Every acknowledged row, also those behind a failed row of their lane."""
+    looked_up_unavailable: dict[str, BaseException] = field(default_factory=dict)
+    """Topics this pass looked up and found no metadata for (not those it was told of)."""
+
+    def acked_without(self, parked: Collection[int]) -> list[PendingRow]:
+        """The rows that may be marked once the ``parked`` rows have left their lanes: per
+        lane, the acknowledged rows before its first failed row that is not parked."""
+        cutoff = {
+            lane: min((i for i in ids if i not in parked), default=math.inf)
+            for lane, ids in self.failed_ids.items()
+        }
+        return [r for r in self.candidates if r.id < cutoff.get(r.lane, math.inf)]
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -68,20 +86,29 @@ async def publish(
     metadata_bound: float,
     relay: str,
     inflight: list[asyncio.Future[Any]] | None = None,
+    known_unavailable: Mapping[str, BaseException] | None = None,
 ) -> Sent:
     """Send ``rows`` (id order) and wait for every acknowledgement. Returns, per lane, the
     acknowledged rows before the lane's first failed row: marking a later row of a lane
     but not an earlier one would reorder its keys. The caller bounds the time; every send's
-    future is appended to ``inflight`` (what a caller that gives up must not leave behind)."""
+    future is appended to ``inflight`` (what a caller that gives up must not leave behind).
+    Topics in ``known_unavailable`` (found without metadata by a recent pass) are refused
+    without another lookup: a missing topic does not cost every pass the metadata bound."""
     first_failure: dict[int, int] = {}
     refused: set[int] = set()
+    refusals: dict[int, Refusal] = {}
+    failed_ids: dict[int, list[int]] = {}
     producer_error: BaseException | None = None
 
-    def failed(row: PendingRow, exc: BaseException) -> None:
+    def failed(row: PendingRow, exc: BaseException, *, before_send: bool = False) -> None:
         nonlocal producer_error
+        first = row.id <= first_failure.get(row.lane, row.id)
         first_failure[row.lane] = min(row.id, first_failure.get(row.lane, row.id))
+        failed_ids.setdefault(row.lane, []).append(row.id)
         if is_record_error(exc):
             refused.add(row.lane)
+            if first:
+                refusals[row.lane] = Refusal(row.id, exc, row.topic, before_send=before_send)
             log.warning(
                 "action=outbox_publish_refused relay=%s outbox_id=%d topic=%s lane=%d error=%s",
                 relay,
@@ -100,7 +127,11 @@ async def publish(
                 describe(exc),
             )
 
-    unavailable = await unavailable_topics(producer, {r.topic for r in rows}, metadata_bound)
+    known = dict(known_unavailable or {})
+    looked_up = await unavailable_topics(
+        producer, {r.topic for r in rows} - known.keys(), metadata_bound
+    )
+    unavailable = {**known, **looked_up}
     sent: list[tuple[PendingRow, asyncio.Future[Any]]] = []
     for row in rows:
         if producer_error is not None:
@@ -109,7 +140,7 @@ async def publish(
             continue  # the rest of the lane waits for the next pass anyway
         topic_error = unavailable.get(row.topic)
         if topic_error is not None:
-            failed(row, topic_error)
+            failed(row, topic_error, before_send=False)
             continue
         try:
             future = await producer.send(
@@ -119,7 +150,7 @@ async def publish(
                 headers=wire_headers(row.id, row.headers),
             )
         except Exception as exc:  # record too large for the client, producer closed, ...
-            failed(row, exc)
+            failed(row, exc, before_send=True)
             continue
         future.add_done_callback(_retrieve)
         sent.append((row, future))
@@ -142,12 +173,21 @@ async def publish(
             meta = future.result()
             placed[row.id] = (getattr(meta, "partition", None), getattr(meta, "offset", None))
     acked = [r for r in acked_candidates if r.id < first_failure.get(r.lane, math.inf)]
+    for ids in failed_ids.values():
+        ids.sort()
+    # Only a lane's first failed row may be parked (a refusal behind a failed producer send
+    # is no reason to move anything).
+    refusals = {lane: r for lane, r in refusals.items() if r.outbox_id == first_failure[lane]}
     return Sent(
         acked=acked,
         placed=placed,
         failed_lanes=set(first_failure),
         refused_lanes=refused,
         producer_error=producer_error,
+        refusals=refusals,
+        failed_ids=failed_ids,
+        candidates=acked_candidates,
+        looked_up_unavailable=looked_up,
     )
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import db.outbox
-from streams.contracts import Contract, TopicContract
+from streams.contracts import Contract, ContractTooLarge, TopicContract
 
 # The row id, as ASCII digits; consumers dedupe re-publishes on it.
 OUTBOX_ID_HEADER = "outbox-id"
@@ -53,7 +53,8 @@ def record_for(
     topic_prefix: str = "",
     headers: Mapping[str, str] | None = None,
 ) -> OutboxRecord:
-    """The outbox record for ``message`` on ``contract``'s topic, keyed as the contract says."""
+    """The outbox record for ``message`` on ``contract``'s topic, keyed as the contract says.
+    Raises ``ContractTooLarge`` when the serialized message breaks the size contract."""
     if not isinstance(message, contract.model):
         raise TypeError(
             f"{type(message).__name__} is not the message of {contract.name} "
@@ -67,10 +68,13 @@ def record_for(
     clash = sorted(own.keys() & extra.keys())
     if clash:
         raise ValueError(f"headers {clash} are set from the contract, do not pass them")
+    payload = message.to_json()
+    if len(payload) > contract.max_payload_bytes:
+        raise ContractTooLarge(contract.name, len(payload), contract.max_payload_bytes)
     return OutboxRecord(
         topic=f"{topic_prefix}{contract.name}",
         key=contract.key(message),
-        payload=message.to_json().decode("utf-8"),
+        payload=payload.decode("utf-8"),
         headers={**extra, **own},
     )
 

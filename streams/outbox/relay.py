@@ -13,7 +13,10 @@ same ``outbox-id`` header (at-least-once).
 What can go wrong with Kafka, and what the relay does about it:
 
 - Kafka refuses one record (too large, unknown topic): only that row's lane waits; it cools
-  down, then is probed with its head row alone (streams/outbox/lanes.py).
+  down, then is probed with its head row alone (streams/outbox/lanes.py). A row refused for
+  a reason that will not change by itself (too large, a topic that stays unknown, not
+  authorized) is parked: moved to ops.outbox_parked in the pass's transaction, so the rest of
+  its lane goes on at once (streams/outbox/parking.py; ``python -m streams outbox``).
 - The producer itself fails (closed, its sender task ended, fenced, out-of-order sequence,
   any other Kafka error that is not about the record): the rows acknowledged so far are
   marked, the producer is replaced and the loop backs off.
@@ -33,7 +36,7 @@ import logging
 import math
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import db.outbox as repo
@@ -44,7 +47,9 @@ from streams.kafka_client import security_options
 from streams.metrics import OutboxMetrics
 from streams.outbox.config import PublishTimeout, RelayConfig, RelayNotOpen, RelayResult
 from streams.outbox.lanes import LaneCooldown
+from streams.outbox.limits import topics_below_limit
 from streams.outbox.listener import NotifyListener
+from streams.outbox.parking import Park, ParkPolicy
 from streams.outbox.producer import (
     ProducerFactory,
     ProducerSlot,
@@ -78,13 +83,15 @@ class OutboxRelay:
         clock: Clock | None = None,
         name: str | None = None,
         limits: SessionLimits | None = None,
+        topic_check: Callable[[], Coroutine[Any, Any, object]] | None = None,
     ) -> None:
+        self.name = name or uuid.uuid4().hex[:8]
+        self.config = config or RelayConfig()
         if producer_factory is None:
             if bootstrap is None:
                 raise ValueError("OutboxRelay needs bootstrap or producer_factory")
-            producer_factory = kafka_producer_factory(bootstrap, **(kafka_options or {}))
-        self.name = name or uuid.uuid4().hex[:8]
-        self.config = config or RelayConfig()
+            options = {"max_request_size": self.config.max_record_bytes, **(kafka_options or {})}
+            producer_factory = kafka_producer_factory(bootstrap, **options)
         self._dsn = dsn
         self._metrics = metrics
         self._clock: Clock = clock or SystemClock()
@@ -100,6 +107,10 @@ class OutboxRelay:
             name=self.name,
         )
         self._lanes = LaneCooldown(self.config.max_backoff)
+        self._parking = ParkPolicy(self.config.park_topic_wait)
+        # Topic -> (monotonic time until which it counts as unavailable, the lookup's error):
+        # a topic found without metadata is not looked up again by every pass.
+        self._unavailable: dict[str, tuple[float, BaseException]] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._idle = asyncio.Event()
@@ -113,6 +124,9 @@ class OutboxRelay:
         self._task: asyncio.Task[None] | None = None
         self._listener_task: asyncio.Task[None] | None = None
         self._metrics_due = -math.inf
+        # Run once at start(), in the background: the topics' limits against the producer's.
+        self._topic_check = topic_check
+        self._check_task: asyncio.Task[object] | None = None
 
     @classmethod
     def from_settings(
@@ -123,13 +137,15 @@ class OutboxRelay:
         pool: Any = None,
         clock: Clock | None = None,
     ) -> OutboxRelay:
+        config = RelayConfig.from_settings(settings)
         return cls(
             dsn=settings.database_url,
             bootstrap=settings.kafka_bootstrap,
             kafka_options=security_options(settings),
             metrics=metrics,
             pool=pool,
-            config=RelayConfig.from_settings(settings),
+            config=config,
+            topic_check=lambda: topics_below_limit(settings, config.max_record_bytes),
             clock=clock,
             limits=SessionLimits(
                 lock_timeout_seconds=settings.db_lock_timeout_seconds,
@@ -202,6 +218,10 @@ class OutboxRelay:
             self._listener.run(self._stopping), name=f"outbox-listen-{self.name}"
         )
         self._task = asyncio.create_task(self._run(), name=f"outbox-relay-{self.name}")
+        if self._topic_check is not None:
+            self._check_task = asyncio.create_task(
+                self._topic_check(), name=f"outbox-topic-check-{self.name}"
+            )
         log.info(
             "action=outbox_relay_start relay=%s batch_size=%d poll_interval=%s "
             "max_lanes_per_pass=%d publish_timeout=%s",
@@ -217,6 +237,10 @@ class OutboxRelay:
         then close the listener, the producer and the pool if the relay created it."""
         self._stopping.set()
         self._wake.set()
+        check, self._check_task = self._check_task, None
+        if check is not None:
+            check.cancel()
+            await asyncio.gather(check, return_exceptions=True)
         task, self._task = self._task, None
         if task is not None:
             try:
@@ -250,6 +274,7 @@ class OutboxRelay:
         lanes: list[int] = []
         rows: list[repo.PendingRow] = []
         inflight: list[asyncio.Future[Any]] = []
+        parks: list[Park] = []
         try:
             async with repo.lane_transaction(pool) as conn:
                 lanes = await repo.lanes_lock(
@@ -268,6 +293,7 @@ class OutboxRelay:
                             metadata_bound=self.config.publish_timeout / 2,
                             relay=self.name,
                             inflight=inflight,
+                            known_unavailable=self._known_unavailable(),
                         ),
                         publish_timeout=self.config.publish_timeout,
                         in_doubt_timeout=self.config.in_doubt_timeout,
@@ -281,6 +307,17 @@ class OutboxRelay:
                         f"within {self.config.in_doubt_timeout:g}s"
                     ) from None
                 published_at = self._clock.now()
+                parks = self._parking.decide(
+                    list(sent.refusals.values()),
+                    now=self._clock.monotonic(),
+                    kafka_answered=bool(sent.candidates),
+                    acked_topics={r.topic for r in sent.candidates},
+                )
+                if parks:
+                    await self._park(conn, parks, published_at)
+                    # The parked rows left their lanes: what Kafka acknowledged behind them
+                    # may be marked now.
+                    sent.acked = sent.acked_without({p.outbox_id for p in parks})
                 if sent.acked:
                     placed = [(r.id, *sent.placed.get(r.id, (None, None))) for r in sent.acked]
                     marked = await repo.published_mark(conn, placed, published_at)
@@ -308,9 +345,24 @@ class OutboxRelay:
                 else:  # cancelled (a stop): do not hold the cancellation up
                     self._producers.retire(producer, why, None, abort=True)
             raise
-        # Committed: the rows are published for good.
+        # Committed: the rows are published (or parked) for good.
         self._observe(sent.acked, published_at)
-        self._lanes.track(lanes, sent.refused_lanes, sent.failed_lanes, self._clock.monotonic())
+        until = self._clock.monotonic() + self.config.publish_timeout
+        for topic, error in sent.looked_up_unavailable.items():
+            self._unavailable[topic] = (until, error)
+        self._parking.forget([p.outbox_id for p in parks] + [r.id for r in sent.acked])
+        # A lane whose only failed rows were parked is healthy again: the rest of it goes next.
+        parked_ids = {p.outbox_id for p in parks}
+        still_failed = {
+            lane for lane, ids in sent.failed_ids.items() if any(i not in parked_ids for i in ids)
+        }
+        self._lanes.track(
+            lanes,
+            sent.refused_lanes & still_failed,
+            sent.failed_lanes & still_failed,
+            self._clock.monotonic(),
+        )
+        self._observe_parked(parks, rows)
         reason = producer_fault(producer)
         if reason is None and sent.producer_error is not None:
             reason = "fatal_error"
@@ -320,8 +372,9 @@ class OutboxRelay:
             lanes=len(lanes),
             published=len(sent.acked),
             failed=len(rows) - len(sent.acked),
-            more=self._more(lanes, rows, sent, per_lane, probing),
+            more=bool(parks) or self._more(lanes, rows, sent, per_lane, probing),
             producer_replaced=reason is not None,
+            parked=len(parks),
         )
         log.debug(
             "action=outbox_pass relay=%s lanes=%d probes=%d published=%d failed=%d "
@@ -338,6 +391,42 @@ class OutboxRelay:
             # Passes with a refused lane or a failed producer (failed passes count in _run).
             self._metrics.errors.inc()
         return result
+
+    def _known_unavailable(self) -> dict[str, BaseException]:
+        """Topics a pass found without metadata within the last ``publish_timeout``."""
+        now = self._clock.monotonic()
+        for topic in [t for t, (until, _) in self._unavailable.items() if until <= now]:
+            del self._unavailable[topic]
+        return {t: error for t, (_, error) in self._unavailable.items()}
+
+    async def _park(self, conn: Any, parks: Sequence[Park], parked_at: datetime) -> None:
+        """Move ``parks`` out of their lanes (which this pass holds) to ops.outbox_parked."""
+        requests = [repo.ParkRequest(p.outbox_id, p.reason, p.error, p.refusals) for p in parks]
+        moved = await repo.parked_move(conn, requests, parked_at)
+        if moved != len(parks):  # cannot happen while lanes are locked
+            log.error(
+                "action=outbox_park_mismatch relay=%s parks=%d moved=%d",
+                self.name,
+                len(parks),
+                moved,
+            )
+
+    def _observe_parked(self, parks: Sequence[Park], rows: Sequence[repo.PendingRow]) -> None:
+        topic_of = {r.id: r.topic for r in rows}
+        for park in parks:
+            self._metrics.parked_total.labels(
+                topic=topic_of[park.outbox_id], reason=park.reason
+            ).inc()
+            log.error(
+                "action=outbox_row_parked relay=%s outbox_id=%d topic=%s reason=%s error=%s "
+                "refusals=%d",
+                self.name,
+                park.outbox_id,
+                topic_of[park.outbox_id],
+                park.reason,
+                park.error,
+                park.refusals,
+            )
 
     def _in_doubt(self, lanes: Sequence[int], rows: Sequence[repo.PendingRow]) -> None:
         self._metrics.in_doubt.inc()
@@ -375,7 +464,9 @@ class OutboxRelay:
         pool = self._opened()
         async with connection(pool) as conn:
             backlog = await repo.backlog_get(conn)
+            parked = await repo.parked_stats(conn)
         self._metrics.backlog.set(backlog.count)
+        self._metrics.parked.set(sum(s.parked for s in parked))
         age = 0.0
         if backlog.oldest_created_at is not None:
             age = max(0.0, (self._clock.now() - backlog.oldest_created_at).total_seconds())

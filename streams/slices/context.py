@@ -84,6 +84,13 @@ class SliceContext:
 
         run.__name__ = run.__qualname__ = agent_name.replace("-", "_")
         self.app.agent(self.topics.input(contract), name=agent_name, concurrency=1)(run)
+
+        def forget_revoked(_app: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+            # What this worker reached on a partition is no position once another worker
+            # may take it over (its stall check would read a handed-back partition as lag).
+            consumer.progress.revoked(args[0])
+
+        self.app.on_partitions_revoked.connect(forget_revoked)
         self.consumers[agent_name] = consumer
         return consumer
 

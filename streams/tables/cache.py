@@ -1,14 +1,26 @@
-"""A per-key cache on a changelog-backed Faust table, written from batched (noack) processing."""
+"""A per-key cache on a changelog-backed Faust table, written from batched (noack) processing.
+
+The cache is the only door to the worker's local store (RocksDB on its own disk), so every
+error of that store is caught here and named for what it is: ``LocalStorageError``, an
+infrastructure fault, never the input's. A failing read is a miss (PostgreSQL decides
+anyway); a failing write, which comes after the caller's commit, holds the caller and is
+retried with backoff until the store takes it. Both are counted
+(``stream_local_storage_errors_total``) and make ``/health`` not ready until the store works
+again (docs/architecture.md, "A worker's own disk").
+"""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
+import time
 import weakref
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, cast
 
 import rocksdict
@@ -19,9 +31,46 @@ from faust.tables.base import Collection
 from faust.types import EventT, TableT
 from faust.utils.json import on_default
 
+from streams import faults
 from streams.metrics import AgentMetrics
 
 log = logging.getLogger("streams.tables")
+
+# A write the local store refuses is tried again after these (doubling).
+RETRY_FIRST_SECONDS = 0.2
+RETRY_MAX_SECONDS = 10.0
+
+
+class LocalStorageError(Exception):
+    """The worker's own store failed a read or a write of a cache table (a full or failing
+    disk, a closed or corrupt database): the worker is unwell, the input is fine."""
+
+    reason = "local_storage_error"
+
+    def __init__(self, table: str, op: str, error: str) -> None:
+        super().__init__(f"{self.reason}: table={table} op={op} error={error}")
+        self.table = table
+        self.op = op
+        self.error = error
+
+
+def describe(exc: BaseException) -> str:
+    """A short description of a store error without what it was about: the errno name of an
+    OSError, else the type and RocksDB's status (its first two parts, e.g. "IO error: No
+    space left on device", not the file or the key that follow)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"{type(exc).__name__} {errno.errorcode.get(exc.errno, str(exc.errno))}"
+    status = ":".join(str(exc).split(":")[:2]).strip()[:80]
+    return f"{type(exc).__name__}: {status}" if status else type(exc).__name__
+
+
+@dataclass
+class Failing:
+    """An operation of a table's local store that failed and has not worked since."""
+
+    since: float
+    error: str
+    errors: int = 1
 
 
 @contextmanager
@@ -57,14 +106,26 @@ def approximate_keys(table: TableT[Any, Any]) -> int | None:
 class KeyCache:
     """Counts hits and misses; the value is whatever the owning agent stores (JSON-able)."""
 
-    def __init__(self, table: TableT[Any, Any], metrics: AgentMetrics) -> None:
+    def __init__(
+        self,
+        table: TableT[Any, Any],
+        metrics: AgentMetrics,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.table = table
         self.name = table.name
         self._hit = metrics.cache.labels(self.name, "hit")
         self._miss = metrics.cache.labels(self.name, "miss")
+        self._errors = metrics.local_storage_errors
+        self._failing_gauge = metrics.local_storage_failing.labels(self.name)
         self.hits = 0
         self.misses = 0
         self._changelog = OrderedSends(f"{self.name}-changelog")
+        self._sleep = sleep
+        self._clock = clock
+        self._failing: dict[str, Failing] = {}
 
     def lookup(self, event: EventT[Any], key: str) -> Any:
         """The value of a key that lives in the partition of ``event``'s message, counted as
@@ -77,18 +138,33 @@ class KeyCache:
         """The value (uncounted) of a key that lives in the partition of ``event``'s message:
         one read of that partition's RocksDB database, as Faust's store reads it in the
         event's context, without the table's layers on every read (a miss went through
-        them twice, ``in`` then ``[]``); without the event, RocksDB looks in every one."""
-        store = _rocksdict_store(self.table)
-        if store is None:
-            with in_event(event):
-                return self.table.get(key)
-        raw = store._db_for_partition(event.message.partition).get(json_bytes(key))
-        return None if raw is None else json.loads(raw)
+        them twice, ``in`` then ``[]``); without the event, RocksDB looks in every one.
+        A store that fails the read answers None: the caller asks PostgreSQL."""
+        try:
+            store = _rocksdict_store(self.table)
+            if store is None:
+                with in_event(event):
+                    value = self.table.get(key)
+            else:
+                raw = store._db_for_partition(event.message.partition).get(json_bytes(key))
+                value = None if raw is None else json.loads(raw)
+        except Exception as exc:
+            return self._read_failed(exc)
+        if self._failing:
+            self._worked("read")
+        return value
 
     def peek(self, key: str) -> Any:
         """The value without counting it: for callers that decide afterwards whether the
-        cache answered (``record``), e.g. only once its claim has been verified."""
-        return self.table.get(key)
+        cache answered (``record``), e.g. only once its claim has been verified. None when
+        the store fails the read."""
+        try:
+            value = self.table.get(key)
+        except Exception as exc:
+            return self._read_failed(exc)
+        if self._failing:
+            self._worked("read")
+        return value
 
     def record(self, hit: bool, n: int = 1) -> None:
         """Count ``n`` lookups the caller settled (hit) or had to ask PostgreSQL about (miss)."""
@@ -102,11 +178,18 @@ class KeyCache:
             self._miss.inc(n)
 
     def put(self, event: EventT[Any], key: str, value: Any) -> None:
-        with in_event(event):
-            self.table[key] = value
+        """Remember one key; raises LocalStorageError when the store refuses it."""
+        try:
+            with in_event(event):
+                self.table[key] = value
+        except Exception as exc:
+            raise self._failed("write", exc) from exc
+        if self._failing:
+            self._worked("write")
 
     async def put_many(self, entries: Sequence[tuple[EventT[Any], str, Any]]) -> None:
-        """Remember many keys at once (each in the partition of the message it came from).
+        """Remember many keys at once (each in the partition of the message it came from),
+        waiting while the local store refuses the write.
 
         A Faust table writes its changelog one record at a time (a future, the producer
         buffer, a RocksDB write of the persisted offset per record): at ingest rates that
@@ -114,19 +197,106 @@ class KeyCache:
         one RocksDB write batch per partition and the changelog one producer batch, with
         the persisted offset set once per batch when Kafka acknowledges it. Same records,
         same partitions, same bytes: a standby or a recovering worker reads them as ever.
+
+        Callers write after their commit. A store that refuses the write (disk full, I/O
+        error) holds the caller, retried with backoff until the store takes it: the
+        caller's batch is acked only then, so its partition stops (visibly: ``/health``,
+        ``stream_local_storage_errors_total``) instead of dead-lettering valid messages,
+        and a worker stopped meanwhile leaves the batch to be delivered again (PostgreSQL
+        calls it stale; the cache learns what is stored).
         """
         if not entries:
             return
-        store = _rocksdict_store(self.table)
-        if store is not None:
-            records = _store_locally(store, entries)
+        delay = RETRY_FIRST_SECONDS
+        while True:
+            try:
+                records = self._store(entries)
+                break
+            except LocalStorageError as exc:
+                log.warning(
+                    "action=local_storage_retry table=%s op=write keys=%d error=%s delay_s=%.1f",
+                    self.name,
+                    len(entries),
+                    exc.error,
+                    delay,
+                )
+                await self._sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+        if self._failing:
+            self._worked("write")
+        if records is not None:
             # The changelog is sent behind the caller's back, in order: a producer batch
             # waits for the previous one of its partition to leave, and the caller (the
             # next database batch) need not wait for that.
             await self._changelog.submit(lambda: _send_changelog(self.table, records))
-        else:  # another store (in memory) or a mapping standing in for the table in tests
+
+    def _store(self, entries: Sequence[tuple[EventT[Any], str, Any]]) -> Records | None:
+        """Write the local store; the records for the changelog when this module sends it
+        (None when Faust's table sent them)."""
+        try:
+            faults.hit("cache.store_write")
+            store = _rocksdict_store(self.table)
+            if store is not None:
+                return _store_locally(store, entries)
+            # Another store (in memory) or a mapping standing in for the table in tests.
             for event, key, value in entries:
-                self.put(event, key, value)
+                with in_event(event):
+                    self.table[key] = value
+            return None
+        except Exception as exc:
+            raise self._failed("write", exc) from exc
+
+    def _failed(self, op: str, exc: BaseException) -> LocalStorageError:
+        """Count a failed operation of the store and keep it for /health until one works."""
+        error = describe(exc)
+        self._errors.labels(self.name, op).inc()
+        failing = self._failing.get(op)
+        if failing is None:
+            self._failing[op] = Failing(self._clock(), error)
+            self._failing_gauge.set(1)
+        else:
+            failing.errors += 1
+            failing.error = error
+        return LocalStorageError(self.name, op, error)
+
+    def _read_failed(self, exc: BaseException) -> None:
+        new = "read" not in self._failing
+        error = self._failed("read", exc)
+        if new:  # once, not per key: the count and /health say how often
+            log.warning(
+                "action=local_storage_read_failed table=%s error=%s fallback=database",
+                self.name,
+                error.error,
+            )
+
+    def _worked(self, op: str) -> None:
+        failing = self._failing.pop(op, None)
+        if failing is None:
+            return
+        if not self._failing:
+            self._failing_gauge.set(0)
+        log.warning(
+            "action=local_storage_recovered table=%s op=%s errors=%d for_s=%.1f",
+            self.name,
+            op,
+            failing.errors,
+            self._clock() - failing.since,
+        )
+
+    def failing(self) -> dict[str, Any]:
+        """What /health says of this table's local store: per operation failing now, the
+        reason, the error (value-free), since how long and how many times; empty while it
+        works."""
+        now = self._clock()
+        return {
+            op: {
+                "reason": LocalStorageError.reason,
+                "error": f.error,
+                "for_s": round(now - f.since, 1),
+                "errors": f.errors,
+            }
+            for op, f in self._failing.items()
+        }
 
     async def flush(self, timeout: float = 10.0) -> None:
         """Let the changelog sends still queued go out (a worker that stops)."""
@@ -252,7 +422,16 @@ def _persisted(store: Any, topic: str, partition: int, count: int) -> Any:
             return
         tp = TopicPartition(topic, partition)
         last = fut.result().offset + count - 1
-        if last > (store.persisted_offset(tp) or -1):  # batches may be acknowledged out of order
-            store.set_persisted_offset(tp, last)
+        try:
+            if last > (store.persisted_offset(tp) or -1):  # acknowledged out of order
+                store.set_persisted_offset(tp, last)
+        except Exception as exc:
+            # The local store refused it: a recovery re-reads a little more changelog.
+            log.warning(
+                "action=changelog_offset_not_persisted topic=%s partition=%s error=%s",
+                topic,
+                partition,
+                describe(exc),
+            )
 
     return done

@@ -12,6 +12,9 @@ batches cannot hold up a reminder that is due (docs/benchmarks.md, "Where the la
 - child.py: builds the same app context, runs only the isolated schedules and the relay,
   answers the parent over its stdin/stdout, and stops when the parent goes away (EOF).
 - wire.py: the line-delimited JSON both sides speak.
+- progress.py: each loop of the child (a schedule, the relay) promises its next turn; the
+  beat carries what is left of every promise, so the parent sees a stuck loop, not only a
+  stopped process.
 
 ``WORKER_TIMER_PROCESS=false`` keeps everything in one process (as before).
 """

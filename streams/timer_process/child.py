@@ -10,15 +10,18 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from streams.asynctools import describe, wait_any
 from streams.errors import install_log_redaction
 from streams.metrics import families_to_json
+from streams.outbox.config import RelayResult
 from streams.outbox.relay import OutboxRelay
 from streams.settings import Settings
 from streams.timer_process import wire
+from streams.timer_process.progress import Progress
 
 log = logging.getLogger("streams.timer_process")
 LOG_FORMAT = "[%(asctime)s] [%(process)s] [%(levelname)s] [timer-process] %(message)s"
@@ -37,6 +40,61 @@ async def _pipes(in_fd: int, out_fd: int) -> tuple[asyncio.StreamReader, asyncio
     return reader, writer
 
 
+RELAY = "outbox-relay"  # the relay's name among the loops a beat reports
+
+
+class WatchedRelay(OutboxRelay):
+    """The relay, telling ``progress`` at each pass by when its next pass comes.
+
+    A pass is bounded by its Kafka timeouts: starting a producer (``publish_timeout``),
+    waiting for acknowledgements (``in_doubt_timeout`` in all, a broker failover included)
+    and stopping or aborting producers (``producer_stop_timeout``, up to three per pass).
+    After a pass the loop waits at most ``max_backoff`` (and may refresh its gauges, one
+    statement) before the next one.
+    """
+
+    progress: Progress | None = None
+
+    async def run_once(self) -> RelayResult:
+        config = self.config
+        bound = config.publish_timeout + config.in_doubt_timeout + 3 * config.producer_stop_timeout
+        self._turn(bound)
+        try:
+            return await super().run_once()
+        finally:
+            self._turn(config.max_backoff + config.publish_timeout)
+
+    def _turn(self, within: float) -> None:
+        if self.progress is not None:
+            self.progress.turn(RELAY, within)
+
+
+def sender(writer: asyncio.StreamWriter, gone: asyncio.Event) -> Callable[[bytes], bool]:
+    """Writes a message to the parent; False, and ``gone`` set, once the parent's end of the
+    pipe is closed (it died or is stopping): the child then stops, it does not crash."""
+
+    def send(data: bytes) -> bool:
+        try:
+            writer.write(data)
+        except (ConnectionError, RuntimeError) as exc:  # uvloop: RuntimeError, handle closed
+            if not gone.is_set():
+                log.info("action=timer_process_parent_gone error=%s", type(exc).__name__)
+            gone.set()
+            return False
+        return True
+
+    return send
+
+
+async def beat(
+    send: Callable[[bytes], bool], progress: Progress, interval: float, stopping: asyncio.Event
+) -> None:
+    """The parent's watch: every ``interval`` how long each loop may still take before its
+    next turn. A stopped event loop goes silent; a loop stuck in an await goes late."""
+    while not stopping.is_set() and send(wire.beat(progress.left())):
+        await wait_any(stopping, within=interval)
+
+
 async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> int:
     from streams.app import create_context
 
@@ -51,9 +109,15 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     reader, writer = await _pipes(in_fd, out_fd)
-    relay = OutboxRelay.from_settings(
+    # Every loop promises its next turn; the beat carries how much of each promise is left,
+    # so a loop stuck in an await is late even while the event loop (and the beat) runs.
+    progress = Progress()
+    registry.report_turns(progress.turn)
+    relay = WatchedRelay.from_settings(
         settings, metrics=runtime.metrics.outbox, pool=await runtime.pool(), clock=runtime.clock
     )
+    assert isinstance(relay, WatchedRelay)
+    relay.progress = progress
     # The schedules need only PostgreSQL: they start first, and a relay that finds Kafka down
     # starts anyway (its passes retry the producer), so neither keeps the other from running.
     await registry.start()
@@ -62,14 +126,8 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
         if registry.get(name).enabled:
             registry.wake(name)
     log.info("action=timer_process_started worker=%s schedules=%s", worker_id, ",".join(isolated))
-    writer.write(wire.encode({"op": "ready", "pid": os.getpid()}))
-
-    async def beat() -> None:
-        # The parent's watchdog: a stopped or stuck event loop goes silent.
-        interval = wire.beat_interval(settings.worker_timer_process_stall_seconds)
-        while not stopping.is_set():
-            writer.write(wire.BEAT)
-            await wait_any(stopping, within=interval)
+    send = sender(writer, stopping)
+    send(wire.encode({"op": "ready", "pid": os.getpid()}))
 
     async def serve() -> None:
         while not stopping.is_set():
@@ -85,8 +143,7 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
                 continue
             if message["op"] == "stop":
                 return
-            if answer is not None:
-                writer.write(wire.encode(answer))
+            if answer is not None and send(wire.encode(answer)):
                 await writer.drain()
 
     def handle(message: dict[str, Any]) -> dict[str, Any] | None:
@@ -105,7 +162,10 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
         return None
 
     server = asyncio.create_task(serve(), name="timer-process-serve")
-    beating = asyncio.create_task(beat(), name="timer-process-beat")
+    interval = wire.beat_interval(settings.worker_timer_process_stall_seconds)
+    beating = asyncio.create_task(
+        beat(send, progress, interval, stopping), name="timer-process-beat"
+    )
     signalled = asyncio.create_task(stopping.wait())
     await asyncio.wait({server, signalled}, return_when=asyncio.FIRST_COMPLETED)
     stopping.set()

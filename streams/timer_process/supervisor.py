@@ -56,8 +56,10 @@ class TimerProcess:
     ready again. ``refresh()`` fetches its timers and metrics; the metrics join the parent's
     registry (a MergingRegistry), so /metrics and /status show the worker as one.
 
-    The child beats (wire.py); with ``stall_seconds`` set, a child silent that long is not
-    ``ready`` (``stalled``), and silent for ``kill_after`` it is killed and started again.
+    The child beats (wire.py), and each beat says how long each of its loops (a schedule, the
+    relay) may still take before its next turn. With ``stall_seconds`` set, a child silent
+    that long, or one of whose loops is that late, is not ``ready`` (``stalled``); silent or
+    late for ``kill_after`` it is killed and started again.
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class TimerProcess:
         self.stall_seconds = stall_seconds
         self.kill_after = kill_after
         self._heard = 0.0  # monotonic time of the child's last line
+        self._due: dict[str, float] = {}  # per loop of the child, when its next turn is due
         self._stalled = False
         self._metrics = metrics.family(TimerProcessMetrics)
         self._peer = StaticCollector()
@@ -108,14 +111,28 @@ class TimerProcess:
         return time.monotonic() - self._heard if self._ready.is_set() else 0.0
 
     @property
+    def late(self) -> tuple[str, float]:
+        """What of the running child is the most behind, and by how many seconds: ``silent``
+        (since its last line) or one of its loops (past the turn it promised)."""
+        if not self._ready.is_set():
+            return "silent", 0.0
+        now = time.monotonic()
+        worst = ("silent", now - self._heard)
+        for source, due in self._due.items():
+            if now - due > worst[1]:
+                worst = (source, now - due)
+        return worst
+
+    @property
     def stalled(self) -> bool:
-        return self.stall_seconds is not None and self.silent_for > self.stall_seconds
+        return self.stall_seconds is not None and self.late[1] > self.stall_seconds
 
     async def start(self) -> None:
         """Start the child and wait (up to ``ready_timeout``) until it runs; a child that is
         not ready by then is waited for in the background (the worker runs on, /health says
-        so)."""
-        self._task = asyncio.create_task(self._supervise(), name="timer-process-supervisor")
+        so). Once started, ``start()`` again only waits for it to be ready."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._supervise(), name="timer-process-supervisor")
         try:
             await asyncio.wait_for(asyncio.shield(self._ready.wait()), self.ready_timeout)
         except TimeoutError:
@@ -211,15 +228,17 @@ class TimerProcess:
         try:
             async for line in proc.stdout:
                 self._heard = time.monotonic()
-                if self._stalled:
-                    self._stalled = False
-                    self._metrics.up.set(1)
-                    log.warning("action=timer_process_resumed pid=%s", proc.pid)
                 try:
                     message = wire.decode(line)
                 except ValueError as exc:
                     log.error("action=timer_process_bad_message error=%s", describe(exc))
                     continue
+                if message["op"] == "beat":
+                    self._beat(message)
+                if self._stalled and not self.stalled:
+                    self._stalled = False
+                    self._metrics.up.set(1)
+                    log.warning("action=timer_process_resumed pid=%s", proc.pid)
                 if message["op"] == "beat":
                     continue
                 if message["op"] == "ready":
@@ -232,6 +251,7 @@ class TimerProcess:
         finally:
             watchdog.cancel()
             self._ready.clear()
+            self._due = {}
             self._stalled = False
             self._metrics.up.set(0)
             for reply in self._replies.values():
@@ -251,18 +271,31 @@ class TimerProcess:
         tick = min(1.0, min(bounds) / 4)
         while proc.returncode is None:
             await asyncio.sleep(tick)
-            silent = self.silent_for
+            what, late = self.late
             if self.stalled and not self._stalled:
                 self._stalled = True
                 self._metrics.stalls.inc()
                 self._metrics.up.set(0)
-                log.error("action=timer_process_stalled pid=%s silent_for=%.1fs", proc.pid, silent)
-            if self.kill_after is not None and silent > self.kill_after:
-                log.error("action=timer_process_killed pid=%s silent_for=%.1fs", proc.pid, silent)
+                log.error(
+                    "action=timer_process_stalled pid=%s late=%s for=%.1fs", proc.pid, what, late
+                )
+            if self.kill_after is not None and late > self.kill_after:
+                log.error(
+                    "action=timer_process_killed pid=%s late=%s for=%.1fs", proc.pid, what, late
+                )
                 self._metrics.stall_kills.inc()
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 return
+
+    def _beat(self, message: dict[str, Any]) -> None:
+        try:
+            left = wire.beat_left(message)
+        except (TypeError, ValueError) as exc:
+            log.error("action=timer_process_bad_message error=%s", describe(exc))
+            return
+        now = time.monotonic()
+        self._due = {source: now + seconds for source, seconds in left.items()}
 
     def _on_ready(self, proc: asyncio.subprocess.Process) -> None:
         log.info("action=timer_process_ready pid=%s schedules=%s", proc.pid, ",".join(self.names))

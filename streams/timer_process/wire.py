@@ -3,8 +3,10 @@
 Parent → child: ``{"op": "wake", "name": N, "at": ISO | null}``,
 ``{"op": "snapshot", "id": K}`` and ``{"op": "stop"}``.
 Child → parent: ``{"op": "ready", "pid": P}`` once its relay and timers run,
-``{"op": "beat"}`` every ``beat_interval(stall)`` while its event loop turns (the parent's
-watchdog), and ``{"op": "snapshot", "id": K, "timers": [...], "metrics": [...]}`` in answer.
+``{"op": "beat", "left": {source: seconds}}`` every ``beat_interval(stall)``: for each of
+its loops (a schedule, the relay) the seconds left before that loop's next turn is due,
+negative once it is late (progress.py; the parent's watch), and
+``{"op": "snapshot", "id": K, "timers": [...], "metrics": [...]}`` in answer.
 """
 
 from __future__ import annotations
@@ -35,6 +37,18 @@ def wake_time(message: dict[str, Any]) -> datetime | None:
 
 
 BEAT = encode({"op": "beat"})
+
+
+def beat(left: dict[str, float]) -> bytes:
+    return encode({"op": "beat", "left": left})
+
+
+def beat_left(message: dict[str, Any]) -> dict[str, float]:
+    """A beat's per-loop seconds left (none in a bare beat)."""
+    left = message.get("left") or {}
+    if not isinstance(left, dict):
+        raise ValueError(f"not a beat: {message!r}")
+    return {str(source): float(seconds) for source, seconds in left.items()}
 
 
 def beat_interval(stall_seconds: float) -> float:

@@ -116,8 +116,10 @@ class RunExecutor:
         metrics: TimerMetrics,
         leases: SlotLeases | None,
         stopping: Callable[[], bool] = lambda: False,
+        turned: Callable[[str, float], None] = lambda name, within: None,
     ) -> None:
         self._stopping = stopping
+        self._turned = turned
         self._clock = clock
         self._sleeper = sleeper
         self._metrics = metrics
@@ -158,6 +160,8 @@ class RunExecutor:
             self._metrics.lateness.labels(schedule=name).observe(lateness)
         state.stats.started(run_id, slot, started)
         state.started += 1
+        # The loop's next turn comes by the run's max duration (invoke cancels it then).
+        self._turned(name, spec.max_duration.total_seconds())
         event(logging.DEBUG, "timer_run_start", schedule=name, run_id=run_id, kind=kind, slot=slot)
         outcome = await invoke(
             spec, as_of, run_id, clock=self._clock, sleeper=self._sleeper, track=state.track

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from db.timers import TimerRepository
 from streams.maintenance import maintenance_schedules
+from streams.maintenance.schedules import check_retention_budget
 from streams.runtime import Runtime
 from streams.timers.registry import TimerRegistry
 
@@ -122,4 +123,5 @@ def build_registry(runtime: Runtime, worker_id: str | None = None) -> TimerRegis
     )
 
     registry.register_all(maintenance_schedules(runtime, store, registry.worker_id))
+    check_retention_budget(registry, runtime.settings)
     return registry

@@ -84,11 +84,13 @@ class TimerRegistry:
             metrics=self._metrics,
             leases=self._leases,
             stopping=self._stopping.is_set,
+            turned=self._turned,
         )
         self._entries: dict[str, ScheduleState] = {}
         self._frozen = False
         self._loaded = False
         self._started = False
+        self._on_turn: Callable[[str, float], None] | None = None
 
     # -- declaration -------------------------------------------------------------------------
 
@@ -165,6 +167,18 @@ class TimerRegistry:
             raise RuntimeError("delegate() before start()")
         for name in names:
             self._entry(name).delegate = wake
+
+    def report_turns(self, on_turn: Callable[[str, float], None]) -> None:
+        """Tell ``on_turn(name, within)`` at every turn of a schedule's loop the most seconds
+        that may pass before its next turn: the rest of its wait, or a run's max duration (the
+        run is cancelled then). A loop that misses it is stuck (the timer process's watch)."""
+        if self._started:
+            raise RuntimeError("report_turns() before start()")
+        self._on_turn = on_turn
+
+    def _turned(self, name: str, within: float) -> None:
+        if self._on_turn is not None:
+            self._on_turn(name, max(0.0, within))
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every schedule as a plain JSON-able dict (for the web view)."""
@@ -297,6 +311,7 @@ class TimerRegistry:
             # Cleared before reading wake_at, so a wake() from here on is never lost.
             entry.wake_event.clear()
             target = entry.next_target(self._clock.now())
+            self._turned(entry.spec.name, (target - self._clock.now()).total_seconds())
             if target > self._clock.now():
                 await self._wait(target, entry.wake_event)
             if self._stopping.is_set():

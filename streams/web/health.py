@@ -1,10 +1,10 @@
 """Liveness and readiness: is the worker up, and can it do its job (Kafka, PostgreSQL, recovery,
-agents alive, every assigned input partition moving)."""
+agents alive, every assigned input partition moving, its own local store working)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import faust
@@ -13,6 +13,7 @@ from db.connector import connection, ping
 from streams.agents.consumer import ContractConsumer
 from streams.agents.progress import Stall
 from streams.runtime import Runtime
+from streams.tables.cache import KeyCache
 from streams.timer_process.supervisor import TimerProcess
 
 
@@ -50,11 +51,23 @@ def partition_stalls(
     return out
 
 
+def timer_process_check(timer_process: TimerProcess) -> str:
+    """``ok``, ``down``, or ``stalled:`` with what is behind (the child silent, or which of its
+    loops is late) and by how long."""
+    if timer_process.stalled:
+        what, late = timer_process.late
+        if what == "silent":
+            return f"stalled: silent for {late:.0f}s"
+        return f"stalled: {what} late by {late:.0f}s"
+    return "ok" if timer_process.ready else "down"
+
+
 async def readiness(
     app: faust.App,
     runtime: Runtime,
     consumers: Mapping[str, ContractConsumer[Any]] = {},
     timer_process: TimerProcess | None = None,
+    caches: Sequence[KeyCache] = (),
 ) -> tuple[bool, dict[str, Any]]:
     checks: dict[str, Any] = {}
     try:
@@ -82,11 +95,12 @@ async def readiness(
         for name, ss in stalls.items()
         if ss
     }
+    # Cache tables whose local store (RocksDB, the worker's own disk) fails: a write holds
+    # its batch until the store takes it, a read falls back to PostgreSQL.
+    storage = {cache.name: failing for cache in caches if (failing := cache.failing())}
+    checks["local_storage"] = storage
     if timer_process is not None:
-        if timer_process.stalled:
-            checks["timer_process"] = f"stalled: silent for {timer_process.silent_for:.0f}s"
-        else:
-            checks["timer_process"] = "ok" if timer_process.ready else "down"
+        checks["timer_process"] = timer_process_check(timer_process)
     ready = (
         checks.get("timer_process", "ok") == "ok"
         and checks["postgres"] == "ok"
@@ -94,5 +108,6 @@ async def readiness(
         and recovered
         and not crashed
         and not checks["stalled_partitions"]
+        and not storage
     )
     return ready, checks

@@ -47,6 +47,7 @@ OUTBOX_COLUMNS = (
     "published",
     "publish_rate_per_second",
     "publish_errors",
+    "parked",
 )
 
 STYLE = """

@@ -132,7 +132,23 @@ def outbox_stats(runtime: Runtime, rates: Rates | None = None) -> dict[str, Any]
         "published": published,
         "publish_rate_per_second": rates.rate("outbox:published", published) if rates else None,
         "publish_errors": r.get_sample_value("outbox_publish_errors_total"),
+        # Rows Kafka refused for good, out of their lanes (python -m streams outbox parked).
+        "parked": r.get_sample_value("outbox_parked_rows"),
+        "parked_by_reason": parked_by_reason(r),
     }
+
+
+def parked_by_reason(registry: Any) -> dict[str, int]:
+    """Rows parked since start, by reason (all topics): outbox_parked_total."""
+    out: dict[str, int] = {}
+    for family in registry.collect():
+        if family.name != "outbox_parked":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                reason = sample.labels.get("reason", "")
+                out[reason] = out.get(reason, 0) + int(sample.value)
+    return out
 
 
 def timer_list(ctx: SliceContext) -> list[dict[str, Any]]:

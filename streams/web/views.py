@@ -27,7 +27,7 @@ def register(ctx: SliceContext) -> None:
 
     @app.page("/health")
     async def health(web: View, request: Request) -> Response:
-        ready, checks = await readiness(app, runtime, ctx.consumers, ctx.timer_process)
+        ready, checks = await readiness(app, runtime, ctx.consumers, ctx.timer_process, ctx.caches)
         body = {"status": "ready" if ready else "not ready", **checks}
         return web.json(body, status=200 if ready else 503)
 
@@ -61,5 +61,5 @@ def register(ctx: SliceContext) -> None:
         )
         if wants_json:
             return web.json(data)
-        ready, checks = await readiness(app, runtime, ctx.consumers, ctx.timer_process)
+        ready, checks = await readiness(app, runtime, ctx.consumers, ctx.timer_process, ctx.caches)
         return web.html(render_html(data, ready, checks))

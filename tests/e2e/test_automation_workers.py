@@ -157,6 +157,7 @@ async def test_a_worker_killed_after_its_claim_loses_nothing_and_duplicates_noth
         AUTOMATION_BATCH_SIZE="100",
         AUTOMATION_LEASE_SECONDS="12",
         AUTOMATION_BACKOFF_SECONDS="1,1,1",
+        AUTOMATION_INTERRUPTION_DELAY_SECONDS="1",
         # Wake-ups (start, next due, retry due) drive the runner; the interval is a safety net.
         TIMER_AUTOMATION_SCHEDULER_INTERVAL_SECONDS="11",
         TIMER_AUTOMATION_SCHEDULER_MAX_DURATION_SECONDS="10",
@@ -213,9 +214,10 @@ async def test_a_worker_killed_after_its_claim_loses_nothing_and_duplicates_noth
     assert in_flight >= 100, in_flight  # at least the victim's claimed batch
     rescued = await pool.fetchval(
         "SELECT count(*) FROM automation.scheduler "
-        "WHERE retry_count = 1 AND failure_reason_code = 'LeaseExpired'"
+        "WHERE interrupted_count = 1 AND retry_count = 0 AND failure_reason_code IS NULL"
     )
-    # The victim's batch came back after its lease (and completed on the survivor).
+    # The victim's batch came back after its lease as interrupted, not as a failed attempt
+    # (and completed on the survivor).
     assert rescued >= 100, rescued
     records = await read_to_end(kafka_bootstrap, topic_prefix + TOPIC)
     keys = [r.key for r in records]

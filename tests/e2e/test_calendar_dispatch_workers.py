@@ -99,6 +99,7 @@ async def test_three_workers_send_each_of_10000_due_reminders_exactly_once(
         # A cluster-once job on a 1 s slot, to check one run per slot across the three.
         TIMER_OUTBOX_RETENTION_INTERVAL_SECONDS="1",
         TIMER_OUTBOX_RETENTION_MAX_DURATION_SECONDS="1",
+        RETENTION_BUDGET_SECONDS="0.5",  # a run's budget ends before its max duration
     )
     workers = [WorkerProcess(env, tmp_path, f"dispatch-{i}") for i in range(3)]
     try:

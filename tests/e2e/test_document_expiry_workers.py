@@ -247,3 +247,50 @@ async def test_simulated_days_send_each_document_threshold_at_most_once_and_ever
     assert {d: got.get(d, set()) for d in days} == want
     assert {d: len(want[d]) for d in days} == sent_per_day
     assert sum(len(v) for v in want.values()) > len(docs)  # crossings happened along the days
+
+
+async def test_a_large_owner_is_claimed_in_chunks_continued_through_the_workers_topic(
+    database_url: str, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    settings = Settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=topic_prefix)
+    await ensure_topics(settings, service_topic_names(settings))
+    now = datetime.now(UTC)
+    big = str(uuid.uuid4())
+    docs = [
+        person_document(OwnerUserId=big, ExpiresAt=now.date() + timedelta(days=3))
+        for _ in range(35)
+    ]
+    docs += [person_document(ExpiresAt=now.date() + timedelta(days=5)) for _ in range(6)]
+    seed = Harness(database_url, now=now)
+    try:
+        await seed.apply(*docs)
+    finally:
+        await seed.close()
+    env = worker_env(
+        database_url,
+        kafka_bootstrap,
+        topic_prefix,
+        TIMER_DOCUMENT_EXPIRY_ENABLED="false",
+        DOCUMENT_EXPIRY_CLAIM_CHUNK_DOCUMENTS="10",
+        DOCUMENT_EXPIRY_MAX_DOCUMENTS_PER_EVENT="4",
+    )
+    workers = start_workers(env, tmp_path, n=1)
+    try:
+        await workers[0].wait_ready()
+        cli_env = {**env, "WORKER_DATA_DIR": str(tmp_path / "cli"), "WEB_PORT": "1"}
+        rc, out = await cli(cli_env, "run", "document-expiry")
+        assert rc == 0, out
+        assert count_of(out, "owners_done") == count_of(out, "owners_total") == 7, out
+        assert count_of(out, "reminders_sent") == len(docs), out
+        assert count_of(out, "owners_notified") == 7, out
+        await published(database_url, workers)
+    finally:
+        for w in workers:
+            w.stop()
+    records = await read_to_end(kafka_bootstrap, topic_prefix + REMINDERS)
+    listed = [d["DocumentId"] for r in records for d in json.loads(r.value)["Documents"]]
+    assert sorted(listed) == sorted(d["DocumentId"] for d in docs), "each document once"
+    assert max(len(json.loads(r.value)["Documents"]) for r in records) <= 4
+    big_events = [r for r in records if r.key == big.encode()]
+    assert len(big_events) >= 9  # 35 documents, chunks of 10, events of 4
+    assert len({dict(r.headers)["correlation-id"] for r in records}) == 1

@@ -12,9 +12,16 @@ with the pure domain rules; the auditor (tests/support/reminder_audit.py) reads
 pin.calendar.reminder-due.v1 (per reminder identity), pin.profile.document-expiry-reminders.v1
 (per DocumentId and threshold, across events) and pin.automation.dispatch-requested.v1 (per
 SchedulerKey) to their end and prints one table: per slice and fault, effects expected /
-published / missing / doubled / wrong. Doubled = one effect in two outbox records; the same
-outbox record re-published (same ``outbox-id`` header, which consumers dedupe) is counted
-apart and allowed.
+published / missing / doubled / wrong / re-published; missing, doubled or wrong fail the
+run. Doubled = one effect in two outbox records; the same outbox record re-published (same
+``outbox-id`` header, which consumers dedupe: a relay pass that timed out on Kafka and
+replaced its producer while the old one's retries still landed) is counted in its own
+column and allowed.
+
+Workers not ready at the end (the check before the audit) fail with an explanation: each
+one's /health, who holds each stalled partition with what committed offset and high
+watermark, the group's committed offset on the broker, and the worker's last own log lines
+(rebalance steps first; its timer process's cycles left out).
 
 Faults, in one timeline (seconds after the load starts, FAULTS_SCALE stretches it):
   SIGKILL between a commit and its cache write (a worker restarted with
@@ -24,7 +31,9 @@ Faults, in one timeline (seconds after the load starts, FAULTS_SCALE stretches i
   worker and SIGSTOP of another worker's timer process (SIGCONT later), a failed daily run
   (the run's table locked, so its first statement times out) and a SIGTERMed daily run of
   document-expiry, each retried by hand for the same slot, and PostgreSQL restarted in
-  immediate mode.
+  immediate mode. A day's run that another fault broke (the PostgreSQL restart can fall on
+  any day's run) is retried by hand too, as the schedule's slot retry would; every day's
+  last attempt must succeed.
 
 Knobs (environment): FAULTS_SEED, FAULTS_PRODUCE_SECONDS, FAULTS_RATE (new calendar events
 per second), FAULTS_CACHE_KILLS, FAULTS_AFTER_COMMIT_PASS, FAULTS_STORM_EVENTS, FAULTS_DOC_OWNERS,
@@ -52,6 +61,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from devkit.workers import ROOT, WorkerProcess, worker_env
 from tests.support.calendar_load import Acked, CalendarLoad, expected_reminders, run_load
@@ -94,6 +104,8 @@ DOC_OWNERS = int(os.environ.get("FAULTS_DOC_OWNERS", "50"))
 AUTOMATION_SOURCES = int(os.environ.get("FAULTS_AUTOMATION_SOURCES", "60"))
 SCALE = PRODUCE_SECONDS / 120.0
 GRACE_SECONDS = 20.0
+# Hand retries of a document-expiry day whose run another fault broke.
+RUN_RETRIES = 3
 QUIESCE_TIMEOUT = 90.0
 # An effect is attributed to every fault in force within this much of its due time.
 SLACK = timedelta(seconds=15)
@@ -303,12 +315,17 @@ class DayRun:
     ended: datetime | None = None
 
 
+# What a helper's PostgreSQL call raises while the timeline's immediate restart is under way
+# (the harness must outlive its own faults: the restart can fall on any day's run).
+PG_DOWN = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
 async def applied(db: str, table: str, key: str, want: dict[str, int], timeout: float) -> None:
     """Until every acknowledged Version of ``want`` is in the projection (sequencing only: the
     run of a day must see the states that day's expectation assumes)."""
     deadline = time.monotonic() + timeout
     while True:
-        with contextlib.suppress(OSError, asyncpg.PostgresError):
+        with contextlib.suppress(*PG_DOWN):
             conn = await asyncpg.connect(db, timeout=5)
             try:
                 rows = await conn.fetch(f"SELECT {key}::text AS k, version FROM {table}")
@@ -321,14 +338,22 @@ async def applied(db: str, table: str, key: str, want: dict[str, int], timeout: 
         await asyncio.sleep(0.3)
 
 
-async def locked_runs_table(db: str, release: asyncio.Event) -> None:
-    conn = await asyncpg.connect(db)
+async def locked_runs_table(db: str, release: asyncio.Event, tl: Timeline) -> None:
+    """Hold the runs table locked until ``release``; a restart of PostgreSQL meanwhile ends
+    the lock with the session (noted: the run may then not fail)."""
     try:
-        async with conn.transaction():
-            await conn.execute("LOCK TABLE profile.document_expiry_runs IN ACCESS EXCLUSIVE MODE")
-            await release.wait()
-    finally:
-        await conn.close()
+        conn = await asyncpg.connect(db, timeout=10)
+        try:
+            async with conn.transaction():
+                await conn.execute(
+                    "LOCK TABLE profile.document_expiry_runs IN ACCESS EXCLUSIVE MODE"
+                )
+                await release.wait()
+        finally:
+            with contextlib.suppress(*PG_DOWN):
+                await conn.close()
+    except PG_DOWN as exc:
+        tl.note(f"the runs table lock ended early: {type(exc).__name__}")
 
 
 async def sigtermed_run(env: dict[str, str], db: str, as_of: str, slot_day: str) -> int:
@@ -347,19 +372,30 @@ async def sigtermed_run(env: dict[str, str], db: str, as_of: str, slot_day: str)
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
-    conn = await asyncpg.connect(db)
+    conn: asyncpg.Connection | None = None
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.returncode is None:
-            started = await conn.fetchval(
-                "SELECT count(*) FROM profile.document_expiry_runs WHERE as_of_date = $1::date",
-                datetime.fromisoformat(slot_day).date(),
-            )
+            try:
+                if conn is None:
+                    conn = await asyncpg.connect(db, timeout=5)
+                started = await conn.fetchval(
+                    "SELECT count(*) FROM profile.document_expiry_runs WHERE as_of_date = $1::date",
+                    datetime.fromisoformat(slot_day).date(),
+                )
+            except PG_DOWN:
+                if conn is not None:
+                    conn.terminate()
+                conn = None
+                await asyncio.sleep(0.3)
+                continue
             if started:
                 break
             await asyncio.sleep(0.05)
     finally:
-        await conn.close()
+        if conn is not None:
+            with contextlib.suppress(*PG_DOWN):
+                await conn.close()
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGTERM)
     return await asyncio.wait_for(proc.wait(), 60)
@@ -408,7 +444,7 @@ async def expiry_day(
     args = ("timers", "run", "document-expiry", "--as-of", as_of)
     if fault == "failed daily run":
         release = asyncio.Event()
-        holder = asyncio.create_task(locked_runs_table(db, release))
+        holder = asyncio.create_task(locked_runs_table(db, release, tl))
         await asyncio.sleep(0.5)
         try:
             rc, out = await cli(env, *args)
@@ -425,9 +461,33 @@ async def expiry_day(
     rc, out = await cli(env, *args)
     run.attempts.append(("retry" if fault else "run", rc))
     tl.note(f"expiry day {k}: {'retry' if fault else 'run'} -> rc {rc} {last_line(out)}")
+    # A run another fault of the timeline broke (the PostgreSQL restart or the broker kill
+    # can fall on any day's run) is retried for the same slot, as its schedule's slot retry
+    # would; a slot its broken run left claimed is run again with --rerun.
+    for _ in range(RUN_RETRIES):
+        if rc == 0:
+            break
+        await postgres_accepts(db, 120)
+        again = (*args, "--rerun") if rc == 3 else args
+        rc, out = await cli(env, *again)
+        run.attempts.append(("rerun" if "--rerun" in again else "retry", rc))
+        tl.note(f"expiry day {k}: retry after a failed run -> rc {rc} {last_line(out)}")
     run.ended = datetime.now(UTC)
     if fault:
         tl.window(fault, run.began or run.ended, run.ended)
+
+
+async def postgres_accepts(db: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn = await asyncpg.connect(db, timeout=5)
+        except PG_DOWN:
+            assert time.monotonic() < deadline, f"PostgreSQL not back in {timeout}s"
+            await asyncio.sleep(0.5)
+            continue
+        await conn.close()
+        return
 
 
 def last_line(out: str) -> str:
@@ -495,7 +555,7 @@ async def wait_quiet(db: str, calendar_versions: dict[str, int], timeout: float)
                 await conn.close()
             if not any(figures.values()):
                 return figures
-        except (OSError, asyncpg.PostgresError) as exc:
+        except PG_DOWN as exc:
             figures = {"error": 1, **figures}
             print(f"quiesce: {exc!r}")
         if time.monotonic() > deadline:
@@ -537,6 +597,100 @@ async def settled(db: str, query: str, want: Callable[[Any], bool], timeout: flo
             await asyncio.sleep(0.3)
     finally:
         await conn.close()
+
+
+# ---------------------------------------------------------------------- diagnostics
+
+STALL = re.compile(r"^(?P<topic>\S+):(?P<partition>\d+) ")
+
+
+def worker_lines(worker: WorkerProcess, n: int = 12) -> list[str]:
+    """The worker's last log lines that are not its timer process's cycles, and its last
+    rebalance steps (a CI tail was all timer-process lines)."""
+    try:
+        text = worker.log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ["<no log>"]
+    own = [x for x in text if "[timer-process]" not in x]
+    steps = [x for x in own if "assigned partitions" in x or "Revoking" in x]
+    return [*(f"rebalance: {x[:200]}" for x in steps[-4:]), *(x[:240] for x in own[-n:])]
+
+
+async def group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+        return {(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()}
+    finally:
+        await admin.close()
+
+
+async def explain_not_ready(workers: list[WorkerProcess], bootstrap: str, group: str) -> str:
+    """Why workers are not ready: each one's /health, who holds each stalled partition with
+    what committed offset and high watermark (its /status), the group's committed offset
+    on the broker, and the worker's last own log lines."""
+    lines: list[str] = []
+    health: dict[str, Any] = {}
+    status: dict[str, Any] = {}
+    for w in workers:
+        if w.proc is None or w.proc.poll() is not None:
+            lines.append(f"{w.name}: not running (rc {w.proc.returncode if w.proc else None})")
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            health[w.name] = (await asyncio.to_thread(w.get, "/health"))[1]
+            status[w.name] = (await asyncio.to_thread(w.get, "/status?format=json"))[1]
+    stalled: set[tuple[str, int]] = set()
+    for name, h in health.items():
+        lines.append(f"{name} /health: {h}")
+        for agent_stalls in (
+            (h.get("stalled_partitions") or {}).values() if isinstance(h, dict) else ()
+        ):
+            for text in agent_stalls:
+                m = STALL.match(text)
+                if m:
+                    stalled.add((m["topic"], int(m["partition"])))
+    group_view: dict[tuple[str, int], int] = {}
+    try:
+        group_view = await group_offsets(bootstrap, group)
+    except Exception as exc:  # a diagnostic must not hide the failure it explains
+        lines.append(f"group offsets of {group}: {exc!r}")
+    for topic, partition in sorted(stalled):
+        where = f"{topic}:{partition}"
+        lines.append(
+            f"stalled {where}: committed in the group {group_view.get((topic, partition))}"
+        )
+        for name, st in status.items():
+            for agent in st.get("agents", []) if isinstance(st, dict) else []:
+                for part in agent.get("partitions", []):
+                    if part["partition"] != where:
+                        continue
+                    mine = [x for x in agent.get("stalled", []) if x["partition"] == where]
+                    lines.append(
+                        f"  held by {name} ({agent['agent']}): committed {part['committed']} "
+                        f"highwater {part['highwater']} stalled {mine}"
+                    )
+                    if mine and part["committed"] == part["highwater"]:
+                        lines.append(
+                            "  (nothing left to read: the lag is the stall check's own "
+                            "position, behind the committed offset)"
+                        )
+    for w in workers:
+        h = health.get(w.name)
+        if h is not None and (not isinstance(h, dict) or h.get("status") != "ready"):
+            lines.append(f"{w.name} last lines:")
+            lines += [f"  {x}" for x in worker_lines(w)]
+    return "\n".join(lines)
+
+
+async def all_ready(
+    workers: list[WorkerProcess], bootstrap: str, group: str, timeout: float
+) -> None:
+    try:
+        await asyncio.gather(*(w.wait_ready(timeout=timeout) for w in workers))
+    except AssertionError as exc:
+        why = await explain_not_ready(workers, bootstrap, group)
+        raise AssertionError(f"{str(exc).splitlines()[0]}\n{why}") from None
 
 
 @pytest.mark.timeout(720)
@@ -630,7 +784,7 @@ async def test_fault_matrix_every_slice_makes_each_effect_once_through_every_fau
         wait = (last_due - datetime.now(UTC)).total_seconds() + GRACE_SECONDS
         if wait > 0:
             await asyncio.sleep(wait)  # the reminders come due on the wall clock
-        await asyncio.gather(*(w.wait_ready(timeout=120) for w in workers))
+        await all_ready(workers, stack.bootstrap, env["APP_ID"], timeout=120)
         quiet = await wait_quiet(stack.database_url, expectation.final_versions, QUIESCE_TIMEOUT)
         audited_at = datetime.now(UTC)
         due_records = await read_to_end(stack.bootstrap, prefix + DUE_TOPIC)
@@ -721,6 +875,8 @@ async def test_fault_matrix_every_slice_makes_each_effect_once_through_every_fau
     if details:
         print("\n" + "\n".join(details))
     assert not (cal.failed or exp.failed or auto.failed), "\n".join(details)
+    unfinished = [r for r in runs if not r.attempts or r.attempts[-1][1] != 0]
+    assert not unfinished, f"document-expiry days whose last run failed: {unfinished}"
     assert tl.counts()["broker SIGKILL + start"] == 1
     assert tl.counts()["PostgreSQL immediate restart"] == 1
     assert tl.counts()["SIGKILL between commit and cache write"] == CACHE_KILLS

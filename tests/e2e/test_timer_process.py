@@ -5,7 +5,10 @@ events from a plain Kafka producer, reminders read back from the output topic.
   few seconds wakes the child's dispatcher through the worker (no 120 s cycle needed);
 - the worker's /metrics, /timers and /health show the child's work as the worker's own;
 - a child killed by itself is started again (new pid, restarts counted), and reminders
-  keep going out; a worker killed by itself does not leave its child behind.
+  keep going out; a worker killed by itself does not leave its child behind;
+- a SIGSTOPped child makes /health not ready within the stall bound; resumed (SIGCONT) it is
+  ready again, left stopped it is killed and started again after the kill bound; the
+  reminders that came due meanwhile are published once each.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from devkit.kafka import read_to_end
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, process_tree, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from tests.support.calendar_load import calendar_message
+from tests.support.db import scalar
 from tests.support.metrics import sample
 from tests.support.pause import process_state
 
@@ -153,6 +158,129 @@ async def test_the_timer_process_dispatches_restarts_and_never_outlives_its_work
         worker.kill()
         await consumer.stop()
         await producer.stop()
+
+
+STALL = 2.0
+KILL = 12.0
+
+
+async def _stalled_within(worker: WorkerProcess, child: int) -> float:
+    """Seconds from now until /health is not ready with the timer process stalled."""
+    stopped = time.monotonic()
+    health = await eventually(
+        lambda: worker.get("/health"),
+        until=lambda h: h[0] != 200 and str(h[1].get("timer_process")).startswith("stalled"),
+        timeout=30,
+        interval=0.1,
+        what="/health not ready: timer process stalled",
+    )
+    assert _second(worker.pids) == child, "stalled, not restarted yet"
+    assert health[1]["timer_process"].startswith("stalled: silent for"), health
+    return time.monotonic() - stopped
+
+
+@pytest.mark.timeout(300)
+async def test_a_stopped_timer_process_is_not_ready_then_killed_and_reminders_go_out_once(
+    database_url: str, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    settings = Settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=topic_prefix)
+    await ensure_topics(settings, contract_topic_names(settings))
+    env = worker_env(
+        database_url,
+        kafka_bootstrap,
+        topic_prefix,
+        WORKER_TIMER_PROCESS_STALL_SECONDS=str(STALL),
+        WORKER_TIMER_PROCESS_KILL_SECONDS=str(KILL),
+    )
+    worker = WorkerProcess(env, tmp_path)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    child: int | None = None
+    try:
+        worker.start()
+        health = await worker.wait_ready()
+        assert health["timer_process"] == "ok", health
+        child = _second(worker.pids)
+        assert child is not None
+
+        # Stopped, then resumed before the kill bound: the same process goes on.
+        os.kill(child, signal.SIGSTOP)
+        sent = [await send_soon_due(producer, settings.topic(EVENTS)) for _ in range(3)]
+        noticed = await _stalled_within(worker, child)
+        # The bound, plus a watchdog tick, a beat interval and a /health round trip.
+        assert noticed < STALL + 2.5, f"/health not ready {noticed:.1f}s after SIGSTOP"
+        print(f"\n/health not ready {noticed:.2f}s after SIGSTOP (stall bound {STALL:g}s)")
+        due = max(at for _, at in sent)
+        await eventually(
+            lambda: datetime.now(UTC) > due, until=bool, timeout=30, what="all due meanwhile"
+        )
+        os.kill(child, signal.SIGCONT)
+        await eventually(
+            lambda: worker.get("/health")[1].get("timer_process"),
+            until=lambda v: v == "ok",
+            timeout=30,
+            what="ready again after SIGCONT",
+        )
+        assert _second(worker.pids) == child
+        # Resumed, it sends them; their marks commit before it is stopped again (a pass cut
+        # off before its commit would send them once more, which at-least-once allows).
+        await eventually(
+            lambda: _published(database_url, settings.topic(DUE)),
+            until=lambda n: n == len(sent),
+            timeout=60,
+            what=f"{len(sent)} reminders published after SIGCONT",
+        )
+
+        # Stopped for good: killed after the kill bound and started again.
+        os.kill(child, signal.SIGSTOP)
+        stopped = time.monotonic()
+        sent += [await send_soon_due(producer, settings.topic(EVENTS)) for _ in range(3)]
+        await _stalled_within(worker, child)
+        restarted = await eventually(
+            lambda: _second(worker.pids),
+            until=lambda pid: pid is not None and pid != child,
+            timeout=KILL + 30,
+            what="the stopped timer process killed and started again",
+        )
+        print(f"restarted {time.monotonic() - stopped:.2f}s after SIGSTOP (kill bound {KILL:g}s)")
+        assert not alive(child)
+        await eventually(
+            lambda: worker.get("/health")[1].get("timer_process"),
+            until=lambda v: v == "ok",
+            timeout=60,
+            what="the new timer process ready",
+        )
+        text = str(worker.get("/metrics")[1])
+        assert sample(text, "worker_timer_process_stall_kills_total") == 1
+        assert (sample(text, "worker_timer_process_stalls_total") or 0) >= 2
+        assert restarted is not None
+
+        # Every reminder published (its outbox row marked), then the topic read to its end.
+        ids = {event_id for event_id, _ in sent}
+        await eventually(
+            lambda: _published(database_url, settings.topic(DUE)),
+            until=lambda n: n == len(ids),
+            timeout=60,
+            what=f"{len(ids)} reminders published",
+        )
+        records = await read_to_end(kafka_bootstrap, settings.topic(DUE))
+        seen = [json.loads(r.value or b"{}").get("EventId") for r in records]
+        assert sorted(seen) == sorted(ids), f"published {seen}, expected each of {ids} once"
+    finally:
+        if child is not None and alive(child):
+            os.kill(child, signal.SIGCONT)
+        worker.kill()
+        await producer.stop()
+
+
+async def _published(database_url: str, topic: str) -> int:
+    return int(
+        await scalar(
+            database_url,
+            "SELECT count(*) FROM ops.outbox WHERE published_at IS NOT NULL AND topic = $1",
+            topic,
+        )
+    )
 
 
 def _second(pids: list[int]) -> int | None:

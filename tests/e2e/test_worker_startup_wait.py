@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -17,6 +18,7 @@ from devkit.workers import ROOT, WorkerProcess, free_port, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from tests.conftest import with_database
+from tests.support.pause import process_state
 from tests.support.proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
@@ -107,6 +109,50 @@ async def test_worker_waits_for_kafka_then_becomes_ready(
         proxy.stop()
 
 
+async def test_a_worker_waiting_for_kafka_answers_health_and_its_timer_process_ends_with_it(
+    module_database_url: str, module_tmp: Path
+) -> None:
+    """While it waits for Kafka the worker's timer process runs (it needs only PostgreSQL) and
+    a startup /health says what is missing; a worker that gives up (STARTUP_WAIT_SECONDS)
+    stops its timer process before it exits."""
+    env = worker_env(
+        module_database_url,
+        f"127.0.0.1:{free_port()}",  # nothing listens: Kafka is down
+        "unused.",
+        STARTUP_WAIT_SECONDS="15",
+    )
+    worker = WorkerProcess(env, module_tmp, "give-up-kafka").start()
+    try:
+        status, health = await eventually(
+            lambda: _get(worker, "/health"),
+            until=lambda answer: answer is not None and answer[1].get("timer_process") == "ok",
+            timeout=60,
+            what="the startup /health with the timer process ok",
+        )
+        assert status == 503 and health["status"] == "starting", health
+        assert health["postgres"] == "ok", health
+        assert health["kafka"] == "waiting: KafkaConnectionError", health
+        assert _get(worker, "/health/live") == (200, {"status": "alive"})
+        pids = worker.pids
+        assert len(pids) == 2, pids  # the worker and its timer process
+        assert worker.proc is not None
+        code = await asyncio.to_thread(worker.proc.wait, 60)
+        assert code == 1, worker.tail()
+        log = worker.tail(1000)
+        assert "kafka did not answer within STARTUP_WAIT_SECONDS=15" in log
+        assert "action=timer_process_stopped" in log
+        assert all(process_state(pid) in {"", "Z"} for pid in pids[1:]), "an orphan"
+    finally:
+        worker.kill()
+
+
+def _get(worker: WorkerProcess, path: str) -> tuple[int, Any] | None:
+    try:
+        return worker.get(path)
+    except OSError:  # not listening yet
+        return None
+
+
 @pytest.mark.parametrize(
     ("database", "user", "message"),
     [
@@ -170,3 +216,42 @@ def _base_env() -> dict[str, str]:
     import os
 
     return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def test_a_connection_budget_the_server_cannot_hold_exits_2_naming_both(
+    module_database_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Against the real server's SHOW max_connections: a budget one over what it allows."""
+    import asyncpg
+
+    async def available() -> tuple[int, int]:
+        conn = await asyncpg.connect(module_database_url)
+        try:
+            m = int(await conn.fetchval("SHOW max_connections"))
+            r = int(await conn.fetchval("SHOW superuser_reserved_connections"))
+            extra = await conn.fetchval("SELECT current_setting('reserved_connections', true)")
+            return m, m - r - int(extra or 0)
+        finally:
+            await conn.close()
+
+    max_connections, free = asyncio.run(available())
+    env = {
+        **worker_env(module_database_url, kafka_bootstrap, "unused."),
+        "WORKER_DATA_DIR": str(tmp_path),
+        "WEB_PORT": str(free_port()),
+        "DB_MAX_CONNECTIONS_PER_WORKER": str(free + 1),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "streams", "worker"],
+        cwd=ROOT,
+        env={**_base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"error: setting DB_MAX_CONNECTIONS_PER_WORKER: DB_MAX_CONNECTIONS_PER_WORKER={free + 1}"
+        in (done.stderr)
+    )
+    assert f"max_connections={max_connections}" in done.stderr

@@ -14,6 +14,7 @@ from db import automation as repo
 from db.automation import ClaimedRow
 from db.connector import transaction
 from streams.contracts.automation import AutomationType
+from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
 from streams.domain.automation_revalidation import VALID
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import HandlerRegistry, Outcome
@@ -132,11 +133,12 @@ async def test_paused_worker_past_its_lease_is_fenced_and_one_event_is_written(
     await asyncio.wait_for(gate.entered.wait(), 10)
     assert (await row(pool, c.key))["status_id"] == "Processing"
 
-    # The lease runs out; cleanup puts the row back (5 min backoff); another worker runs it.
+    # The lease runs out; cleanup puts the row back (an interruption, no attempt); another
+    # worker runs it.
     t1 = T0 + LEASE + timedelta(seconds=1)
     rescued = await cleanup(runtimes[1]).run_once(t1)
-    assert rescued.rescued == 1
-    other = await runner(runtimes[1]).run_once(t1 + timedelta(minutes=5))
+    assert (rescued.rescued, rescued.charged) == (1, 0)
+    other = await runner(runtimes[1]).run_once(t1 + DEFAULT_INTERRUPTION_DELAY)
     assert (other.completed, other.fenced) == (1, 0)
 
     gate.release.set()
@@ -146,17 +148,21 @@ async def test_paused_worker_past_its_lease_is_fenced_and_one_event_is_written(
     events = [e for e in await outbox(pool) if e["key"] == c.key]
     assert len(events) == 1
     r = await row(pool, c.key)
-    assert (r["status_id"], r["retry_count"], r["failure_reason_code"]) == (
-        "Completed",
-        1,
-        "LeaseExpired",
-    )
+    assert (r["status_id"], r["retry_count"], r["interrupted_count"]) == ("Completed", 0, 1)
+    assert r["failure_reason_code"] is None
 
 
 async def test_each_step_of_the_ladder_after_expired_leases_then_hold(
     pool: asyncpg.Pool, runtimes: list[Runtime]
 ) -> None:
     [c] = await seed(pool, 1)
+    # Its free interruptions spent (test_automation_interruptions.py walks through them), each
+    # expired lease is an attempt.
+    await pool.execute(
+        "UPDATE automation.scheduler SET interrupted_count = $2 WHERE scheduler_key = $1",
+        c.key,
+        DEFAULT_INTERRUPTION_ALLOWANCE,
+    )
     claimer, rescuer = runner(runtimes[0]), cleanup(runtimes[1])
     now = T0
     for step, wait in enumerate([timedelta(minutes=5), timedelta(minutes=15), timedelta(hours=1)]):

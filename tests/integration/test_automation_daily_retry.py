@@ -17,7 +17,12 @@ from db import automation as repo
 from db import automation_inputs as inputs_repo
 from db.connector import transaction
 from streams.clock import ManualClock
-from streams.domain.automation import DAILY_RETRY, ReportManualInput, SchedulerCandidate
+from streams.domain.automation import (
+    DAILY_RETRY,
+    DEFAULT_INTERRUPTION_ALLOWANCE,
+    ReportManualInput,
+    SchedulerCandidate,
+)
 from streams.domain.automation_revalidation import SettingState, SourceState, SubscriptionState
 from streams.metrics import Metrics
 from streams.runtime import Runtime
@@ -134,7 +139,10 @@ async def test_an_expired_lease_of_an_approved_type_retries_daily(
 ) -> None:
     report = await report_row(pool)
     await pool.execute(
-        "UPDATE automation.scheduler SET retry_count = 3 WHERE scheduler_key = $1", report.key
+        "UPDATE automation.scheduler SET retry_count = 3, interrupted_count = $2 "
+        "WHERE scheduler_key = $1",
+        report.key,
+        DEFAULT_INTERRUPTION_ALLOWANCE,  # spent: this expiry is an attempt
     )
     registry = handlers("ReportSubscription")
     async with transaction(pool) as conn:

@@ -23,6 +23,7 @@ from streams.contracts.automation import (
     TriggerType,
 )
 from streams.domain.automation import (
+    DEFAULT_INTERRUPTION_ALLOWANCE,
     ReminderThresholdInput,
     ReportManualInput,
     SchedulerCandidate,
@@ -116,8 +117,26 @@ async def test_an_outbox_failure_rolls_the_completion_back(
     with pytest.raises(DatabaseUnavailable):
         await runner(runtime).run_once(T0)
     r = await row(pool, c.key)
-    # The claim committed (its own transaction); the completion did not: the lease rescues it.
-    assert (r["status_id"], r["dispatch_result_json"]) == ("Processing", None)
+    # The claim committed (its own transaction); the completion did not: the batch was handed
+    # back as interrupted, no attempt counted.
+    assert (r["status_id"], r["dispatch_result_json"]) == ("Pending", None)
+    assert (r["retry_count"], r["interrupted_count"]) == (0, 1)
+    assert await outbox(pool) == []
+    # The same error every time is bounded: once the interruption allowance is spent each
+    # run is an attempt (Interrupted), and the ladder ends on support hold.
+    now = T0
+    for _ in range(DEFAULT_INTERRUPTION_ALLOWANCE - 1 + 4):
+        now += timedelta(hours=2)
+        with pytest.raises(DatabaseUnavailable):
+            await runner(runtime).run_once(now)
+    r = await row(pool, c.key)
+    assert (r["status_id"], r["retry_count"], r["is_on_support_hold"]) == ("Failed", 4, True)
+    assert (r["interrupted_count"], r["failure_reason_code"], r["last_error"]) == (
+        DEFAULT_INTERRUPTION_ALLOWANCE + 4,
+        "Interrupted",
+        "DatabaseUnavailable",
+    )
+    assert (await runner(runtime).run_once(now + timedelta(days=1))).claimed == 0
     assert await outbox(pool) == []
 
 

@@ -149,6 +149,37 @@ async def test_rescheduled_back_reopens_the_skipped_row(
     ]
 
 
+async def test_a_reopened_row_starts_afresh_without_an_earlier_backoff(
+    applier: CalendarEventsApplier, pool: asyncpg.Pool
+) -> None:
+    """A row that backed off as poison, was skipped (the event cancelled), then is wanted
+    again (un-cancelled) is a new reminder: due at its DueAt, not after the old retry time."""
+    e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
+    await apply(applier, e)
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE calendar.event_reminders SET attempts = 5, last_error_code = 'contract', "
+            "next_attempt_at = $2 WHERE event_id = $1",
+            e["EventId"],
+            START + timedelta(days=1),
+        )
+    await apply(applier, {**e, "Version": 2, "Status": "Cancelled"})
+    await apply(applier, {**e, "Version": 3})
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT status, attempts, next_attempt_at = '-infinity' AS no_retry, last_error_code "
+            "FROM calendar.event_reminders WHERE event_id = $1",
+            e["EventId"],
+        )
+    assert row is not None
+    assert dict(row) == {
+        "status": "Pending",
+        "attempts": 0,
+        "no_retry": True,
+        "last_error_code": None,
+    }
+
+
 async def test_cache_answers_unchanged_states_without_changing_any_outcome(
     database_url: str, pool: asyncpg.Pool
 ) -> None:

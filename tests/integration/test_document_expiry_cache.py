@@ -237,3 +237,38 @@ async def test_one_owner_twice_in_a_batch_from_two_runs_of_a_slot_is_reminded_on
         assert sum(r["reminders_sent"] for r in done) == 1
     finally:
         await h.close()
+
+
+async def test_an_owner_that_grew_past_its_cache_value_is_checked_by_a_bounded_read(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cached while small, then 2,000 documents more in the window: the check reads one
+    document more than the value names (enough to refuse it), never the whole owner, and the
+    ledger sends every new reminder once."""
+    from db import profile as repo
+
+    read: list[int] = []
+    real = repo.expiry_marks_check
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        docs = await real(*args, **kwargs)
+        read.append(len(docs))
+        return docs
+
+    monkeypatch.setattr(repo, "expiry_marks_check", counted)
+    h = Harness(database_url, cache=True)
+    try:
+        owner = str(uuid.uuid4())
+        first = person_document(OwnerUserId=owner, DaysLeft=20)
+        await h.apply(first)
+        assert (await h.run().run_once(SLOT - DAY)).reminders_sent == 1
+        grown = [person_document(OwnerUserId=owner, DaysLeft=10) for _ in range(2_000)]
+        await h.apply(*grown)
+        result = await h.run().run_once(SLOT)
+        assert read and max(read) <= 2, read  # the value names one document
+        assert result.reminders_sent == 2_000
+        sent = items(await reminder_events(await h.runtime.pool()))
+        assert {d for d, _, _ in sent} == {d["DocumentId"] for d in [first, *grown]}
+        assert len(sent) == 2_001, "each document once"
+    finally:
+        await h.close()

@@ -69,3 +69,52 @@ async def test_editing_an_applied_migration_is_refused(
     first.write_text(first.read_text() + "\n-- edited\n")
     with pytest.raises(MigrationError, match="changed after it was applied"):
         await migrate(empty_database_url, copy)
+
+
+async def test_a_migrator_waiting_for_the_lock_names_its_holder_and_gives_up(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The old migrator waited on pg_advisory_lock without a bound and without a word."""
+    from db.migrate import _LOCK_KEY
+
+    holder = await connect(database_url, server_settings={"application_name": "held-by-a-test"})
+    try:
+        await holder.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+        pid = await holder.fetchval("SELECT pg_backend_pid()")
+        with pytest.raises(MigrationError) as raised:
+            await asyncio.wait_for(
+                migrate(database_url, lock_wait_seconds=0.5, poll_seconds=0.1), timeout=30
+            )
+        message = str(raised.value)
+        assert f"pid={pid} application_name=held-by-a-test" in message
+        assert "DB_MIGRATE_LOCK_WAIT_SECONDS" in message
+        waits = [r.getMessage() for r in caplog.records if "migrate_lock_wait" in r.getMessage()]
+        assert len(waits) == 1 and f"pid={pid} application_name=held-by-a-test" in waits[0]
+        await holder.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+        assert await migrate(database_url, lock_wait_seconds=0.5) == []  # its turn now
+    finally:
+        await holder.close()
+
+
+async def test_a_migration_waits_for_a_table_lock_only_for_lock_timeout(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    for m in sorted(MIGRATIONS_DIR.glob("*.sql"))[:2]:
+        shutil.copy(m, tmp_path / m.name)
+    await migrate(empty_database_url, tmp_path)
+    (tmp_path / "0099_touch_events.sql").write_text(
+        "ALTER TABLE calendar.events ADD COLUMN lock_probe integer;\n", encoding="utf-8"
+    )
+    reader = await connect(empty_database_url)
+    try:
+        tx = reader.transaction()
+        await tx.start()
+        await reader.fetch("SELECT * FROM calendar.events")  # holds ACCESS SHARE until the end
+        with pytest.raises(MigrationError, match="lock_timeout"):
+            await asyncio.wait_for(
+                migrate(empty_database_url, tmp_path, lock_timeout_seconds=0.3), timeout=30
+            )
+        await tx.rollback()
+    finally:
+        await reader.close()
+    assert await migrate(empty_database_url, tmp_path) == ["0099_touch_events.sql"]

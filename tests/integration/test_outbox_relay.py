@@ -18,7 +18,6 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 import db.outbox as repo
@@ -416,14 +415,13 @@ async def listener_pids(pool: asyncpg.Pool) -> list[int]:
 # ---------------------------------------------------------------------------- failures
 
 
-async def test_row_kafka_refuses_holds_back_only_its_lane_and_is_probed_alone(
+async def test_row_too_large_for_its_topic_is_probed_alone_then_parked(
     database_url: str, pool: asyncpg.Pool, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
-    """A row the broker refuses (too large for its topic) holds back its lane only. While it
-    is refused, retry passes send that head row alone (a probe): the row behind it, which
-    Kafka already accepted in the first pass, is not re-sent on every retry. Bound asserted:
-    the row behind is on the topic at most twice (the first pass, and once more after the
-    refused row goes through); every other row exactly once."""
+    """A row the broker refuses as too large for its topic: its lane cools down once, then
+    the row is probed alone and, refused again, parked (ops.outbox_parked), so the rows of
+    its lane (its own key's and other keys') go on. The row behind it, which Kafka already
+    accepted in the first pass, is on the topic at most twice; every other row once."""
     good, tiny = f"{topic_prefix}outbox.good", f"{topic_prefix}outbox.tiny"
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     await admin.start()
@@ -450,18 +448,12 @@ async def test_row_kafka_refuses_holds_back_only_its_lane_and_is_probed_alone(
     async with pool.acquire() as conn:
         lanes = dict(await conn.fetch("SELECT id, lane FROM ops.outbox"))
     same_lane = [i for i in ids if lanes[i] == lanes[poison]]
-    other_lanes = [i for i in ids if lanes[i] != lanes[poison]]
-    assert other_lanes
     held_back = {i for i in same_lane if i >= poison}
-    retries = 3
 
     metrics = Metrics()
     clock = ManualClock(datetime.now(UTC))
     relay = OutboxRelay(
-        dsn=database_url,
-        bootstrap=kafka_bootstrap,
-        metrics=metrics.outbox,
-        clock=clock,
+        dsn=database_url, bootstrap=kafka_bootstrap, metrics=metrics.outbox, clock=clock
     )
     async with relay:
         # Passes until none finds work: the poisoned lane cools down after its first refusal.
@@ -472,62 +464,30 @@ async def test_row_kafka_refuses_holds_back_only_its_lane_and_is_probed_alone(
                 r["id"]
                 for r in await conn.fetch("SELECT id FROM ops.outbox WHERE published_at IS NULL")
             }
-        assert unpublished == held_back
+        assert unpublished == held_back, "one cool-down: the lane waits for the probe"
         assert head not in unpublished and behind in unpublished
-        assert sum(r.failed for r in first) == len(held_back)
-        assert sum(r.published for r in first) == len(ids) - len(held_back)
-        assert sample(metrics, "outbox_publish_errors_total") == 1
+        assert await pool.fetchval("SELECT count(*) FROM ops.outbox_parked") == 0
 
-        # Retries while Kafka still refuses: each is due after the cool-down.
-        retried = []
-        for _ in range(retries):
-            assert (await relay.run_once()).lanes == 0, "cooling down: left alone"
-            clock.advance(60)
-            retried.append(await relay.run_once())
-
-        # The cause is fixed (topic config); the next probe goes through, then the rest.
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-        await admin.start()
-        try:
-            await admin.alter_configs(
-                [
-                    ConfigResource(
-                        ConfigResourceType.TOPIC, tiny, configs={"max.message.bytes": "1048588"}
-                    )
-                ]
-            )
-        finally:
-            await admin.close()
-        # The broker applies the new limit asynchronously: a probe sent before it does is
-        # refused once more (head row alone again), so probe until one goes through.
-        refused_again = 0
-        while True:
-            clock.advance(60)
-            probe = await relay.run_once()
-            if probe.published or refused_again >= 20:
-                break
-            refused_again += 1
+        # The cool-down is over: the head row alone is sent, refused again, and parked.
+        clock.advance(1)
+        probe = await relay.run_once()
+        assert (probe.lanes, probe.published, probe.failed, probe.more) == (1, 0, 1, True)
+        assert probe.parked == 1
+        parked = await pool.fetch("SELECT id, reason, refusals FROM ops.outbox_parked")
+        assert [tuple(r) for r in parked] == [(poison, "too_large", 2)]
+        # The rest of the lane goes on at once, with no cool-down.
         rest = await drain(relay)
-    assert await backlog(pool) == 0
-
-    # Nothing is left to publish and the relay is closed: both topics are complete.
-    received_good = await read_to_end(kafka_bootstrap, good)
-    on_good = ids_of(received_good)
-    on_tiny = ids_of(await read_to_end(kafka_bootstrap, tiny))
-    counts = Counter(on_good + on_tiny)
-    # The bound: the row behind the refused one went out in the first pass and once more
-    # after the refused row was accepted; never on the retries in between.
-    assert counts[behind] <= 2, f"row behind the refused one published {counts[behind]} times"
-    assert {i: n for i, n in counts.items() if i != behind} == {i: 1 for i in ids if i != behind}, (
-        "every other row exactly once"
-    )
-    assert on_tiny == [poison]
-    # What each retry did: the head row alone, refused again.
-    assert [(r.lanes, r.published, r.failed) for r in retried] == [(1, 0, 1)] * retries
-    assert sample(metrics, "outbox_publish_errors_total") == 1 + retries + refused_again
-    assert (probe.lanes, probe.published, probe.failed, probe.more) == (1, 1, 0, True)
     assert rest == len(held_back) - 1
-    # Per key, first appearances on the topic follow the outbox order.
+    assert await backlog(pool) == 0
+    assert sample(metrics, "outbox_parked_total", {"topic": tiny, "reason": "too_large"}) == 1
+
+    received_good = await read_to_end(kafka_bootstrap, good)
+    counts = Counter(ids_of(received_good))
+    assert counts[behind] <= 2, f"row behind the refused one published {counts[behind]} times"
+    assert {i: n for i, n in counts.items() if i != behind} == {
+        i: 1 for i in ids if i not in (behind, poison)
+    }, "every other row exactly once"
+    assert ids_of(await read_to_end(kafka_bootstrap, tiny)) == []
     assert_per_key_order(received_good)
 
 
@@ -581,16 +541,14 @@ async def test_retention_deletes_published_rows_in_chunks(
     retention = OutboxRetention(
         pool,
         metrics=metrics.outbox,
-        config=RetentionConfig(retention=timedelta(hours=24), chunk_size=3, max_chunks=2),
+        config=RetentionConfig(retention=timedelta(hours=24), chunk_size=3),
     )
     early = await retention.run_once(published_at + timedelta(hours=23))
     assert (early.deleted, early.chunks, early.more) == (0, 1, False)
 
     due = published_at + timedelta(hours=24, seconds=1)
-    bounded = await retention.run_once(due)
-    assert (bounded.deleted, bounded.chunks, bounded.more) == (6, 2, True)
-    rest = await retention.run_once(due)
-    assert (rest.deleted, rest.chunks, rest.more) == (4, 2, False)
+    drained = await retention.run_once(due)  # to the horizon in one run, 3 rows a chunk
+    assert (drained.deleted, drained.chunks, drained.more) == (10, 4, False)
     assert sample(metrics, "outbox_deleted_total") == 10
     async with pool.acquire() as conn:
         left = [r["id"] for r in await conn.fetch("SELECT id FROM ops.outbox ORDER BY id")]

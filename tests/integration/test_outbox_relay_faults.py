@@ -285,7 +285,8 @@ async def test_topic_without_metadata_holds_back_its_lane_without_stalling_the_p
 ) -> None:
     """A topic name Kafka cannot resolve (here an invalid one; in production a topic that
     does not exist with auto-creation off): aiokafka waits request_timeout_ms (40 s) for its
-    metadata. The pass gives it half the publish timeout, then holds back only that lane."""
+    metadata. The pass gives it half the publish timeout, then holds back only that lane
+    (until OUTBOX_PARK_UNKNOWN_TOPIC_AFTER_SECONDS parks the row: test_outbox_parking.py)."""
     good, bad = f"{topic_prefix}outbox.good", f"{topic_prefix}outbox bad!"
     await create_topics(kafka_bootstrap, [good])
     ids = await write(

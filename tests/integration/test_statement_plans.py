@@ -105,7 +105,10 @@ async def test_a_batch_transaction_plans_its_statements_for_the_batch(database_u
         await generic.close()
         await pool.close()
 
-    # Planned for its five new events, the batch reads next to none of the stored reminders;
-    # the kept generic plan reads every one of them (millions, in production).
+    # Planned for its five new events, the batch reads next to none of the stored reminders.
+    # The kept generic plan read every one of them (millions, in production) until the
+    # statement's retention guard (migration 0024: tombstones, prune horizon) lowered the
+    # generic estimate of stored events enough for it to probe by index as well; it stays one
+    # estimate away from the full read, so the appliers keep planning for the batch.
     assert planned_for_batch < 50
-    assert kept_generic >= PENDING
+    assert kept_generic < PENDING

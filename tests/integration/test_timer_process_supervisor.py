@@ -4,6 +4,7 @@ join the worker's metrics, restarts with wake-ups kept, and stopping (or killing
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -19,6 +20,7 @@ from streams.metrics import Metrics
 from streams.timer_process.supervisor import TimerProcess
 
 FAKE = "tests.support.fake_timer_process"  # run from the repository root, as pytest is
+STUCK = "tests.support.stuck_timer_process"
 
 
 def supervisor(
@@ -173,6 +175,102 @@ async def test_a_child_silent_past_kill_after_is_killed_and_started_again(tmp_pa
         assert metrics.restarts._value.get() == 1
     finally:
         await tp.stop()
+
+
+@pytest.mark.timeout(90)
+async def test_a_schedule_stuck_in_an_await_stalls_the_child_while_it_beats_on() -> None:
+    """The registry's loop stops turning (a run swallows its cancellation) while the child's
+    event loop and beat go on: the schedule's promised turn runs out, the child is stalled
+    (not ready, /health names the schedule), then killed and started again."""
+    from streams.web.health import timer_process_check
+
+    stall = 1.5
+    tp = TimerProcess(
+        Metrics(),
+        "test:1",
+        ["stuck"],
+        command=[sys.executable, "-m", STUCK],
+        ready_timeout=30,
+        stop_timeout=5,
+        stall_seconds=stall,
+        kill_after=6.0,
+    )
+    metrics = tp._metrics
+    await tp.start()
+    try:
+        first = tp.pid
+        # Beats carry the schedule's promise, renewed every turn (every second).
+        await eventually(
+            lambda: tp._due, until=lambda due: "stuck" in due, timeout=10, what="a promise"
+        )
+        assert tp.ready and not tp.stalled and metrics.stalls._value.get() == 0
+        tp.wake("stuck", None)
+        woken = time.monotonic()
+        await eventually(lambda: tp.ready, until=lambda r: not r, timeout=30, what="stalled")
+        noticed = time.monotonic() - woken
+        what, late = tp.late
+        assert what == "stuck" and late > stall, (what, late)
+        assert tp.silent_for < 1.0  # still beating: only the schedule's loop is stuck
+        print(
+            f"\nstalled {noticed:.2f}s after the wake-up that got stuck ({what} late {late:.2f}s)"
+        )
+        # Max duration (0.5 s), the bound, a watchdog tick and a beat interval.
+        assert noticed < 0.5 + stall + 2, noticed
+        await eventually(
+            lambda: metrics.stalls._value.get(), until=lambda n: n == 1, timeout=5, what="1 stall"
+        )
+        assert tp.pid == first
+        assert timer_process_check(tp) == f"stalled: stuck late by {tp.late[1]:.0f}s"
+        await eventually(
+            lambda: (tp.pid, tp.ready),
+            until=lambda v: v[0] != first and v[1],
+            timeout=40,
+            what="a new child, ready",
+        )
+        assert first is not None and not _alive(first)
+        assert metrics.stall_kills._value.get() == 1 and metrics.restarts._value.get() == 1
+    finally:
+        await tp.stop()
+
+
+@pytest.mark.timeout(120)
+async def test_the_timer_process_stops_cleanly_when_its_parent_is_gone_before_it_is_ready(
+    database_url: str, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """A worker that dies while its child starts closes the child's stdout: the child's first
+    message (ready) finds the pipe closed. It stops as when its stdin ends (exit 0), it does
+    not crash with a traceback (exit 1)."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TOPIC_PREFIX": topic_prefix,
+        "WORKER_DATA_DIR": str(tmp_path),
+    }
+    # Its stdout is a pipe nobody reads any more: the parent's end, gone before "ready".
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "streams.timer_process",
+        "--worker-id",
+        "test:1",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=write_end,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    os.close(write_end)
+    try:
+        _, err = await asyncio.wait_for(child.communicate(), 90)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    text = err.decode(errors="replace")
+    assert child.returncode == 0, text[-3000:]
+    assert "action=timer_process_parent_gone" in text and "Traceback" not in text, text[-3000:]
 
 
 def _alive(pid: int) -> bool:

@@ -6,10 +6,12 @@ resolved for the main stack are linked in, so no Maven run is needed when they e
 ``down()`` (and an ``atexit`` hook, in case a test runner dies half-way) stops both.
 
 ``PrivateStack(durable=True)`` runs PostgreSQL with fsync, synchronous_commit and
-full_page_writes on (stack.sh turns them off for speed; with them off a crash may forget
-committed transactions, so a fault test could not tell a lost effect from a lost commit).
-It asks stack.sh with ``STACK_PG_DURABLE=1`` and, whatever stack.sh did with it, restarts
-the server once with the three settings last on its command line, then checks them.
+full_page_writes on (stack.sh turns them off for speed by default; with them off a crash
+may forget committed transactions, so a fault test could not tell a lost effect from a lost
+commit). That is stack.sh's own ``STACK_PG_DURABLE=1``, the one way to it; ``up()`` then
+reads the three settings back from the server and refuses a stack that is not durable.
+``pg_ctl restart`` (the immediate restarts) starts the server again with the options it
+was started with (postmaster.opts), so it stays durable.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import atexit
 import contextlib
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -53,7 +54,9 @@ class PrivateStack:
 
     DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 
-    def __init__(self, base: Path | None = None, *, durable: bool = False) -> None:
+    def __init__(
+        self, base: Path | None = None, *, durable: bool = False, auto_create_topics: bool = True
+    ) -> None:
         self.durable = durable
         self.dev_dir = Path(tempfile.mkdtemp(prefix="private-stack-", dir=base))
         self.kafka_port = free_port()
@@ -66,7 +69,8 @@ class PrivateStack:
             "KAFKA_CONTROLLER_PORT": str(self.controller_port),
             "PG_PORT": str(self.pg_port),
             "READY_TIMEOUT": "120",
-            **({"STACK_PG_DURABLE": "1"} if durable else {}),
+            "STACK_PG_DURABLE": "1" if durable else "0",
+            "STACK_KAFKA_AUTO_CREATE": "true" if auto_create_topics else "false",
         }
         self.bootstrap = f"127.0.0.1:{self.kafka_port}"
         self.database_url = f"postgresql://reminders@127.0.0.1:{self.pg_port}/reminders"
@@ -102,28 +106,13 @@ class PrivateStack:
         if out.returncode != 0:
             raise AssertionError(f"private stack did not start:\n{out.stderr[-3000:]}")
         if self.durable:
-            self._make_durable()
+            self._check_durable()
         return self
 
-    def _make_durable(self) -> None:
-        """Restart PostgreSQL with the durable settings after stack.sh's own options (the last
-        ``-c`` of a name wins); ``pg_ctl restart`` keeps them in postmaster.opts, so the
-        immediate restarts of a test come back durable too."""
-        opts = self.dev_dir / "postgres" / "data" / "postmaster.opts"
-        args = shlex.split(opts.read_text())[1:]  # without the server binary
-        if "-D" in args:
-            i = args.index("-D")
-            del args[i : i + 2]
-        args += [x for k, v in self.DURABLE.items() for x in ("-c", f"{k}={v}")]
-        log = self.dev_dir / "postgres" / "postgres.log"
-        out = self.pg_ctl(
-            "-m", "fast", "-w", "-t", "120", "-l", str(log), "-o", shlex.join(args), "restart"
-        )
-        if out.returncode != 0:
-            raise AssertionError(f"pg_ctl restart (durable) failed: {out.stdout}\n{out.stderr}")
+    def _check_durable(self) -> None:
         got = self.settings(*self.DURABLE)
         if got != self.DURABLE:
-            raise AssertionError(f"PostgreSQL is not durable: {got}")
+            raise AssertionError(f"STACK_PG_DURABLE=1 gave a PostgreSQL that is not durable: {got}")
 
     def settings(self, *names: str) -> dict[str, str]:
         """``SHOW name`` for each name, as the server runs now."""
@@ -155,21 +144,6 @@ class PrivateStack:
         shutil.rmtree(self.dev_dir, ignore_errors=True)
         with contextlib.suppress(Exception):
             atexit.unregister(self.down)
-
-    def set_database_defaults(self, **settings: str) -> None:
-        """``ALTER DATABASE reminders SET name = value`` for every new session (these win
-        over the server's command line, where stack.sh turns durability off for speed)."""
-        sql = "; ".join(f"ALTER DATABASE reminders SET {k} = '{v}'" for k, v in settings.items())
-        psql = [str(self._pg_bin() / "psql"), "-h", "127.0.0.1", "-p", str(self.pg_port)]
-        out = subprocess.run(
-            [*psql, "-U", "reminders", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", sql],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise AssertionError(f"psql failed: {out.stderr}")
 
     # ------------------------------------------------------------------ Kafka faults
 

@@ -177,3 +177,25 @@ def items(events: Sequence[dict[str, Any]]) -> set[tuple[str, int, int]]:
     return {
         (d["DocumentId"], d["ThresholdDays"], d["DaysLeft"]) for e in events for d in e["Documents"]
     }
+
+
+async def seed_documents(
+    pool: asyncpg.Pool, owners: Sequence[uuid.UUID], per_owner: int, expires_at: date
+) -> None:
+    """``per_owner`` Active documents for each of ``owners`` expiring on ``expires_at``,
+    written straight into the projection (as the applier would store them; fast for the
+    tens of thousands a large owner needs)."""
+    await pool.execute(
+        """
+        INSERT INTO profile.person_documents (document_id, owner_user_id, person_id, type,
+            number_mask, expires_at, status, is_deleted, version, occurred_at, fingerprint)
+        SELECT gen_random_uuid(), o, gen_random_uuid(), 'InternationalPassport', $4, $3,
+               'Active', false, 1, $5, 'seeded'
+        FROM unnest($1::uuid[]) AS o CROSS JOIN generate_series(1, $2)
+        """,
+        list(owners),
+        per_owner,
+        expires_at,
+        MASK,
+        SLOT - timedelta(days=40),
+    )

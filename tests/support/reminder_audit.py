@@ -265,6 +265,8 @@ class EffectAudit:
     missing: list[Hashable] = field(default_factory=list)
     doubled: list[Hashable] = field(default_factory=list)
     republished: int = 0
+    republished_by_key: Counter[Hashable] = field(default_factory=Counter)
+    """Per effect, its records on the topic beyond one per outbox record."""
     wrong: dict[Hashable, str] = field(default_factory=dict)
     first_seen: dict[Hashable, datetime] = field(default_factory=dict)
     details: list[str] = field(default_factory=list)
@@ -289,7 +291,10 @@ def audit_effects(
         if len(outbox_ids) > 1 or len(aliases) > 1 or None in outbox_ids:
             out.doubled.append(key)
             out.details.append(f"doubled {key}: outbox ids {sorted(map(str, outbox_ids))}")
-        out.republished += len(found) - len(outbox_ids)
+        again = len(found) - len(outbox_ids)
+        out.republished += again
+        if again:
+            out.republished_by_key[key] = again
         if key in expected:
             out.published += 1
         else:
@@ -329,13 +334,16 @@ def matrix_rows(
     spans: Mapping[K, Sequence[tuple[datetime, datetime]]],
     faults: Sequence[FaultWindow],
     slack: timedelta,
-) -> list[tuple[str, str, int, int, int, int, int]]:
-    """Rows (slice, fault, expected, published, missing, doubled, wrong).
+) -> list[tuple[str, str, int, int, int, int, int, int]]:
+    """Rows (slice, fault, expected, published, missing, doubled, wrong, re-published).
 
     ``spans`` holds each effect's exposure: when the inputs of its entity were in flight
     and when it came due (or its run). An effect counts in the row of every fault in force
     during its exposure ("no fault" when none), and once in the slice's "all" row; an
-    effect without a span is placed at the time it was first on the topic.
+    effect without a span is placed at the time it was first on the topic. Re-published
+    counts the records beyond one per outbox record (same ``outbox-id``: consumers dedupe
+    them, so they do not fail the run; a relay that re-sends after a broker failover shows
+    here, apart from the doubled effects that do).
     """
     exposure = cast("Mapping[Hashable, Sequence[tuple[datetime, datetime]]]", spans)
     counts: dict[str, Counter[str]] = defaultdict(Counter)
@@ -353,6 +361,7 @@ def matrix_rows(
             c["missing"] += key in missing
             c["doubled"] += key in doubled
             c["wrong"] += key in result.wrong
+            c["re-published"] += result.republished_by_key.get(key, 0)
     order = sorted((n for n in counts if n != "all"), key=lambda n: (n == "no fault", n))
     return [
         (
@@ -363,14 +372,24 @@ def matrix_rows(
             counts[name]["missing"],
             counts[name]["doubled"],
             counts[name]["wrong"],
+            counts[name]["re-published"],
         )
         for name in [*order, "all"]
         if name in counts
     ]
 
 
-def format_matrix(rows: Sequence[tuple[str, str, int, int, int, int, int]]) -> str:
-    head = ("slice", "fault", "expected", "published", "missing", "doubled", "wrong")
+def format_matrix(rows: Sequence[tuple[str, str, int, int, int, int, int, int]]) -> str:
+    head = (
+        "slice",
+        "fault",
+        "expected",
+        "published",
+        "missing",
+        "doubled",
+        "wrong",
+        "re-published",
+    )
     table = [tuple(map(str, head)), *(tuple(map(str, r)) for r in rows)]
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     lines = []

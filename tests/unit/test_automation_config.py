@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from streams.contracts.automation import AutomationType
@@ -44,3 +46,16 @@ def test_only_the_approved_types_handlers_retry_daily() -> None:
             ("Reminder", "ReportSubscription"),
         )
     )
+
+
+def test_the_interruption_allowance_and_delay_come_from_the_settings() -> None:
+    config = AutomationConfig.from_settings(
+        Settings(
+            database_url=URL,
+            automation_interruption_allowance=2,
+            automation_interruption_delay_seconds=3,
+        )
+    )
+    assert (config.interruption_allowance, config.interruption_delay) == (2, timedelta(seconds=3))
+    with pytest.raises(ValueError, match="automation_interruption_allowance"):
+        Settings(database_url=URL, automation_interruption_allowance=-1)

@@ -14,17 +14,21 @@ from streams.contracts.automation import AutomationType, Comparator, FiringPolic
 from streams.domain.automation import (
     DAILY_RETRY,
     DEFAULT_BACKOFF,
+    DEFAULT_INTERRUPTION_ALLOWANCE,
+    DEFAULT_INTERRUPTION_DELAY,
     REACTIVATABLE,
     EnsureOutcome,
     ReminderDateInput,
     ReminderThresholdInput,
     ReportManualInput,
     ReportScheduledInput,
+    RetryPlan,
     RowState,
     SchedulerCandidate,
     SchedulerStatus,
     ensure_decision,
     input_hash,
+    interruption_plan,
     parse_ladder,
     retry_plan,
     unique_by_key,
@@ -145,6 +149,50 @@ def test_only_an_approved_long_running_handler_retries_daily_instead_of_hold() -
         False,
     )
     assert retry_plan(9, NOW, daily_retry=True).next_retry_on == NOW + DAILY_RETRY
+
+
+# --- interruptions: no verdict is not a failed attempt, up to the allowance ------------------
+
+
+def test_interruptions_within_the_allowance_keep_the_ladder_position() -> None:
+    for n in range(DEFAULT_INTERRUPTION_ALLOWANCE):
+        plan = interruption_plan(2, n, NOW)
+        assert (plan.interrupted_count, plan.charged) == (n + 1, False)
+        assert plan.step == RetryPlan(
+            2, SchedulerStatus.PENDING, NOW + DEFAULT_INTERRUPTION_DELAY, False
+        )
+
+
+def test_past_the_allowance_an_interruption_is_an_attempt_on_the_ladder() -> None:
+    plan = interruption_plan(0, DEFAULT_INTERRUPTION_ALLOWANCE, NOW)
+    assert (plan.interrupted_count, plan.charged) == (DEFAULT_INTERRUPTION_ALLOWANCE + 1, True)
+    assert plan.step == retry_plan(0, NOW)
+    held = interruption_plan(3, 99, NOW)
+    assert (held.step.status, held.step.hold, held.step.retry_count) == (
+        SchedulerStatus.FAILED,
+        True,
+        4,
+    )
+    daily = interruption_plan(3, 99, NOW, daily_retry=True)
+    assert (daily.step.hold, daily.step.next_retry_on) == (False, NOW + DAILY_RETRY)
+
+
+@given(st.integers(0, 20), st.integers(0, 10), st.integers(0, 200))
+def test_a_row_without_verdicts_is_held_after_allowance_plus_ladder_interruptions(
+    allowance: int, retry_count: int, extra: int
+) -> None:
+    """Whatever the start, interruptions alone end on hold, and never sooner than the
+    allowance: at most ``allowance + len(ladder) + 1`` of them."""
+    retries, interrupted, steps = min(retry_count, 3), 0, 0
+    while True:
+        plan = interruption_plan(retries, interrupted, NOW, allowance=allowance)
+        steps += 1
+        retries, interrupted = plan.step.retry_count, plan.interrupted_count
+        if plan.step.hold:
+            break
+        assert steps <= allowance + 4
+    assert allowance < steps <= allowance + 4
+    assert interruption_plan(0, 0, NOW, allowance=allowance + extra + 1).charged is False
 
 
 @given(st.integers(0, 50), st.lists(st.integers(1, 10**6), min_size=1, max_size=6))

@@ -77,6 +77,36 @@ def test_forget_drops_unassigned_partitions() -> None:
     assert p.position("a") is None and p.position("b") == 3
 
 
+def test_a_partition_handed_back_after_a_rebalance_starts_from_its_committed_offset() -> None:
+    """The fault matrix's stall (CI: ``source-events.v1:1 lag=3 for=385s``): this worker
+    handled the partition up to 5, a rebalance gave it to another worker, which handled 5..7
+    and committed 8, and a later rebalance gave it back. No record comes after that, so
+    nothing here advances it: the position must come from the committed offset, not from
+    what this worker handled before it lost the partition."""
+    clock = Clock()
+    p = PartitionProgress(clock)
+    p.advanced([Ev(Msg("a", 4))])
+    # Handed back between two checks (nobody asked /health meanwhile).
+    clock.t += 500
+    assert p.check("a", highwater=8, committed=8, limit_seconds=60) is None
+    clock.t += 500
+    assert p.check("a", highwater=8, committed=8, limit_seconds=60) is None
+    assert p.position("a") == 8
+    # Lag behind the committed offset still counts, from when the position last moved.
+    clock.t += 10
+    assert p.check("a", highwater=9, committed=8, limit_seconds=60) is None
+    clock.t += 61
+    stall = p.check("a", highwater=9, committed=8, limit_seconds=60)
+    assert stall is not None and stall.lag == 1
+
+
+def test_a_revoked_partition_keeps_no_position() -> None:
+    p = PartitionProgress(Clock())
+    p.advanced([Ev(Msg("a", 4)), Ev(Msg("b", 2))])
+    p.revoked(["a"])
+    assert p.position("a") is None and p.position("b") == 3
+
+
 def test_reason_counts_are_bounded() -> None:
     r = ReasonCounts(max_reasons=2)
     for reason in ["x", "y", "z", "x", "w"]:

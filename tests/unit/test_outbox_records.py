@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -115,7 +115,7 @@ def test_relay_config_rejects_bad_values(kwargs: dict[str, float]) -> None:
         RelayConfig(**kwargs)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("kwargs", [{"chunk_size": 0}, {"max_chunks": 0}])
-def test_retention_config_rejects_bad_values(kwargs: dict[str, int]) -> None:
+@pytest.mark.parametrize("kwargs", [{"chunk_size": 0}, {"budget": timedelta(0)}])
+def test_retention_config_rejects_bad_values(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="RetentionConfig"):
         RetentionConfig(**kwargs)  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from types import SimpleNamespace
 from unittest.mock import MagicMock
@@ -96,3 +97,41 @@ def test_done_items_remember_the_last_ones_only() -> None:
     assert (0, 1, "r") not in done  # the oldest went
     assert all(k in done for k in [(0, 2, "r"), (1, 1, "r"), (1, 2, "r")])
     assert (0, 2, "other-run") not in done  # a re-created topic's offsets are another run's
+
+
+@given(st.uuids(), st.uuids(), st.booleans(), instants)
+def test_a_continuation_round_trips_with_its_owner_cursor_and_identity(
+    owner: uuid.UUID, after: uuid.UUID, notified: bool, as_of: datetime
+) -> None:
+    work = RunOrder("document-expiry", "run-1", as_of, (30, 7, 1, 0)).work(owner)
+    cont = replace(work, after=after, notified=notified)
+    item = OwnersWork.continuation(cont)
+    back = OWNER_WORK.model.model_validate_json(item.to_json())
+    assert back.works() == [cont]
+    assert back.owner_user_ids == [owner] and back.name == "document-expiry"
+
+
+def test_a_continuation_carries_exactly_one_owner() -> None:
+    with pytest.raises(ValidationError, match="exactly one owner"):
+        OwnersWork(
+            name="document-expiry",
+            run_id="run-1",
+            as_of=SLOT,
+            thresholds_days=[30],
+            owner_user_ids=[uuid.uuid4(), uuid.uuid4()],
+            after_document_id=uuid.uuid4(),
+        )
+
+
+def test_an_item_of_an_older_worker_is_a_plain_owner_list() -> None:
+    owners = [uuid.uuid4(), uuid.uuid4()]
+    raw = (
+        '{"ContractVersion": 1, "Name": "document-expiry", "RunId": "run-1", '
+        f'"AsOf": "{SLOT.isoformat()}", "ThresholdsDays": [30, 7], '
+        f'"OwnerUserIds": ["{owners[0]}", "{owners[1]}"]}}'
+    )
+    works = OWNER_WORK.model.model_validate_json(raw).works()
+    assert [(w.owner_user_id, w.after, w.notified) for w in works] == [
+        (owners[0], None, False),
+        (owners[1], None, False),
+    ]

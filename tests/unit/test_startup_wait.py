@@ -142,3 +142,38 @@ def test_malformed_kafka_bootstrap_is_a_config_error(
     monkeypatch.setenv("KAFKA_BOOTSTRAP", bootstrap)
     with pytest.raises(ConfigError, match="KAFKA_BOOTSTRAP"):
         load_settings()
+
+
+async def test_the_wait_keeps_each_dependencys_status_for_the_startup_health() -> None:
+    """What the startup /health shows: a dependency not probed yet is waiting, one that
+    failed says with what, one that answered is ok."""
+    clock = FakeClock()
+    status: dict[str, str] = {}
+    seen: list[dict[str, str]] = []
+    pg_errors = iter([ConnectionRefusedError(), None])
+    kafka_errors = iter([TimeoutError(), None])
+
+    async def pg() -> None:
+        seen.append(dict(status))
+        exc = next(pg_errors)
+        if exc is not None:
+            raise exc
+
+    async def kafka() -> None:
+        seen.append(dict(status))
+        exc = next(kafka_errors)
+        if exc is not None:
+            raise exc
+
+    deps = [
+        Dependency("postgres", "DATABASE_URL", pg),
+        Dependency("kafka", "KAFKA_BOOTSTRAP", kafka),
+    ]
+    await wait_for(deps, clock=clock, sleep=clock.sleep, status=status)  # type: ignore[arg-type]
+    assert seen == [
+        {"postgres": "waiting", "kafka": "waiting"},
+        {"postgres": "waiting: ConnectionRefusedError", "kafka": "waiting"},
+        {"postgres": "ok", "kafka": "waiting"},
+        {"postgres": "ok", "kafka": "waiting: TimeoutError"},
+    ]
+    assert status == {"postgres": "ok", "kafka": "ok"}

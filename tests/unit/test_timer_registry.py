@@ -369,6 +369,32 @@ async def test_a_delegated_schedule_runs_elsewhere_and_its_wakes_go_there(world:
         await reg.stop(timeout=1)
 
 
+async def test_every_turn_of_a_loop_reports_when_its_next_turn_is_due(world: World) -> None:
+    """The timer process's watch: a waiting loop promises its next turn by the end of its wait,
+    a running one by the run's max duration; a loop stuck in a run makes no new promise."""
+    gate = Gate()
+    turns: list[tuple[str, float]] = []
+    reg = world.registry()
+    reg.register(sched(gate))  # every minute, max duration 30 s; the clock is at T0 + 1 s
+    reg.report_turns(lambda name, within: turns.append((name, within)))
+    await reg.start()
+    try:
+        await settle()
+        assert turns == [("job", 59.0)]  # waits for the slot at T0 + 1 min
+        await world.sleeper.advance(timedelta(seconds=59))
+        assert gate.started.is_set()
+        assert turns[1:] == [("job", 30.0)]  # the wait ended: it runs (max duration 30 s)
+        await world.sleeper.advance(timedelta(seconds=20))
+        assert len(turns) == 2  # still in the run: nothing new to promise
+        gate.release.set()
+        await settle()
+        assert turns[2:] == [("job", 40.0)]  # back to waiting, for T0 + 2 min
+        with pytest.raises(RuntimeError, match="before start"):
+            reg.report_turns(lambda name, within: None)
+    finally:
+        await reg.stop(timeout=1)
+
+
 async def test_the_timer_process_keeps_only_its_schedules(world: World) -> None:
     mine, theirs = Recorder(), Recorder()
     reg = world.registry()

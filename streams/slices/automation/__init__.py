@@ -12,7 +12,8 @@ Stage ② core, the ``automation.scheduler`` rows:
   Version), revalidate through the handler of their AutomationType (handlers.py), finish
   under the token — Completed + DispatchRequested in the outbox, Deactivated with a
   ReasonCode, or back on the backoff ladder; late writes of an expired claim are fenced;
-- cleanup.py: timer ``automation-stale-cleanup``: expired leases back on the ladder or held;
+- cleanup.py: timer ``automation-stale-cleanup``: expired leases back as interrupted (no
+  attempt within the interruption allowance; past it, on the ladder and then held);
 - support.py, web.py, cli.py: rows on hold on /status and /automation/hold, and
   ``python -m streams automation release|retry-key|ensure|deactivate|show|hold``;
 - metrics.py: the automation_scheduler_* family.
@@ -76,7 +77,13 @@ def install_core(ctx: SliceContext) -> AutomationCore:
     runner = AutomationRunner(
         runtime,
         handlers,
-        RunnerConfig(batch_size=config.batch_size, lease=config.lease, backoff=config.backoff),
+        RunnerConfig(
+            batch_size=config.batch_size,
+            lease=config.lease,
+            backoff=config.backoff,
+            interruption_allowance=config.interruption_allowance,
+            interruption_delay=config.interruption_delay,
+        ),
         metrics=metrics,
         on_next_due=wake,
         should_stop=lambda: registry.stopping,
@@ -96,7 +103,12 @@ def install_core(ctx: SliceContext) -> AutomationCore:
     cleanup = StaleCleanup(
         runtime,
         handlers,
-        CleanupConfig(batch_size=config.stale_batch_size, backoff=config.backoff),
+        CleanupConfig(
+            batch_size=config.stale_batch_size,
+            backoff=config.backoff,
+            interruption_allowance=config.interruption_allowance,
+            interruption_delay=config.interruption_delay,
+        ),
         metrics=metrics,
         on_retry_due=wake,
         should_stop=lambda: registry.stopping,

@@ -1,6 +1,8 @@
 """Stale cleanup (a registry job): Processing rows whose lease expired — their claimant
-crashed, was killed or stalled past its lease — go back on the backoff ladder
-(Pending, RetryCount + 1, NextRetryOn 5 min → 15 min → 1 h) or on support hold."""
+crashed, was killed, stalled past its lease or could not hand them back — are interrupted
+claims, not failed attempts: Pending again after a short delay, RetryCount unchanged, until
+the row's interruption allowance is spent; then each expiry is an attempt on the backoff
+ladder (RetryCount + 1, NextRetryOn 5 min → 15 min → 1 h) and ends on support hold."""
 
 from __future__ import annotations
 
@@ -14,7 +16,12 @@ from typing import Any
 from db import automation as repo
 from db.automation import RetryWrite
 from db.connector import transaction
-from streams.domain.automation import DEFAULT_BACKOFF, retry_plan
+from streams.domain.automation import (
+    DEFAULT_BACKOFF,
+    DEFAULT_INTERRUPTION_ALLOWANCE,
+    DEFAULT_INTERRUPTION_DELAY,
+    interruption_plan,
+)
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import LEASE_EXPIRED, HandlerRegistry
 from streams.slices.automation.metrics import AutomationMetrics
@@ -26,12 +33,15 @@ log = logging.getLogger("streams.slices.automation.cleanup")
 class CleanupConfig:
     batch_size: int = 500
     backoff: tuple[timedelta, ...] = DEFAULT_BACKOFF
+    interruption_allowance: int = DEFAULT_INTERRUPTION_ALLOWANCE
+    interruption_delay: timedelta = DEFAULT_INTERRUPTION_DELAY
 
 
 @dataclass
 class CleanupResult:
     run_id: str
     rescued: int = 0
+    charged: int = 0
     held: int = 0
     batches: int = 0
     next_retry: datetime | None = None
@@ -74,12 +84,16 @@ class StaleCleanup:
                 writes = []
                 for row in stale:
                     handler = self.handlers.get(row.automation_type)
-                    step = retry_plan(
+                    plan = interruption_plan(
                         row.retry_count,
+                        row.interrupted_count,
                         now,
                         self.config.backoff,
+                        allowance=self.config.interruption_allowance,
+                        delay=self.config.interruption_delay,
                         daily_retry=bool(handler is not None and handler.daily_retry),
                     )
+                    step = plan.step
                     writes.append(
                         RetryWrite(
                             row.scheduler_id,
@@ -88,8 +102,12 @@ class StaleCleanup:
                             step.retry_count,
                             step.next_retry_on,
                             step.hold,
-                            LEASE_EXPIRED,
-                            "processing lease expired before the claim finished",
+                            LEASE_EXPIRED if plan.charged else None,
+                            "processing lease expired before the claim finished"
+                            if plan.charged
+                            else None,
+                            None,
+                            plan.interrupted_count,
                         )
                     )
                 written = await repo.rows_retry(conn, writes, now)
@@ -98,15 +116,20 @@ class StaleCleanup:
                 if w.scheduler_id not in written:
                     continue
                 result.rescued += 1
+                charged = w.reason is not None
+                result.charged += charged
                 result.held += w.hold
+                self.metrics.interrupted.labels("lease_expired", str(charged).lower()).inc()
                 if w.next_retry_on is not None:
                     result.next_retry = min(result.next_retry or w.next_retry_on, w.next_retry_on)
                 log.warning(
                     "action=automation_lease_expired run_id=%s scheduler_id=%d retry_count=%d "
-                    "hold=%s",
+                    "interrupted_count=%d charged=%s hold=%s",
                     result.run_id,
                     w.scheduler_id,
                     w.retry_count,
+                    w.interrupted_count or 0,
+                    charged,
                     w.hold,
                 )
             self.metrics.stale_rescued.inc(len(written))

@@ -172,6 +172,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             for h in held:
                 print(
                     f"{h.failure_reason_code or '-':<20} attempts={h.retry_count:<3} "
+                    f"interruptions={h.interrupted_count:<3} "
                     f"{h.status_id:<11} {h.scheduler_key}  last_error={h.last_error or '-'}"
                 )
             print(f"{len(held)} row(s) on hold")

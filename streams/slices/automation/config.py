@@ -6,19 +6,28 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from streams.contracts.automation import AutomationType
-from streams.domain.automation import DEFAULT_BACKOFF, parse_ladder
+from streams.domain.automation import (
+    DEFAULT_BACKOFF,
+    DEFAULT_INTERRUPTION_ALLOWANCE,
+    DEFAULT_INTERRUPTION_DELAY,
+    parse_ladder,
+)
 from streams.settings import ConfigError, Settings
 
 
 @dataclass(frozen=True)
 class AutomationConfig:
     """``batch_size`` rows per claim; a claim holds its rows for ``lease``; a failed or
-    abandoned attempt waits the ``backoff`` ladder's next step, then goes on support hold."""
+    abandoned attempt waits the ``backoff`` ladder's next step, then goes on support hold. A
+    claim that ends without a verdict is an interruption: due again after
+    ``interruption_delay``, an attempt only once ``interruption_allowance`` is spent."""
 
     batch_size: int = 200
     lease: timedelta = timedelta(seconds=120)
     backoff: tuple[timedelta, ...] = DEFAULT_BACKOFF
     stale_batch_size: int = 500
+    interruption_allowance: int = DEFAULT_INTERRUPTION_ALLOWANCE
+    interruption_delay: timedelta = DEFAULT_INTERRUPTION_DELAY
     hold_view_limit: int = 100
     # AutomationTypes approved as long-running: they retry daily after the ladder.
     daily_retry_types: frozenset[AutomationType] = frozenset()
@@ -42,6 +51,8 @@ class AutomationConfig:
             lease=timedelta(seconds=settings.automation_lease_seconds),
             backoff=backoff,
             stale_batch_size=settings.automation_stale_batch_size,
+            interruption_allowance=settings.automation_interruption_allowance,
+            interruption_delay=timedelta(seconds=settings.automation_interruption_delay_seconds),
             daily_retry_types=daily,
         )
 

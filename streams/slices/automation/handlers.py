@@ -63,6 +63,8 @@ from streams.domain.automation_revalidation import (
 
 # FailureReasonCodes the scheduler itself sets (a handler may give its own through Failure).
 LEASE_EXPIRED = "LeaseExpired"
+# A claim handed back without a verdict once the row's interruption allowance was spent.
+INTERRUPTED = "Interrupted"
 NO_HANDLER = "NoHandler"
 HANDLER_ERROR = "HandlerError"
 INVALID_DISPATCH = "InvalidDispatch"

@@ -8,7 +8,7 @@ from streams.metrics import LATENCY_BUCKETS, LATENESS_BUCKETS
 
 
 class AutomationMetrics:
-    """Claims, outcomes, backlog, rescues, holds, fenced writes and durations."""
+    """Claims, outcomes, backlog, rescues, interruptions, holds, fenced writes and durations."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.claimed = Counter(
@@ -36,6 +36,21 @@ class AutomationMetrics:
         self.stale_rescued = Counter(
             "automation_scheduler_stale_rescued",
             "Processing rows whose lease expired, put back by stale cleanup (or held)",
+            registry=registry,
+        )
+        self.interrupted = Counter(
+            "automation_scheduler_interrupted",
+            "Claims that ended without a verdict, by path (hand_back: the runner gave its rows "
+            "back after a transient database error or a cancelled run; lease_expired: stale "
+            "cleanup) and charged (true once the row's interruption allowance is spent and the "
+            "interruption counted as an attempt)",
+            ["path", "charged"],
+            registry=registry,
+        )
+        self.hand_back_failed = Counter(
+            "automation_scheduler_hand_back_failed",
+            "Claimed rows the runner could not hand back (the database was still away): left "
+            "to stale cleanup, which counts them as interrupted when their lease expires",
             registry=registry,
         )
         self.on_hold = Gauge(

@@ -1,10 +1,13 @@
 """Stage ② of seed 003: claim due rows (lease + new Version), revalidate them through the
 handler of their AutomationType, and finish each one under its token — Completed with a
 DispatchRequested in the outbox, Deactivated with a ReasonCode, or back on the backoff
-ladder — in one transaction per batch. A write whose token no longer matches is fenced."""
+ladder — in one transaction per batch. A write whose token no longer matches is fenced.
+A batch that gets no verdict (a transient database error, a cancelled run) is handed back
+as interrupted, not failed: the database's fault costs the rows no attempt."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -14,11 +17,18 @@ from typing import Any
 
 from db import automation as repo
 from db.automation import ClaimedRow, RetryWrite
-from db.connector import Pool, classify, connection, transaction
+from db.connector import Pool, classify, connection, is_transient, transaction
 from streams.clock import Clock
 from streams.contracts import DISPATCH_REQUESTED
 from streams.contracts.automation import AutomationType, DispatchRequested, TriggerType
-from streams.domain.automation import DEFAULT_BACKOFF, SchedulerStatus, retry_plan
+from streams.domain.automation import (
+    DEFAULT_BACKOFF,
+    DEFAULT_INTERRUPTION_ALLOWANCE,
+    DEFAULT_INTERRUPTION_DELAY,
+    SchedulerStatus,
+    interruption_plan,
+    retry_plan,
+)
 from streams.domain.automation_delivery import Delivery
 from streams.domain.automation_immediate import is_immediate_key
 from streams.domain.automation_revalidation import Verdict, VerdictKind
@@ -26,6 +36,7 @@ from streams.outbox.records import OutboxRecord, insert_many, record_for
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import (
     HANDLER_ERROR,
+    INTERRUPTED,
     INVALID_DISPATCH,
     NO_HANDLER,
     Failure,
@@ -41,13 +52,17 @@ log = logging.getLogger("streams.slices.automation.runner")
 @dataclass(frozen=True)
 class RunnerConfig:
     """``max_duration`` is the run's budget (the schedule's): no batch starts that could not
-    finish inside it."""
+    finish inside it. A batch interrupted by a transient database error or a cancellation is
+    handed back (``interruption_plan``) on a fresh connection within ``hand_back_timeout``."""
 
     batch_size: int = 200
     lease: timedelta = timedelta(seconds=120)
     backoff: tuple[timedelta, ...] = DEFAULT_BACKOFF
     max_duration: timedelta = timedelta(seconds=30)
     reserve: float = 0.1
+    interruption_allowance: int = DEFAULT_INTERRUPTION_ALLOWANCE
+    interruption_delay: timedelta = DEFAULT_INTERRUPTION_DELAY
+    hand_back_timeout: timedelta = timedelta(seconds=5)
 
     def __post_init__(self) -> None:
         if not 0 < self.batch_size <= 10_000:
@@ -65,6 +80,7 @@ class RunResult:
     failed: int = 0
     held: int = 0
     fenced: int = 0
+    handed_back: int = 0
     batches: int = 0
     duration_ms: float = 0.0
     due_backlog: int = 0
@@ -153,7 +169,7 @@ class AutomationRunner:
                 began = self.clock.monotonic()
                 rows = await self.claim(pool, self._now(as_of))
                 if rows:
-                    await self.execute(pool, rows, self._now(as_of), result)
+                    await self._execute_or_hand_back(pool, rows, self._now(as_of), result)
                 ended = self.clock.monotonic()
                 longest = max(longest, ended - began)
                 if len(rows) < self.config.batch_size:
@@ -167,7 +183,8 @@ class AutomationRunner:
         if result.claimed:
             log.info(
                 "action=automation_run_completed run_id=%s claimed=%d completed=%d "
-                "deactivated=%d failed=%d held=%d fenced=%d batches=%d duration_ms=%.1f backlog=%d",
+                "deactivated=%d failed=%d held=%d fenced=%d handed_back=%d batches=%d "
+                "duration_ms=%.1f backlog=%d",
                 result.run_id,
                 result.claimed,
                 result.completed,
@@ -175,6 +192,7 @@ class AutomationRunner:
                 result.failed,
                 result.held,
                 result.fenced,
+                result.handed_back,
                 result.batches,
                 result.duration_ms,
                 result.due_backlog,
@@ -191,6 +209,108 @@ class AutomationRunner:
         self.metrics.claim_duration.observe(self.clock.monotonic() - began)
         self.metrics.claimed.inc(len(rows))
         return rows
+
+    async def _execute_or_hand_back(
+        self, pool: Pool, rows: list[ClaimedRow], now: datetime, result: RunResult
+    ) -> None:
+        """``execute``; when the batch gets no verdict because the database failed (a
+        transient error) or the run was cancelled (stop, max duration), its rows are handed
+        back before the error goes on: the execution transaction rolled back, so nothing of
+        the batch was written, and an interruption is not the rows' failure."""
+        try:
+            await self.execute(pool, rows, now, result)
+        except asyncio.CancelledError:
+            await self.hand_back(pool, rows, now, "Cancelled", result)
+            raise
+        except Exception as exc:
+            if is_transient(exc):
+                await self.hand_back(pool, rows, now, type(exc).__name__, result)
+            raise
+
+    async def hand_back(
+        self, pool: Pool, rows: list[ClaimedRow], now: datetime, cause: str, result: RunResult
+    ) -> int:
+        """Put ``rows`` back as interrupted, in one statement on a fresh connection, bounded by
+        ``hand_back_timeout`` and shielded from a second cancellation. Rows it cannot write
+        (the database is still away) keep their lease: stale cleanup counts the same
+        interruption when it expires. Returns the rows handed back."""
+        now = max(now, self.clock.now())
+        writes = [self.interruption_write(row, cause, now) for row in rows]
+        write = asyncio.ensure_future(self._write_back(pool, writes, now))
+        # Abandoned by a second cancellation, its outcome is still retrieved (and dropped):
+        # what it could not write, stale cleanup puts back.
+        write.add_done_callback(lambda t: t.cancelled() or t.exception())
+        try:
+            written = await asyncio.wait_for(
+                asyncio.shield(write), self.config.hand_back_timeout.total_seconds()
+            )
+        except asyncio.CancelledError:
+            raise  # the shielded write goes on; its result is not waited for
+        except Exception as exc:
+            write.cancel()
+            self.metrics.hand_back_failed.inc(len(rows))
+            log.warning(
+                "action=automation_hand_back_failed run_id=%s rows=%d cause=%s error=%s",
+                result.run_id,
+                len(rows),
+                cause,
+                type(exc).__name__,
+            )
+            return 0
+        charged = 0
+        for w in writes:
+            if w.scheduler_id not in written:
+                continue  # fenced: the batch had committed, or the row moved on
+            label = "true" if w.reason is not None else "false"
+            self.metrics.interrupted.labels("hand_back", label).inc()
+            charged += w.reason is not None
+            result.held += w.hold
+        result.handed_back += len(written)
+        log.warning(
+            "action=automation_batch_handed_back run_id=%s rows=%d handed_back=%d charged=%d "
+            "cause=%s",
+            result.run_id,
+            len(rows),
+            len(written),
+            charged,
+            cause,
+        )
+        if written and self.on_next_due is not None:
+            due = [w.next_retry_on for w in writes if w.next_retry_on is not None]
+            if due:
+                self.on_next_due(min(due))
+        return len(written)
+
+    async def _write_back(self, pool: Pool, writes: list[RetryWrite], now: datetime) -> set[int]:
+        async with transaction(pool) as conn:
+            return await repo.rows_retry(conn, writes, now)
+
+    def interruption_write(self, row: ClaimedRow, cause: str, now: datetime) -> RetryWrite:
+        """The write of a claim that ended without a verdict: RetryCount kept within the
+        allowance, an attempt (reason Interrupted) once it is spent."""
+        handler = self.handlers.get(row.automation_type)
+        plan = interruption_plan(
+            row.retry_count,
+            row.interrupted_count,
+            now,
+            self.config.backoff,
+            allowance=self.config.interruption_allowance,
+            delay=self.config.interruption_delay,
+            daily_retry=bool(handler is not None and handler.daily_retry),
+        )
+        step = plan.step
+        return RetryWrite(
+            row.scheduler_id,
+            row.token,
+            step.status.value,
+            step.retry_count,
+            step.next_retry_on,
+            step.hold,
+            INTERRUPTED if plan.charged else None,
+            cause[:500] if plan.charged else None,
+            None,
+            plan.interrupted_count,
+        )
 
     async def execute(
         self, pool: Pool, rows: list[ClaimedRow], now: datetime, result: RunResult
@@ -248,7 +368,7 @@ class AutomationRunner:
                 found: Mapping[int, Outcome] = await handler.revalidate(conn, group)
             except Exception as exc:
                 if classify(exc) is not None:
-                    raise  # the database is unwell: the batch rolls back, leases rescue it
+                    raise  # the database is unwell: the batch rolls back and is handed back
                 log.error(
                     "action=automation_handler_failed automation_type=%s rows=%d error=%s",
                     kind,

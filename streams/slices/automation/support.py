@@ -10,6 +10,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from prometheus_client import Counter
+
 from db import automation as repo
 from db.automation import SchedulerRow
 from db.connector import DatabaseUnavailable, InputRejected, Pool, connection, transaction
@@ -43,6 +45,8 @@ def row_view(row: SchedulerRow) -> dict[str, Any]:
         "on_hold": row.is_on_support_hold,
         "hold_reason": row.failure_reason_code,
         "attempts": row.retry_count,
+        # Claims that ended without a verdict (no attempt while within the allowance).
+        "interruptions": row.interrupted_count,
         "last_error": row.last_error,
         "next_retry_on": iso(row.next_retry_on),
         "scheduled_on": iso(row.scheduled_on),
@@ -86,13 +90,21 @@ def status_section(
 ) -> Callable[[], Awaitable[dict[str, Any]]]:
     """The /status "automation" section: live gauges and the newest rows on hold."""
 
-    async def section() -> dict[str, Any]:
-        fenced = sum(
+    def total(counter: Counter, **labels: str) -> float:
+        return sum(
             s.value
-            for m in metrics.fenced.collect()
+            for m in counter.collect()
             for s in m.samples
-            if s.name.endswith("_total")
+            if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items())
         )
+
+    async def section() -> dict[str, Any]:
+        fenced = total(metrics.fenced)
+        # Claims of this worker that ended without a verdict, and those that cost an attempt.
+        interrupted = {
+            "interrupted": total(metrics.interrupted),
+            "interrupted_charged": total(metrics.interrupted, charged="true"),
+        }
         try:
             pool = await runtime.pool()
             now = runtime.clock.now()
@@ -100,7 +112,11 @@ def status_section(
                 stats = await repo.backlog_stats(conn, now)
                 held = [row_view(r) for r in await repo.hold_list(conn, STATUS_HOLD_ROWS)]
         except (DatabaseUnavailable, InputRejected) as exc:
-            return {"error": f"database unavailable ({type(exc).__name__})", "fenced": fenced}
+            return {
+                "error": f"database unavailable ({type(exc).__name__})",
+                "fenced": fenced,
+                **interrupted,
+            }
         earliest = stats.earliest_due_on
         return {
             "due_backlog": stats.due_backlog,
@@ -110,6 +126,7 @@ def status_section(
             "processing": stats.processing,
             "on_hold": stats.on_hold,
             "fenced": fenced,
+            **interrupted,
             "held": held,
             "hold_view": "/automation/hold",
         }

@@ -19,6 +19,7 @@ COLUMNS = (
     "status",
     "hold_reason",
     "attempts",
+    "interruptions",
     "last_error",
     "input_hash",
     "conflict_input_hash",

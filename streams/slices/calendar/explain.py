@@ -44,6 +44,8 @@ def _records(found: list[outbox_repo.KeyRecord], reminder_id: str | None) -> lis
                 "published_at": _iso(r.published_at),
                 "partition": r.published_partition,
                 "offset": r.published_offset,
+                # Kafka refused it for good: python -m streams outbox parked|retry|drop.
+                **({"parked": r.parked_reason} if r.parked_reason else {}),
             }
         )
     return out
@@ -89,6 +91,12 @@ async def explain(runtime: Runtime, ident: str) -> dict[str, Any] | None:
                     "skip_reason": reminder["skip_reason"],
                     "event_version": reminder["event_version"],
                     "event_status": reminder["event_status"],
+                },
+                # Failed dispatch attempts (a poison row stays Pending and backs off).
+                "dispatch": {
+                    "attempts": reminder["attempts"],
+                    "next_attempt_at": _iso(reminder["next_attempt_at"]),
+                    "last_error_code": reminder["last_error_code"],
                 },
                 "history": _history(reminder),
                 "outbox": _records(found, ident),

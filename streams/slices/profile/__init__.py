@@ -23,7 +23,14 @@ from streams.slices.profile.documents import PersonDocumentsApplier
 from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.owners import OwnerWorker
 from streams.slices.profile.run import DocumentExpiryRun, ExpiryConfig, ExpiryRunResult
-from streams.slices.profile.work import OWNER_WORK, Fanout, InlineFanout, KafkaFanout, OwnerWork
+from streams.slices.profile.work import (
+    OWNER_WORK,
+    Fanout,
+    InlineFanout,
+    KafkaFanout,
+    OwnerWork,
+    TopicContinuations,
+)
 from streams.timers.schedule import Misfire, Mode, Schedule
 
 DOCUMENT_EXPIRY = "document-expiry"
@@ -42,7 +49,7 @@ def install(ctx: SliceContext) -> None:
         "profile-expiry-marks",
         help="OwnerUserId -> {DocumentId: thresholds the ledger has marked}",
     )
-    owners = OwnerWorker(runtime, metrics, marks)
+    owners = OwnerWorker(runtime, metrics, marks, TopicContinuations(ctx.topics.input(OWNER_WORK)))
     fanout: Fanout = (
         KafkaFanout(settings)
         if settings.timer_document_expiry_fanout == "kafka"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -38,11 +38,18 @@ from streams.domain.profile import (
 from streams.outbox.records import OutboxRecord, insert_many
 from streams.runtime import Runtime
 from streams.slices.profile.metrics import DocumentExpiryMetrics
-from streams.slices.profile.reminders import queued_documents, reminder_items, reminder_record
-from streams.slices.profile.work import DoneItems, OwnersWork, OwnerWork, item_key
+from streams.slices.profile.reminders import (
+    queued_documents,
+    reminder_items,
+    reminder_records,
+    threshold_counts,
+)
+from streams.slices.profile.work import Continuations, DoneItems, OwnersWork, OwnerWork, item_key
 from streams.tables.cache import KeyCache
 
 log = logging.getLogger("streams.slices.profile.owners")
+
+NIL = UUID(int=0)
 
 # Owners per transaction (group commit): a million documents cannot afford one each.
 OWNERS_PER_TRANSACTION = 500
@@ -53,6 +60,11 @@ OWNERS_PER_TRANSACTION = 500
 # the next cycle. Anything else transient (connection lost, disk full, shutdown) is the
 # database being unwell for every owner: the batch raises (or fails whole, inline).
 OWNER_SCOPED_STATES = frozenset({"40001", "40P01", "55P03"})
+# Documents an owner's cache value covers at most (~46 characters each): a larger owner
+# gets an empty value and goes to the ledger, chunk by chunk, so no value (and no changelog
+# record) grows with the owner.
+CACHE_MAX_DOCUMENTS = 1000
+CACHE_MAX_CHARS = CACHE_MAX_DOCUMENTS * 64
 # Transactions of one batch in flight at once: while PostgreSQL runs one claim, the worker
 # builds the events of another (their owners are disjoint, so they never wait on each other).
 TRANSACTIONS_IN_FLIGHT = 2
@@ -73,8 +85,13 @@ class OwnerPlan:
     docs: list[ClaimedDocument] = field(default_factory=list)
     """The owner's documents in the window as its transaction saw them."""
     items: list[ExpiringDocumentItem] = field(default_factory=list)
-    """What the owner's event lists (one per document whose t* this transaction won)."""
+    """What the owner's events list (one per document whose t* this transaction won)."""
     skipped: int = 0
+    resume_after: UUID | None = None
+    """Set when the owner's documents went on past the end of its chunk: the last one
+    claimed, after which its continuation starts."""
+    notified_here: bool = False
+    """This plan's transaction sent the owner at least one event."""
 
 
 @dataclass
@@ -110,11 +127,15 @@ class OwnerWorker:
         runtime: Runtime,
         metrics: DocumentExpiryMetrics,
         cache: KeyCache | None = None,
+        continuations: Continuations | None = None,
     ) -> None:
         self.runtime = runtime
         self.metrics = metrics
         self.cache = cache
+        self.continuations = continuations
         self.topic_prefix = runtime.settings.topic_prefix
+        self.per_event = runtime.settings.document_expiry_max_documents_per_event
+        self.chunk = runtime.settings.document_expiry_claim_chunk_documents
         self.totals = OwnerBatchResult()
         self.done_items = DoneItems()
 
@@ -134,8 +155,7 @@ class OwnerWorker:
                 if key in self.done_items:
                     continue
                 done.append(key)
-            order = decoded.message.order()
-            items.extend((i, decoded.event, order.work(o)) for o in decoded.message.owner_user_ids)
+            items.extend((i, decoded.event, work) for work in decoded.message.works())
         if len(done) < len(batch):
             log.info("action=work_replay_skipped items=%d", len(batch) - len(done))
         result = await self.process(items)
@@ -162,11 +182,44 @@ class OwnerWorker:
 
     async def process(self, items: Sequence[tuple[int, Any, OwnerWork]]) -> OwnerBatchResult:
         """Every owner of the batch (``(item index, event, work)`` each), a transaction of up
-        to OWNERS_PER_TRANSACTION owners at a time, then the runs' progress; raises only when
-        PostgreSQL is unwell (the caller retries: owners already committed are then settled
-        by the ledger)."""
+        to OWNERS_PER_TRANSACTION owners and at most one chunk of documents at a time, then
+        the runs' progress; raises only when PostgreSQL (or Kafka, for a continuation) is
+        unwell (the caller retries: owners already committed are then settled by the ledger).
+
+        An owner not finished at the end of a chunk is continued after the others: on Kafka by
+        a work item of its own on the partition its item came from (sent before this batch is
+        acked), so the owners queued behind it wait for one chunk of it, not for all of it;
+        otherwise here, once the rest of the batch is done."""
         result = OwnerBatchResult()
         per_run: dict[str, Counter[str]] = defaultdict(Counter)
+        pending = items
+        while pending:
+            deferred = await self._round(pending, result, per_run)
+            remote = [p for p in deferred if self._continued_on_kafka(p)]
+            if remote:
+                assert self.continuations is not None
+                await self.continuations.send(
+                    [(p.event, OwnersWork.continuation(self._continuation(p))) for p in remote]
+                )
+            pending = [
+                (p.message, p.event, self._continuation(p))
+                for p in deferred
+                if not self._continued_on_kafka(p)
+            ]
+        await self._progress(per_run)
+        for threshold, n in result.by_threshold.items():
+            self.metrics.reminders.labels(str(threshold)).inc(n)
+        self._add_totals(result)
+        return result
+
+    async def _round(
+        self,
+        items: Sequence[tuple[int, Any, OwnerWork]],
+        result: OwnerBatchResult,
+        per_run: dict[str, Counter[str]],
+    ) -> list[OwnerPlan]:
+        """One pass over ``items``; returns the plans of owners left unfinished at a chunk's
+        end (``resume_after`` set)."""
         # A redelivered item within one batch is the same owner's same work: keep the last.
         latest: dict[tuple[str, UUID], OwnerPlan] = {}
         for position, (message, event, work) in enumerate(items):
@@ -174,31 +227,45 @@ class OwnerWorker:
         groups: dict[tuple[datetime, tuple[int, ...]], list[OwnerPlan]] = defaultdict(list)
         for plan in latest.values():
             groups[(plan.work.as_of, plan.work.thresholds_days)].append(plan)
+        deferred: list[OwnerPlan] = []
         for (as_of, thresholds), group in groups.items():
-            result.owners += len(group)
+            result.owners += sum(1 for p in group if p.work.after is None)
             # Two runs of one slot (a rerun) can put one owner twice in a group: the same
             # work, done once (the second plan has nothing to do and is only counted as done).
             first: dict[UUID, OwnerPlan] = {}
             for plan in group:
                 first.setdefault(plan.work.owner_user_id, plan)
-            unique = list(first.values())
+            fresh = sorted(
+                (p for p in first.values() if p.work.after is None),
+                key=lambda p: p.work.owner_user_id,
+            )
             twins = [p for p in group if first[p.work.owner_user_id] is not p]
             self._count(twins, set(), per_run, result)
+            # Owners in OwnerUserId order (the chunks' keyset); a continuation alone.
             chunks = [
-                unique[start : start + OWNERS_PER_TRANSACTION]
-                for start in range(0, len(unique), OWNERS_PER_TRANSACTION)
+                fresh[start : start + OWNERS_PER_TRANSACTION]
+                for start in range(0, len(fresh), OWNERS_PER_TRANSACTION)
             ]
+            chunks += [[p] for p in first.values() if p.work.after is not None]
             settled = await in_flight(
                 [self._settle(chunk, as_of, thresholds, result) for chunk in chunks],
                 TRANSACTIONS_IN_FLIGHT,
             )
             for chunk, failed in zip(chunks, settled, strict=True):
+                deferred += [
+                    p for p in chunk if p.resume_after is not None and p.position not in failed
+                ]
                 self._count(chunk, failed, per_run, result)
-        await self._progress(per_run)
-        for threshold, n in result.by_threshold.items():
-            self.metrics.reminders.labels(str(threshold)).inc(n)
-        self._add_totals(result)
-        return result
+        return deferred
+
+    def _continued_on_kafka(self, plan: OwnerPlan) -> bool:
+        return self.continuations is not None and item_key(plan.event, "") is not None
+
+    @staticmethod
+    def _continuation(plan: OwnerPlan) -> OwnerWork:
+        """``plan``'s work from where its last chunk ended (notified once it sent anything)."""
+        work = plan.work
+        return replace(work, after=plan.resume_after, notified=work.notified or plan.notified_here)
 
     async def _settle(
         self,
@@ -212,9 +279,12 @@ class OwnerWorker:
         misses: list[OwnerPlan] = []
         claiming: dict[UUID, tuple[OwnerPlan, dict[str, frozenset[int]]]] = {}
         for plan in plans:
-            if self.cache is not None:
+            # A continuation is a large owner: the cache holds nothing for it.
+            if self.cache is not None and plan.work.after is None:
                 plan.cached = self._peek(plan)
-                claimed = decode_marks(plan.cached)
+                # A value longer than this version writes (an older one's) claims nothing.
+                bounded = not isinstance(plan.cached, str) or len(plan.cached) <= CACHE_MAX_CHARS
+                claimed = decode_marks(plan.cached) if bounded else {}
                 if claimed:
                     claiming[plan.work.owner_user_id] = (plan, claimed)
                     continue
@@ -254,8 +324,11 @@ class OwnerWorker:
         every document in the window, and one read of the ledger finds every one of them."""
         today = utc_date(as_of)
         window = scan_window(today, thresholds)
+        # One document more than a value names is enough to refuse it (every document in
+        # the window crosses a threshold), so no owner, however large, is read in full.
+        most = {owner: len(claimed) + 1 for owner, (_, claimed) in claiming.items()}
         docs = await repo.expiry_marks_check(
-            await self.runtime.pool(), list(claiming), window.lo, window.hi, today, thresholds
+            await self.runtime.pool(), most, window.lo, window.hi, today, thresholds
         )
         hits: dict[UUID, dict[str, frozenset[int]]] = defaultdict(dict)
         unmarked: Counter[UUID] = Counter()
@@ -285,24 +358,32 @@ class OwnerWorker:
     async def _commit(
         self, plans: list[OwnerPlan], as_of: datetime, thresholds: tuple[int, ...]
     ) -> set[int]:
-        """One transaction for ``plans``; if it fails for anything but an unwell database
-        (bad data, or a transient error one owner's rows can cause: ``owner_scoped``), each
-        half again in a transaction of its own, down to single owners, so one bad owner is
-        logged and skipped while the others commit. Returns the failed positions."""
+        """``plans``, in OwnerUserId order, a chunk at a time, each chunk one transaction
+        (its markers and its owners' outbox rows), until every owner is claimed or left
+        unfinished at a chunk's end (a large owner: continued later). If a chunk fails for
+        anything but an unwell database (bad data, or a transient error one owner's rows can
+        cause: ``owner_scoped``), each half of the owners it was to cover again on its own,
+        down to single owners, so one bad owner is logged and skipped while the others
+        commit. Returns the failed positions."""
         pool = await self.runtime.pool()
-        try:
-            async with transaction(pool) as conn:
-                await self._claim(conn, plans, as_of, thresholds)
-            return set()
-        except Exception as exc:
-            if is_transient(exc) and not owner_scoped(exc):
-                raise
-            if len(plans) == 1:
-                self._owner_failed(plans[0].work, exc)
-                return {plans[0].position}
-        half = len(plans) // 2
-        failed = await self._commit(plans[:half], as_of, thresholds)
-        return failed | await self._commit(plans[half:], as_of, thresholds)
+        failed: set[int] = set()
+        remaining = sorted(plans, key=lambda p: p.work.owner_user_id)
+        while remaining:
+            try:
+                async with transaction(pool) as conn:
+                    covered = await self._claim(conn, remaining, as_of, thresholds)
+            except Exception as exc:
+                if is_transient(exc) and not owner_scoped(exc):
+                    raise
+                if len(remaining) == 1:
+                    self._owner_failed(remaining[0].work, exc)
+                    return failed | {remaining[0].position}
+                half = len(remaining) // 2
+                failed |= await self._commit(remaining[:half], as_of, thresholds)
+                return failed | await self._commit(remaining[half:], as_of, thresholds)
+            faults.hit("expiry_owners.after_chunk")
+            remaining = remaining[covered:]
+        return failed
 
     async def _claim(
         self,
@@ -310,8 +391,11 @@ class OwnerWorker:
         plans: list[OwnerPlan],
         as_of: datetime,
         thresholds: tuple[int, ...],
-    ) -> None:
-        """Markers + outbox rows of ``plans`` on ``conn``'s transaction (the seed's steps 3-6).
+    ) -> int:
+        """One chunk of ``plans`` on ``conn``'s transaction (the seed's steps 3-6): markers and
+        outbox rows of at most ``self.chunk`` documents, from the first plan's first document
+        (or its continuation's cursor) on. Returns how many plans the chunk covered: the last
+        of them is left unfinished (``resume_after``) when the chunk was full.
 
         t* is decided by the insert: the smallest threshold this transaction newly marked.
         Alone that is min(crossed - marked) exactly; next to a parallel instance it never
@@ -321,19 +405,39 @@ class OwnerWorker:
         by_owner: dict[UUID, OwnerPlan] = {}
         for plan in plans:
             plan.docs, plan.items, plan.skipped = [], [], 0
+            plan.resume_after, plan.notified_here = None, False
             by_owner[plan.work.owner_user_id] = plan
+        head = plans[0].work
         rows = await repo.expiry_marks_claim(
-            conn, list(by_owner), window.lo, window.hi, today, thresholds, as_of
+            conn,
+            list(by_owner),
+            window.lo,
+            window.hi,
+            today,
+            thresholds,
+            as_of,
+            (head.owner_user_id, head.after or NIL),
+            self.chunk,
         )
         for row in rows:
             by_owner[row.owner_user_id].docs.append(row)
+        covered = len(plans)
+        if len(rows) >= self.chunk:
+            # Rows come in OwnerUserId order: the last owner may have more documents.
+            last = by_owner[rows[-1].owner_user_id]
+            last.resume_after = max(d.document_id for d in last.docs)
+            covered = plans.index(last) + 1
         records: list[OutboxRecord] = []
-        for plan in plans:
+        for plan in plans[:covered]:
             plan.skipped = sum(d.skipped for d in plan.docs)
             plan.items = reminder_items(plan.docs)
             if plan.items:
-                records.append(reminder_record(plan.work, as_of, plan.items, self.topic_prefix))
+                plan.notified_here = True
+                records += reminder_records(
+                    plan.work, as_of, plan.items, self.topic_prefix, self.per_event
+                )
         await insert_many(conn, records)
+        return covered
 
     def _after_commit(
         self, plan: OwnerPlan, thresholds: tuple[int, ...], result: OwnerBatchResult
@@ -346,23 +450,32 @@ class OwnerWorker:
             for item in plan.items:
                 result.by_threshold[item.threshold_days] += 1
             result.applied_positions.add(plan.message)
-            result.notified += 1
+            if not work.notified:
+                result.notified += 1
             result.sent += len(plan.items)
-            if log.isEnabledFor(logging.INFO):  # one line per owner: its event's documents
+            if log.isEnabledFor(logging.INFO):  # one line per owner and chunk: counts
                 log.info(
-                    "action=reminder_queued run_id=%s owner_user_id=%s count=%d documents=%s",
+                    "action=reminder_queued run_id=%s owner_user_id=%s count=%d "
+                    "thresholds=%s continued=%s documents=%s",
                     work.run_id,
                     work.owner_user_id,
                     len(plan.items),
+                    threshold_counts(plan.items),
+                    "yes" if plan.resume_after is not None else "no",
                     queued_documents(plan.items),
                 )
-        if self.cache is not None and plan.event is not None:
+        if self.cache is not None and plan.event is not None and work.after is None:
             # After the commit every crossed threshold of these documents has a marker (won
-            # here, or by a parallel instance): that is what a later run may claim.
-            value = encode_marks(
-                {d.document_id: crossed(d.days_left, thresholds) for d in plan.docs}
+            # here, or by a parallel instance): that is what a later run may claim. An owner
+            # left unfinished, or with more documents than a value may hold, gets none (an
+            # empty value claims nothing): it goes to the ledger, chunk by chunk.
+            small = plan.resume_after is None and len(plan.docs) <= CACHE_MAX_DOCUMENTS
+            value = (
+                encode_marks({d.document_id: crossed(d.days_left, thresholds) for d in plan.docs})
+                if small
+                else ""
             )
-            if value != plan.cached and (value or plan.cached is not None):
+            if value != plan.cached and (value or plan.cached):
                 return plan.event, str(work.owner_user_id), value
         return None
 
@@ -389,12 +502,15 @@ class OwnerWorker:
         result.failed += len(failed)
         for plan in plans:
             p = per_run[plan.work.run_id]
-            p["done"] += 1
             if plan.position in failed:
+                p["done"] += 1
                 p["failed"] += 1
                 continue
+            if plan.resume_after is None:  # an unfinished owner is done by its continuation
+                p["done"] += 1
             if plan.items:
-                p["notified"] += 1
+                if not plan.work.notified:
+                    p["notified"] += 1
                 p["sent"] += len(plan.items)
             if plan.skipped:
                 p["skipped"] += plan.skipped

@@ -1,9 +1,11 @@
 """What an owner's committed claim sends: the ExpiringDocumentItems of the documents whose t*
-the claim won, the owner's one DocumentExpiryReminderEvent as an outbox record, and the
-identifiers its log line carries (never NumberMask or any other document value)."""
+the claim won, the owner's DocumentExpiryReminderEvents as outbox records (at most
+``per_event`` documents each), and what its log line carries (counts, and the identifiers
+of a few documents; never NumberMask or any other document value)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -32,27 +34,53 @@ def reminder_items(docs: Sequence[ClaimedDocument]) -> list[ExpiringDocumentItem
     ]
 
 
-def reminder_record(
-    work: OwnerWork, as_of: datetime, items: list[ExpiringDocumentItem], topic_prefix: str
-) -> OutboxRecord:
-    """The owner's event (RemindedAt = AsOf) on the outbox, keyed by OwnerUserId."""
-    event = DocumentExpiryReminderEvent(
-        owner_user_id=work.owner_user_id, reminded_at=as_of, documents=items
-    )
-    return record_for(
-        DOCUMENT_EXPIRY_REMINDERS,
-        event,
-        topic_prefix=topic_prefix,
-        headers={
-            "correlation-id": work.run_id,
-            "work-id": work.work_id,
-            "aggregate-type": AGGREGATE_TYPE,
-            "aggregate-id": str(work.owner_user_id),
-        },
-    )
+def reminder_records(
+    work: OwnerWork,
+    as_of: datetime,
+    items: Sequence[ExpiringDocumentItem],
+    topic_prefix: str,
+    per_event: int,
+) -> list[OutboxRecord]:
+    """The owner's events (RemindedAt = AsOf) on the outbox, keyed by OwnerUserId, each
+    listing at most ``per_event`` of ``items`` in order: the contract's size rule. Every event
+    of the owner's run carries the same ``correlation-id`` (the run id) and ``work-id``."""
+    if per_event < 1:
+        raise ValueError("per_event must be at least 1")
+    headers = {
+        "correlation-id": work.run_id,
+        "work-id": work.work_id,
+        "aggregate-type": AGGREGATE_TYPE,
+        "aggregate-id": str(work.owner_user_id),
+    }
+    return [
+        record_for(
+            DOCUMENT_EXPIRY_REMINDERS,
+            DocumentExpiryReminderEvent(
+                owner_user_id=work.owner_user_id,
+                reminded_at=as_of,
+                documents=list(items[start : start + per_event]),
+            ),
+            topic_prefix=topic_prefix,
+            headers=headers,
+        )
+        for start in range(0, len(items), per_event)
+    ]
+
+
+# Documents a reminder_queued line lists by identifier at most; beyond, only counts.
+LOG_DOCUMENTS_MAX = 20
 
 
 def queued_documents(items: Sequence[ExpiringDocumentItem]) -> str:
-    """``DocumentId:Type:ThresholdDays:DaysLeft`` of each item, comma-separated: the seed's
-    "reminder queued" identifiers, for one log line per owner."""
+    """``DocumentId:Type:ThresholdDays:DaysLeft`` of each item, comma-separated (the seed's
+    "reminder queued" identifiers), when there are at most LOG_DOCUMENTS_MAX; otherwise "-"
+    (the line's counts say how many): a log line stays short at any owner's size."""
+    if len(items) > LOG_DOCUMENTS_MAX:
+        return "-"
     return ",".join(f"{i.document_id}:{i.type}:{i.threshold_days}:{i.days_left}" for i in items)
+
+
+def threshold_counts(items: Sequence[ExpiringDocumentItem]) -> str:
+    """``t:n`` per ThresholdDays of ``items`` (descending), comma-separated."""
+    counts = Counter(i.threshold_days for i in items)
+    return ",".join(f"{t}:{counts[t]}" for t in sorted(counts, reverse=True))

@@ -14,13 +14,13 @@ import asyncio
 import zlib
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
 from aiokafka import AIOKafkaProducer
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from streams.contracts import DLQ_SUFFIX, TopicContract
 from streams.contracts.base import Contract, Instant
@@ -49,6 +49,11 @@ class OwnerWork:
     owner_user_id: UUID
     as_of: datetime
     thresholds_days: tuple[int, ...]
+    after: UUID | None = None
+    """A continuation: the owner's documents up to this DocumentId are claimed already (by
+    earlier chunks of this work); None: the owner from its first document."""
+    notified: bool = False
+    """An earlier chunk of this work sent the owner an event (counted notified once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +87,45 @@ class OwnersWork(Contract):
     as_of: Instant
     thresholds_days: list[int] = Field(min_length=1, max_length=32)
     owner_user_ids: list[UUID] = Field(min_length=1, max_length=MAX_OWNERS_PER_ITEM)
+    # A continuation of one owner claimed in chunks: its documents after this DocumentId are
+    # left (absent: every owner from its first document), and whether it was notified.
+    after_document_id: UUID | None = None
+    notified: bool = False
 
     @field_validator("thresholds_days")
     @classmethod
     def _thresholds(cls, v: list[int]) -> list[int]:
         return list(normalize_thresholds(v))
 
+    @model_validator(mode="after")
+    def _one_owner_continued(self) -> OwnersWork:
+        if self.after_document_id is not None and len(self.owner_user_ids) != 1:
+            raise ValueError("a continuation (AfterDocumentId) carries exactly one owner")
+        return self
+
     def order(self) -> RunOrder:
         return RunOrder(self.name, self.run_id, self.as_of, tuple(self.thresholds_days))
+
+    def works(self) -> list[OwnerWork]:
+        """Each owner's share of the run, a continuation's cursor included."""
+        order = self.order()
+        if self.after_document_id is None:
+            return [order.work(o) for o in self.owner_user_ids]
+        work = order.work(self.owner_user_ids[0])
+        return [replace(work, after=self.after_document_id, notified=self.notified)]
+
+    @classmethod
+    def continuation(cls, work: OwnerWork) -> OwnersWork:
+        """The item that goes on with ``work``'s owner after ``work.after``."""
+        return cls(
+            name=work.work_id.split(f":{work.owner_user_id}:", 1)[0],
+            run_id=work.run_id,
+            as_of=work.as_of,
+            thresholds_days=list(work.thresholds_days),
+            owner_user_ids=[work.owner_user_id],
+            after_document_id=work.after,
+            notified=work.notified,
+        )
 
 
 OWNER_WORK = TopicContract(
@@ -146,6 +182,30 @@ class Fanout(Protocol):
     async def send(self, order: RunOrder, owners: Sequence[UUID]) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class Continuations(Protocol):
+    async def send(self, items: Sequence[tuple[Any, OwnersWork]]) -> None:
+        """Each continuation on the partition of the record (event) it continues; returns
+        once Kafka has them (the continued record is acked after)."""
+
+
+class TopicContinuations:
+    """Continuations through the app's producer, to the owner-work topic."""
+
+    def __init__(self, topic: Any) -> None:
+        self.topic = topic
+
+    async def send(self, items: Sequence[tuple[Any, OwnersWork]]) -> None:
+        sent = [
+            await self.topic.send(
+                key=str(item.owner_user_ids[0]).encode(),
+                value=item.to_json(),
+                partition=event.message.partition,
+            )
+            for event, item in items
+        ]
+        await asyncio.gather(*sent)
 
 
 class ProcessesInline(Protocol):

@@ -1,0 +1,56 @@
+"""Repository of what the server itself reports: connection limits, advisory lock holders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from db.queries import sql
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    max_connections: int
+    superuser_reserved: int
+    reserved: int
+    """``reserved_connections`` (PostgreSQL 16+; 0 before)."""
+
+    @property
+    def available(self) -> int:
+        """Connections an ordinary role may open."""
+        return self.max_connections - self.superuser_reserved - self.reserved
+
+
+@dataclass(frozen=True, slots=True)
+class LockHolder:
+    pid: int
+    application_name: str | None
+    client_addr: str | None
+    backend_start: datetime | None
+    state: str | None
+    xact_start: datetime | None
+
+
+async def connection_limits(conn: asyncpg.Connection) -> ConnectionLimits:
+    row = await conn.fetchrow(sql("server_connection_limits"))
+    assert row is not None
+    return ConnectionLimits(
+        int(row["max_connections"]), int(row["superuser_reserved"]), int(row["reserved"])
+    )
+
+
+async def advisory_lock_holders(conn: asyncpg.Connection, key: int) -> list[LockHolder]:
+    rows = await conn.fetch(sql("advisory_lock_holders"), key)
+    return [
+        LockHolder(
+            int(r["pid"]),
+            r["application_name"],
+            r["client_addr"],
+            r["backend_start"],
+            r["state"],
+            r["xact_start"],
+        )
+        for r in rows
+    ]

@@ -1,0 +1,92 @@
+"""``python -m streams outbox parked|retry ID|drop ID``: the rows the relay parked.
+
+parked [--limit N] [--format json]  rows Kafka refused for good, oldest first (no payloads)
+retry ID                            back to ops.outbox with the same id (and outbox-id
+                                    header); the relay sends it next, after the cause is fixed
+drop ID                             delete a parked row for good (its event is never sent)
+
+Exit status: 0 done, 1 no such parked row, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+import db.outbox as repo
+from db.connector import connection, create_pool, transaction
+from streams.settings import Settings
+
+log = logging.getLogger("streams.outbox")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streams outbox", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    parked = sub.add_parser("parked", help="list parked rows")
+    parked.add_argument("--limit", type=int, default=100)
+    parked.add_argument("--format", choices=("text", "json"), default="text")
+    for name in ("retry", "drop"):
+        cmd = sub.add_parser(name, help=f"{name} one parked row")
+        cmd.add_argument("id", type=int)
+    return parser
+
+
+def _row(r: repo.ParkedRow) -> dict[str, object]:
+    return {
+        "id": r.id,
+        "topic": r.topic,
+        "key": r.key,
+        "payload_bytes": r.payload_bytes,
+        "created_at": r.created_at.isoformat(),
+        "parked_at": r.parked_at.isoformat(),
+        "reason": r.reason,
+        "error": r.error,
+        "refusals": r.refusals,
+    }
+
+
+async def _run(settings: Settings, args: argparse.Namespace) -> int:
+    pool = await create_pool(settings.database_url, min_size=1, max_size=1)
+    try:
+        if args.command == "parked":
+            async with connection(pool) as conn:
+                rows = await repo.parked_list(conn, args.limit)
+            if args.format == "json":
+                print(json.dumps([_row(r) for r in rows], indent=2))
+            else:
+                print(f"{len(rows)} parked row(s)")
+                for r in rows:
+                    print(
+                        f"{r.id}\t{r.reason}\t{r.error}\ttopic={r.topic}\tkey={r.key}\t"
+                        f"bytes={r.payload_bytes}\tparked_at={r.parked_at.isoformat()}"
+                    )
+            return 0
+        async with transaction(pool) as conn:
+            if args.command == "retry":
+                done = await repo.parked_retry(conn, args.id)
+                found = done
+            else:
+                dropped = await repo.parked_drop(conn, args.id)
+                found = dropped is not None
+        if not found:
+            print(f"no parked outbox row {args.id}", file=sys.stderr)
+            return 1
+        log.warning("action=outbox_parked_%s outbox_id=%d", args.command, args.id)
+        verb = "back in the outbox (sent next)" if args.command == "retry" else "dropped"
+        print(f"outbox row {args.id} {verb}")
+        return 0
+    finally:
+        await pool.close()
+
+
+def run_cli(settings: Settings, argv: Sequence[str]) -> int:
+    try:
+        args = _parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return 0 if exc.code == 0 else 2
+    return asyncio.run(_run(settings, args))
