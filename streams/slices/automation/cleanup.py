@@ -14,16 +14,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from db import automation as repo
-from db.automation import RetryWrite
 from db.connector import transaction
 from streams.domain.automation import (
     DEFAULT_BACKOFF,
     DEFAULT_INTERRUPTION_ALLOWANCE,
     DEFAULT_INTERRUPTION_DELAY,
-    interruption_plan,
 )
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import LEASE_EXPIRED, HandlerRegistry
+from streams.slices.automation.interruptions import interruption_write
 from streams.slices.automation.metrics import AutomationMetrics
 
 log = logging.getLogger("streams.slices.automation.cleanup")
@@ -83,31 +82,14 @@ class StaleCleanup:
                 stale = await repo.stale_lock(conn, now, self.config.batch_size)
                 writes = []
                 for row in stale:
-                    handler = self.handlers.get(row.automation_type)
-                    plan = interruption_plan(
-                        row.retry_count,
-                        row.interrupted_count,
-                        now,
-                        self.config.backoff,
-                        allowance=self.config.interruption_allowance,
-                        delay=self.config.interruption_delay,
-                        daily_retry=bool(handler is not None and handler.daily_retry),
-                    )
-                    step = plan.step
                     writes.append(
-                        RetryWrite(
-                            row.scheduler_id,
-                            row.token,
-                            step.status.value,
-                            step.retry_count,
-                            step.next_retry_on,
-                            step.hold,
-                            LEASE_EXPIRED if plan.charged else None,
-                            "processing lease expired before the claim finished"
-                            if plan.charged
-                            else None,
-                            None,
-                            plan.interrupted_count,
+                        interruption_write(
+                            row,
+                            now,
+                            self.config,
+                            self.handlers,
+                            reason=LEASE_EXPIRED,
+                            error="processing lease expired before the claim finished",
                         )
                     )
                 written = await repo.rows_retry(conn, writes, now)

@@ -26,7 +26,6 @@ from streams.domain.automation import (
     DEFAULT_INTERRUPTION_ALLOWANCE,
     DEFAULT_INTERRUPTION_DELAY,
     SchedulerStatus,
-    interruption_plan,
     retry_plan,
 )
 from streams.domain.automation_delivery import Delivery
@@ -44,6 +43,7 @@ from streams.slices.automation.handlers import (
     Outcome,
     delivery_of,
 )
+from streams.slices.automation.interruptions import interruption_write
 from streams.slices.automation.metrics import AutomationMetrics
 
 log = logging.getLogger("streams.slices.automation.runner")
@@ -288,28 +288,8 @@ class AutomationRunner:
     def interruption_write(self, row: ClaimedRow, cause: str, now: datetime) -> RetryWrite:
         """The write of a claim that ended without a verdict: RetryCount kept within the
         allowance, an attempt (reason Interrupted) once it is spent."""
-        handler = self.handlers.get(row.automation_type)
-        plan = interruption_plan(
-            row.retry_count,
-            row.interrupted_count,
-            now,
-            self.config.backoff,
-            allowance=self.config.interruption_allowance,
-            delay=self.config.interruption_delay,
-            daily_retry=bool(handler is not None and handler.daily_retry),
-        )
-        step = plan.step
-        return RetryWrite(
-            row.scheduler_id,
-            row.token,
-            step.status.value,
-            step.retry_count,
-            step.next_retry_on,
-            step.hold,
-            INTERRUPTED if plan.charged else None,
-            cause[:500] if plan.charged else None,
-            None,
-            plan.interrupted_count,
+        return interruption_write(
+            row, now, self.config, self.handlers, reason=INTERRUPTED, error=cause
         )
 
     async def execute(
