@@ -80,3 +80,15 @@ def test_images_and_ports_match_the_local_stack_and_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     assert f"Kafka {kafka_version.group(1)}" in readme
     assert "6066" in readme and "6066:6066" in COMPOSE
+
+
+def test_the_workers_overridable_settings_default_to_the_codes() -> None:
+    from streams.settings import Settings
+
+    fields = Settings.model_fields
+    found = re.findall(r"^\s+([A-Z_]+): \$\{\1:-([^}]*)\}$", services()["worker"], flags=re.M)
+    names = {name for name, _ in found}
+    assert {"DB_MAX_CONNECTIONS_PER_WORKER", "OUTBOX_IN_DOUBT_TIMEOUT_SECONDS"} <= names
+    assert {"RETENTION_BATCH_SIZE", "RETENTION_BUDGET_SECONDS"} <= names
+    for name, default in found:
+        assert float(default) == float(fields[name.lower()].default), name

@@ -326,3 +326,37 @@ def test_every_env_name_is_a_setting_or_documented(helm: Path) -> None:
     }
     names = set(iter_env_names(render(helm, SASL_SSL)))
     assert names - known - pending - {"POD_NAME"} == set()
+
+
+# What production tunes: the chart passes them, and its defaults are the code's.
+PRODUCTION_SETTINGS = (
+    "DB_MAX_CONNECTIONS_PER_WORKER",
+    "KAFKA_DLQ_RETENTION_HOURS",
+    "OUTBOX_PUBLISH_TIMEOUT_SECONDS",
+    "OUTBOX_IN_DOUBT_TIMEOUT_SECONDS",
+    "RETENTION_BATCH_SIZE",
+    "RETENTION_BUDGET_SECONDS",
+    "OUTBOX_RETENTION_HOURS",
+    "CALENDAR_EVENT_RETENTION_DAYS",
+    "CALENDAR_TOMBSTONE_RETENTION_DAYS",
+    "AUTOMATION_SCHEDULER_RETENTION_DAYS",
+    "TIMER_SLOT_RETENTION_DAYS",
+)
+
+
+def test_production_settings_are_passed_with_the_codes_defaults(helm: Path) -> None:
+    from streams.settings import Settings
+
+    defaults = Settings.model_fields
+    objects = render(helm, [])
+    for container in (
+        worker(objects),
+        *(
+            one(objects, "Job", suffix)["spec"]["template"]["spec"]["containers"][0]
+            for suffix in ("-migrate", "-topics")
+        ),
+    ):
+        values = env(container)
+        for name in PRODUCTION_SETTINGS:
+            assert name in values, f"{container['name']}: {name} not passed"
+            assert float(values[name]) == float(defaults[name.lower()].default), name

@@ -50,6 +50,26 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
     secretKeyRef:
       name: {{ include "rs.secretName" . }}
       key: DATABASE_URL
+- name: DB_MAX_CONNECTIONS_PER_WORKER
+  value: {{ .Values.database.maxConnectionsPerWorker | quote }}
+- name: OUTBOX_PUBLISH_TIMEOUT_SECONDS
+  value: {{ .Values.outbox.publishTimeoutSeconds | quote }}
+- name: OUTBOX_IN_DOUBT_TIMEOUT_SECONDS
+  value: {{ .Values.outbox.inDoubtTimeoutSeconds | quote }}
+- name: RETENTION_BATCH_SIZE
+  value: {{ .Values.retention.batchSize | quote }}
+- name: RETENTION_BUDGET_SECONDS
+  value: {{ .Values.retention.budgetSeconds | quote }}
+- name: OUTBOX_RETENTION_HOURS
+  value: {{ .Values.retention.outboxHours | quote }}
+- name: CALENDAR_EVENT_RETENTION_DAYS
+  value: {{ .Values.retention.calendarEventDays | quote }}
+- name: CALENDAR_TOMBSTONE_RETENTION_DAYS
+  value: {{ .Values.retention.calendarTombstoneDays | quote }}
+- name: AUTOMATION_SCHEDULER_RETENTION_DAYS
+  value: {{ .Values.retention.automationSchedulerDays | quote }}
+- name: TIMER_SLOT_RETENTION_DAYS
+  value: {{ .Values.retention.timerSlotDays | quote }}
 - name: KAFKA_BOOTSTRAP
   value: {{ .Values.kafka.bootstrap | quote }}
 - name: KAFKA_SECURITY_PROTOCOL
