@@ -23,9 +23,10 @@ async def run_cli(runtime: Runtime, argv: list[str]) -> int:
     import json
     import sys
 
-    if len(argv) != 1:
+    if len(argv) != 1 or argv[0].startswith("-"):
+        await runtime.close()
         print("usage: python -m streams explain ID", file=sys.stderr)
-        return 2
+        return 0 if argv in (["-h"], ["--help"]) else 2
     try:
         found = await explain(runtime, argv[0])
     finally:

@@ -106,7 +106,7 @@ class Settings(BaseSettings):
     # A row whose topic is unknown (or not authorized) this long, while Kafka answers for
     # other topics, is parked (python -m streams outbox parked|retry|drop).
     outbox_park_unknown_topic_after_seconds: float = Field(60.0, gt=0, le=86_400)
-    outbox_retention_hours: float = Field(24.0, ge=0)
+    outbox_retention_hours: float = Field(24.0, ge=0, le=100 * 8760)
     # Retention (streams/maintenance, docs/architecture.md "Retention"): rows per DELETE (each
     # its own transaction) and how long one run of a retention job may keep deleting.
     retention_batch_size: int = Field(5_000, ge=1, le=100_000)
@@ -114,12 +114,12 @@ class Settings(BaseSettings):
     # Calendar events (with their reminders) this long past their start, none Pending, are
     # deleted; each leaves a tombstone (EventId, Version) for calendar_tombstone_retention_days,
     # then only the prune horizon (inputs that happened before it are stale).
-    calendar_event_retention_days: float = Field(30.0, ge=1)
-    calendar_tombstone_retention_days: float = Field(400.0, ge=1)
+    calendar_event_retention_days: float = Field(30.0, ge=1, le=36_500)
+    calendar_tombstone_retention_days: float = Field(400.0, ge=1, le=36_500)
     # Completed (dated triggers only), Deactivated and Cancelled automation.scheduler rows
     # this long past their ScheduledOn and last change.
-    automation_scheduler_retention_days: float = Field(30.0, ge=2)
-    timer_slot_retention_days: float = Field(7.0, ge=1)
+    automation_scheduler_retention_days: float = Field(30.0, ge=2, le=36_500)
+    timer_slot_retention_days: float = Field(7.0, ge=1, le=36_500)
 
     # Calendar dispatch (seed 000): a poison row stays Pending and is retried after this,
     # doubling per failed attempt up to the max (DispatchConfig validates the pair).

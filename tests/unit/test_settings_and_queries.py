@@ -36,3 +36,22 @@ def test_every_statement_is_loaded_and_unknown_names_are_named() -> None:
     assert "calendar_reminders_claim_due" in all_queries()
     with pytest.raises(KeyError, match="no_such"):
         sql("no_such")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OUTBOX_RETENTION_HOURS", "1e12"),
+        ("CALENDAR_EVENT_RETENTION_DAYS", "1e9"),
+        ("CALENDAR_TOMBSTONE_RETENTION_DAYS", "inf"),
+        ("AUTOMATION_SCHEDULER_RETENTION_DAYS", "1e9"),
+        ("TIMER_SLOT_RETENTION_DAYS", "1e9"),
+    ],
+)
+def test_a_retention_past_what_a_date_can_hold_stops_startup_with_its_name(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    # Without an upper bound these raised OverflowError (a traceback) when the worker was built.
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=name):
+        load_settings()
