@@ -291,6 +291,7 @@ async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str
     assert {t["name"] for t in body["timers"]} == {
         "calendar-dispatch",
         "outbox-retention",
+        "table-retention",
         "timer-slot-prune",
         "automation-scheduler",
         "automation-stale-cleanup",
