@@ -264,7 +264,7 @@ transaction.state.log.min.isr=$isr
 share.coordinator.state.topic.replication.factor=$rf
 share.coordinator.state.topic.min.isr=$isr
 group.initial.rebalance.delay.ms=0
-# DLQ topics override this with retention.ms (KAFKA_DLQ_RETENTION_HOURS, `streams topics`).
+# DLQ topics override this with retention.ms (KAFKA_DLQ_RETENTION_HOURS, set by the streams topics command).
 log.retention.hours=24
 EOF
   if [ "$proto" = SASL_SSL ]; then
