@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from bench.common import admin, database, seed_reminders
+from bench.cpu import PerEvent, scale_measures
 from bench.dispatch_procs import run_processes
 from bench.report import Measure, Target, measure
 from streams.clock import SystemClock
@@ -134,28 +135,33 @@ async def run(rows: int = 200_000, batch: int = 200) -> list[Measure]:
             bench="dispatch",
             detail=detail + "; reference: one bare SQL statement per batch",
         ),
-        scale,
+        *scale,
     ]
 
 
-async def processes(seed: str, as_of: datetime, batch: int, n: int) -> Measure:
+async def processes(seed: str, as_of: datetime, batch: int, n: int) -> list[Measure]:
     """Two processes running the dispatcher over the same due rows vs one (informational)."""
     rates: dict[int, float] = {}
+    cpu: dict[int, PerEvent] = {}
     for count in (1, 2):
         async with database(template=seed) as url:
-            sent, seconds = await run_processes(url, as_of, batch, count)
+            sent, seconds, cpu[count] = await run_processes(url, as_of, batch, count)
             assert sent == n, f"{count} process(es) sent {sent} of {n}"
             rates[count] = sent / seconds
             print(
                 f"  dispatcher in {count} process(es)     {sent:>8,} rows in {seconds:6.2f} s "
                 f"= {rates[count]:>9,.0f} rows/s"
             )
+            print(f"    {cpu[count].text('dispatcher')}")
     print(f"  ratio two processes / one = {rates[2] / rates[1]:.2f}   (reported)")
-    return measure(
-        "dispatch: two processes vs one",
-        "rows/s",
-        rates[2],
-        rates[1],
-        bench="dispatch",
-        detail=f"{n:,} due rows, batch {batch}; reference: the same in one process",
-    )
+    return [
+        measure(
+            "dispatch: two processes vs one",
+            "rows/s",
+            rates[2],
+            rates[1],
+            bench="dispatch",
+            detail=f"{n:,} due rows, batch {batch}; reference: the same in one process",
+        ),
+        *scale_measures("dispatch", "dispatcher", cpu[1], cpu[2], f"{n:,} due rows, batch {batch}"),
+    ]

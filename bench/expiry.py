@@ -1,10 +1,13 @@
 """Document expiry: one run over 1,000,000 documents in the window (200,000 owners) by a real
 worker process (Kafka fan-out, per-owner worker, marks cache), beside the same database work
 as bare SQL; then a second run over the same data: statements sent to PostgreSQL with the
-per-owner cache and without it (a new worker, whose cache is empty)."""
+per-owner cache and without it (a new worker, whose cache is empty); then the first run
+again on a fresh copy by two workers in one group, with the CPU per document of the
+processes (the workers and the run's process) and of PostgreSQL for one and two workers."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 import uuid
@@ -14,6 +17,7 @@ from typing import Any
 
 import asyncpg
 
+from bench.cpu import CpuMeter, PerEvent, per_event, scale_measures
 from bench.expiry_support import (
     KAFKA_BOOTSTRAP,
     database,
@@ -21,6 +25,7 @@ from bench.expiry_support import (
     seed_documents,
     wait_ready,
     worker,
+    worker_process,
 )
 from bench.report import Measure, Target, measure
 from streams.domain.profile import DEFAULT_THRESHOLDS, scan_window, utc_date
@@ -164,11 +169,9 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
             prefix = f"bx{uuid.uuid4().hex[:8]}."
             env = worker_settings(url, prefix, tmp / "warm")
             await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
-            with worker(env, tmp / "warm.log") as port:
+            with worker_process(env, tmp / "warm.log") as (port, pid):
                 await wait_ready(port)
-                t = time.perf_counter()
-                first, _ = await manual_run(env, as_of, rerun=False)
-                wall = time.perf_counter() - t
+                first, wall, cpu_one = await measured_run(url, env, as_of, [pid])
                 c = counts(first)
                 assert c["owners_done"] == owners, c
                 figures.update(real_seconds=wall, owners_per_s=owners / wall)
@@ -179,6 +182,7 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
                 )
                 figures["ratio"] = figures["bare_seconds"] / wall
                 print(f"  ratio bare/real (time) = {figures['ratio']:.2f}")
+                print(f"    {cpu_one.text('workers + run')}")
                 before = await metric(port, "db_statements_total")
                 second, here = await manual_run(env, as_of, rerun=True)
                 warm = await metric(port, "db_statements_total") - before + here
@@ -194,6 +198,14 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
                 cold = await metric(port, "db_statements_total") - before + here
                 assert counts(third)["reminders_sent"] == 0
         figures.update(statements_cache=warm, statements_no_cache=cold)
+        async with database(template=seed) as url:
+            wall2, cpu_two = await two_workers(url, tmp, as_of, owners)
+            figures["two_workers_seconds"] = wall2
+            print(
+                f"  real run, two workers (one group)        {wall2:7.1f} s  "
+                f"{owners / wall2:>9,.0f} owners/s  ratio to one {wall / wall2:.2f} (speed-up)"
+            )
+            print(f"    {cpu_two.text('workers + run')}")
         print("  second run over the same data (nothing new to send): statements to PostgreSQL")
         print(
             f"    with the per-owner cache   {warm:>9,.0f}  ({warm / owners:.3f} per owner)  "
@@ -203,7 +215,61 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
             f"    without it (empty cache)   {cold:>9,.0f}  ({cold / owners:.3f} per owner)  "
             f"{counts(third)['duration_ms'] / 1000:6.1f} s"
         )
-    return measures(figures, owners, documents)
+    two = measure(
+        "expiry: two workers vs one",
+        "s",
+        figures["two_workers_seconds"],
+        figures["real_seconds"],
+        higher_is_better=False,
+        bench="expiry",
+        detail=f"{documents:,} documents, {owners:,} owners; the first run on a fresh copy",
+    )
+    scale = scale_measures(
+        "expiry",
+        "worker",
+        cpu_one,
+        cpu_two,
+        f"{documents:,} documents, {owners:,} owners; per document; the workers' processes "
+        "and the run's process",
+    )
+    return [*measures(figures, owners, documents), two, *scale]
+
+
+async def measured_run(
+    url: str, env: dict[str, str], as_of: datetime, pids: list[int]
+) -> tuple[RunRecord, float, PerEvent]:
+    """The first run, timed, with CPU per document of ``pids`` + this process (the run's
+    scan and fan-out) and of PostgreSQL."""
+    conn = await asyncpg.connect(url)
+    try:
+        meter = CpuMeter(conn)
+        mine = time.process_time()
+        before = await meter.sample(pids)
+        t = time.perf_counter()
+        record, _ = await manual_run(env, as_of, rerun=False)
+        wall = time.perf_counter() - t
+        after = await meter.sample(pids, time.process_time() - mine)
+        documents = int(counts(record)["reminders_sent"])
+        return record, wall, per_event(before, after, documents)
+    finally:
+        await conn.close()
+
+
+async def two_workers(url: str, tmp: Path, as_of: datetime, owners: int) -> tuple[float, PerEvent]:
+    """The first run by two workers of one group (the owner partitions split between them)."""
+    prefix = f"bx{uuid.uuid4().hex[:8]}."
+    env = worker_settings(url, prefix, tmp / "two-a")
+    await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
+    with contextlib.ExitStack() as stack:
+        a = stack.enter_context(worker_process(env, tmp / "two-a.log"))
+        b = stack.enter_context(
+            worker_process({**env, "WORKER_DATA_DIR": str(tmp / "two-b")}, tmp / "two-b.log")
+        )
+        for port, _ in (a, b):
+            await wait_ready(port)
+        record, wall, cpu = await measured_run(url, env, as_of, [a[1], b[1]])
+        assert counts(record)["owners_done"] == owners, counts(record)
+        return wall, cpu
 
 
 QUICK = {"owners": 2_000}

@@ -38,6 +38,7 @@ from bench.common import (
     produce,
     rss_mb,
 )
+from bench.cpu import CpuMeter, PerEvent, Sample, per_event, scale_measures, tagged
 from bench.pipeline import bare_pipeline, consume_only
 from bench.progress import Progress
 from bench.report import Measure, Target, measure
@@ -71,6 +72,8 @@ class WorkerRun:
     checksum: tuple[int, int, str, str]
     restart: tuple[float, float] | None = None
     """Seconds from start to ready of a restarted worker: data directory kept, empty."""
+    cpu: PerEvent | None = None
+    """CPU per event over the measured window (the workers and PostgreSQL)."""
 
 
 async def time_to_ready(worker: WorkerProcess) -> float:
@@ -109,10 +112,13 @@ async def run_workers(prefix: str, events: int, count: int, *, restart: bool = F
         env = worker_env(url, KAFKA_BOOTSTRAP, prefix, APP_ID=f"{prefix}reminders-{count}w")
         procs = [WorkerProcess(env, tmp, f"ingest-worker-{i}") for i in range(count)]
         conn = await asyncpg.connect(url)
+        meter = CpuMeter(conn)
+        samples: dict[str, Sample] = {}
         ready: asyncio.Future[list[dict[str, object]]] | None = None
         try:
             for p in procs:
                 p.start()
+            pids = [p.proc.pid for p in procs if p.proc is not None]
             ready = asyncio.ensure_future(
                 asyncio.gather(*(p.wait_ready(timeout=180) for p in procs))
             )
@@ -121,16 +127,19 @@ async def run_workers(prefix: str, events: int, count: int, *, restart: bool = F
             label = f"  {count} worker(s) ingesting"
             with Progress(label, total=events, unit="events") as progress:
                 while True:
-                    n = await conn.fetchval("SELECT count(*) FROM calendar.events")
+                    n = await conn.fetchval(tagged("SELECT count(*) FROM calendar.events"))
                     now = time.perf_counter()
                     progress.update(n)
                     if ready.done():
                         ready.result()  # a worker that died before ready raises here
                     if n and first is None:
                         first = (now, n)
+                        samples["first"] = await meter.sample(pids)
                     if n and start is None and ready.done():
                         start = (now, n)
+                        samples["start"] = await meter.sample(pids)
                     if n >= events:
+                        samples["end"] = await meter.sample(pids)
                         break
                     for p in procs:
                         assert p.proc is not None
@@ -140,8 +149,11 @@ async def run_workers(prefix: str, events: int, count: int, *, restart: bool = F
                         raise RuntimeError(f"{count} worker(s) stored {n} of {events} events")
                     await asyncio.sleep(0.05)
             rss = [rss_mb(p.proc.pid) for p in procs if p.proc is not None]
-            t0, n0 = start if start is not None and start[1] < events else (first or (now, n))
+            counted = start is not None and start[1] < events
+            t0, n0 = start if start is not None and counted else (first or (now, n))
             rate = (events - n0) / (now - t0) if now > t0 else float("nan")
+            begin = samples.get("start" if counted else "first")
+            cpu = per_event(begin, samples["end"], events - n0) if begin else None
         finally:
             if ready is not None:
                 ready.cancel()
@@ -151,7 +163,7 @@ async def run_workers(prefix: str, events: int, count: int, *, restart: bool = F
                 p.stop()
         restarted = await restart_times(env, tmp, procs[0].name) if restart else None
         shutil.rmtree(tmp, ignore_errors=True)  # kept when a worker failed: its log is there
-        return WorkerRun(rate, rss, await checksum(url), restarted)
+        return WorkerRun(rate, rss, await checksum(url), restarted, cpu)
 
 
 async def run(events: int = 50_000) -> list[Measure]:
@@ -199,6 +211,9 @@ async def run(events: int = 50_000) -> list[Measure]:
             f"  two workers (one group)                  {two.rate:>9,.0f} events/s  "
             f"ratio to one {two.rate / one.rate:.2f}   (VmRSS {memory})"
         )
+        for label, ran in (("one worker ", one), ("two workers", two)):
+            if ran.cpu is not None:
+                print(f"  {label}: {ran.cpu.text('workers')}")
         for label, got in (("one worker", one.checksum), ("two workers", two.checksum)):
             if got != expected:
                 print(f"  WARNING: {label} wrote other rows than the bare pipeline: {got[:2]}")
@@ -249,5 +264,12 @@ async def run(events: int = 50_000) -> list[Measure]:
             one.rate,
             bench="ingest",
             detail=detail + f"; {settings.topic_partitions} partitions, one consumer group",
+        ),
+        *scale_measures(
+            "ingest",
+            "worker",
+            one.cpu,
+            two.cpu,
+            detail + "; the workers' processes and their timer processes, measured window",
         ),
     ]

@@ -127,9 +127,10 @@ pg_start() {
   local bin="$1" safety="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
   [ "$STACK_PG_DURABLE" = 1 ] && safety="-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
   log "starting PostgreSQL on 127.0.0.1:$PG_PORT ($(pg_wanted_mode))"
-  # Enough connections for several workers; the rest is PostgreSQL's defaults.
+  # Enough connections for several workers; pg_stat_statements for the benches' statement
+  # time per event (bench/cpu.py); the rest is PostgreSQL's defaults.
   pg_as "$bin/pg_ctl" -D "$PG_DATA" -l "$PG_DIR/postgres.log" -w -t "$READY_TIMEOUT" \
-    -o "-p $PG_PORT -h 127.0.0.1 -k '' -c max_connections=300 $safety -c shared_buffers=256MB -c max_locks_per_transaction=256" \
+    -o "-p $PG_PORT -h 127.0.0.1 -k '' -c max_connections=300 $safety -c shared_buffers=256MB -c max_locks_per_transaction=256 -c shared_preload_libraries=pg_stat_statements" \
     start >/dev/null || die "PostgreSQL did not start, see $PG_DIR/postgres.log"
 }
 

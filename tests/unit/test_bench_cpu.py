@@ -1,0 +1,53 @@
+"""bench/cpu.py: CPU of a process tree from /proc, and the per-event arithmetic."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bench.cpu import Sample, per_event, tagged, tree_cpu
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+
+
+def test_a_live_child_and_a_reaped_grandchild_count_in_the_tree() -> None:
+    # The child burns 0.3 s itself, starts a grandchild that burns 0.3 s and reaps it, then
+    # waits on stdin so that it is still alive when the tree is read.
+    script = (
+        BURN
+        + "import subprocess, sys\n"
+        + f"subprocess.run([sys.executable, '-c', {BURN!r}], check=True)\n"
+        + "print('done', flush=True)\nsys.stdin.readline()\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as child:
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "done"
+            seconds = tree_cpu([child.pid])
+            assert 0.55 <= seconds < 5.0, seconds
+        finally:
+            child.kill()
+
+
+def test_a_gone_process_counts_nothing() -> None:
+    done = subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert done.returncode == 0
+    assert tree_cpu([2**22 + 1]) == 0.0
+
+
+def test_per_event_divides_each_source_and_keeps_missing_ones_missing() -> None:
+    start = Sample(processes=1.0, postgres=2.0, statements_ms=None)
+    end = Sample(processes=1.5, postgres=2.2, statements_ms=50.0)
+    got = per_event(start, end, 1000)
+    assert got.processes == pytest.approx(500.0)
+    assert got.postgres == pytest.approx(200.0)
+    assert got.statements is None
+    assert "500 µs" in got.text("workers") and "n/a" in got.text("workers")
+
+
+def test_the_tag_goes_after_the_first_keyword() -> None:
+    # pg_stat_statements drops a comment in front of the statement's first keyword.
+    assert tagged("SELECT count(*) FROM t") == "SELECT /* bench */ count(*) FROM t"
