@@ -9,6 +9,8 @@ Three figures over one measured window, each divided by the events handled in it
 - **PostgreSQL CPU**: the same for the postmaster and its backends. The postmaster's pid
   comes from ``postmaster.pid`` in ``SHOW data_directory``, so this needs the bench to run
   on the machine of the server (the local stack). It counts every database on the server.
+- **WAL bytes**: how far ``pg_current_wal_lsn()`` moved (the whole server), the figure that
+  bounds one primary's write rate.
 - **statement time**: ``total_exec_time + total_plan_time`` from ``pg_stat_statements`` for
   the bench's database only. This is time spent in statements (CPU and waits for locks,
   I/O and WAL flushes), not CPU alone. It needs the server to preload the module
@@ -107,11 +109,16 @@ async def statement_ms(conn: asyncpg.Connection) -> float | None:
         return None
 
 
+async def wal_position(conn: asyncpg.Connection) -> int:
+    return int(await conn.fetchval(tagged("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")))
+
+
 @dataclass(frozen=True)
 class Sample:
     processes: float
     postgres: float | None
     statements_ms: float | None
+    wal: int | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,7 @@ class PerEvent:
     processes: float
     postgres: float | None
     statements: float | None
+    wal_bytes: float | None = None
 
     def text(self, who: str) -> str:
         def us(v: float | None) -> str:
@@ -128,7 +136,8 @@ class PerEvent:
 
         return (
             f"CPU per event: {who} {us(self.processes)}, PostgreSQL {us(self.postgres)} "
-            f"(all backends); statement time {us(self.statements)} (pg_stat_statements)"
+            f"(all backends); statement time {us(self.statements)} (pg_stat_statements); "
+            + ("WAL n/a" if self.wal_bytes is None else f"WAL {self.wal_bytes:,.0f} bytes")
         )
 
 
@@ -149,7 +158,8 @@ class CpuMeter:
             self._looked_up = True
         statements = await statement_ms(self.conn)
         postgres = tree_cpu([self.postmaster]) if self.postmaster is not None else None
-        return Sample(tree_cpu(pids) + extra_seconds, postgres, statements)
+        wal = await wal_position(self.conn)
+        return Sample(tree_cpu(pids) + extra_seconds, postgres, statements, wal)
 
 
 def per_event(start: Sample, end: Sample, events: int) -> PerEvent:
@@ -162,6 +172,11 @@ def per_event(start: Sample, end: Sample, events: int) -> PerEvent:
         processes=(end.processes - start.processes) * 1e6 / max(events, 1),
         postgres=us(start.postgres, end.postgres, 1e6),
         statements=us(start.statements_ms, end.statements_ms, 1e3),
+        wal_bytes=us(
+            None if start.wal is None else float(start.wal),
+            None if end.wal is None else float(end.wal),
+            1.0,
+        ),
     )
 
 
@@ -173,20 +188,21 @@ def scale_measures(
     if one is None or two is None:
         return []
     sources = (
-        (f"{who} CPU", one.processes, two.processes, ""),
-        ("PostgreSQL CPU", one.postgres, two.postgres, "; every backend of the server"),
-        ("statement time", one.statements, two.statements, "; pg_stat_statements, its database"),
+        (f"{who} CPU", "µs", one.processes, two.processes, ""),
+        ("PostgreSQL CPU", "µs", one.postgres, two.postgres, "; every backend of the server"),
+        ("statement time", "µs", one.statements, two.statements, "; pg_stat_statements"),
+        ("WAL", "bytes", one.wal_bytes, two.wal_bytes, "; pg_current_wal_lsn(), the server"),
     )
     return [
         measure(
             f"{bench}: {label} per event, two vs one",
-            "µs",
+            unit,
             b,
             a,
             higher_is_better=False,
             bench=bench,
             detail=detail + note,
         )
-        for label, a, b, note in sources
+        for label, unit, a, b, note in sources
         if a is not None and b is not None
     ]

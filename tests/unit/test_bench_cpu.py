@@ -39,9 +39,10 @@ def test_a_gone_process_counts_nothing() -> None:
 
 
 def test_per_event_divides_each_source_and_keeps_missing_ones_missing() -> None:
-    start = Sample(processes=1.0, postgres=2.0, statements_ms=None)
-    end = Sample(processes=1.5, postgres=2.2, statements_ms=50.0)
+    start = Sample(processes=1.0, postgres=2.0, statements_ms=None, wal=1_000)
+    end = Sample(processes=1.5, postgres=2.2, statements_ms=50.0, wal=301_000)
     got = per_event(start, end, 1000)
+    assert got.wal_bytes == pytest.approx(300.0)
     assert got.processes == pytest.approx(500.0)
     assert got.postgres == pytest.approx(200.0)
     assert got.statements is None
