@@ -46,6 +46,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "lateness": ("bench.lateness", "DueAt -> on the topic at 1,000 due/s + 2,000 ingested/s"),
     "claim": ("bench.claim", "claim time with 10,000,000 vs 10,000 Pending rows not yet due"),
     "ingest": ("bench.ingest", "events/s: worker vs bare pipeline; RSS; two workers vs one"),
+    "relay": ("bench.relay", "outbox rows/s published and marked: relay vs a bare loop"),
     "automation": ("bench.automation", "scheduler claim+complete+outbox vs bare SQL; claim time"),
     "expiry": ("bench.expiry", "document expiry run over 1,000,000 documents vs bare SQL"),
     "expiry-large": ("bench.expiry_large", "document expiry: 1,000,000 documents of one owner"),
