@@ -12,7 +12,7 @@ from streams.slices.profile import demo as profile_demo
 WAIT_SECONDS = 90.0
 
 
-async def run_demo(settings: Settings, argv: list[str]) -> int:
+async def run_demo(settings: Settings) -> int:
     kafka = DemoKafka(settings.kafka_bootstrap, security_options(settings))
     calendar = await calendar_demo.send(settings, kafka)
     automation = await automation_demo.send(settings, kafka)

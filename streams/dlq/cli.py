@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
 
 from aiokafka.errors import KafkaError
 
@@ -57,34 +56,36 @@ def summary(result: ReplayResult) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m streams dlq",
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``dlq replay TOPIC [--since ISO-8601] [--dry-run]``."""
+    dlq = sub.add_parser(
+        "dlq",
+        help="dead-letter topics: replay what was dead-lettered into its source topic",
         description="Dead-letter topics: replay what was dead-lettered into its source topic.",
     )
-    sub = parser.add_subparsers(dest="action", required=True)
-    replay = sub.add_parser(
+    actions = dlq.add_subparsers(dest="action", metavar="<action>", required=True)
+    replay = actions.add_parser(
         "replay",
         help="re-publish <topic>.dlq to its source topic, up to its end offsets as of now",
+        description="Re-publish <topic>.dlq to its source topic, up to its end offsets as of now.",
     )
-    replay.add_argument("topic", help="input topic as in the contract, e.g. pin.calendar.events.v1")
+    replay.add_argument(
+        "topic", metavar="TOPIC", help="input topic as in the contract, e.g. pin.calendar.events.v1"
+    )
     replay.add_argument(
         "--since",
+        metavar="ISO-8601",
         help="start at the first record at or after this instant (ISO-8601 with offset); "
         "without it, resume after the last replay (group <APP_ID>.dlq-replay)",
     )
     replay.add_argument(
         "--dry-run", action="store_true", help="print what would be replayed, send nothing"
     )
-    return parser
+    replay.set_defaults(run=run_replay)
 
 
-def run_cli(settings: Settings, argv: Sequence[str]) -> int:
-    """``python -m streams dlq replay TOPIC [--since ISO-8601] [--dry-run]``; returns the exit code."""
-    try:
-        args = _parser().parse_args(list(argv))
-    except SystemExit as exc:  # argparse already printed the usage and the problem
-        return int(exc.code) if isinstance(exc.code, int) else 2
+def run_replay(settings: Settings, args: argparse.Namespace) -> int:
+    """``dlq replay``; returns the exit code."""
     try:
         since = parse_since(args.since) if args.since is not None else None
         source, dlq = resolve_topic(settings, args.topic)

@@ -15,7 +15,6 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Sequence
 
 import db.outbox as repo
 from db.connector import connection, create_pool, transaction
@@ -24,16 +23,22 @@ from streams.settings import Settings
 log = logging.getLogger("streams.outbox")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="streams outbox", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    parked = sub.add_parser("parked", help="list parked rows")
-    parked.add_argument("--limit", type=int, default=100)
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``outbox parked [--limit N] [--format json] | retry ID | drop ID``."""
+    outbox = sub.add_parser(
+        "outbox",
+        help="rows the relay parked (Kafka refused them for good): list, send again, delete",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = outbox.add_subparsers(dest="command", metavar="<command>", required=True)
+    parked = commands.add_parser("parked", help="list parked rows")
+    parked.add_argument("--limit", type=int, default=100, metavar="N")
     parked.add_argument("--format", choices=("text", "json"), default="text")
     for name in ("retry", "drop"):
-        cmd = sub.add_parser(name, help=f"{name} one parked row")
-        cmd.add_argument("id", type=int)
-    return parser
+        cmd = commands.add_parser(name, help=f"{name} one parked row")
+        cmd.add_argument("id", type=int, metavar="ID", help="a parked row's id (from parked)")
+    outbox.set_defaults(run=run_outbox)
 
 
 def _row(r: repo.ParkedRow) -> dict[str, object]:
@@ -84,9 +89,5 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
         await pool.close()
 
 
-def run_cli(settings: Settings, argv: Sequence[str]) -> int:
-    try:
-        args = _parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return 0 if exc.code == 0 else 2
+def run_outbox(settings: Settings, args: argparse.Namespace) -> int:
     return asyncio.run(_run(settings, args))

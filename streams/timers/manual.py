@@ -15,10 +15,7 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from streams.settings import ConfigError, Settings
 from streams.slices.context import SliceContext
@@ -29,18 +26,6 @@ from streams.timers.slots import iso_utc
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DEDUPED = 0, 1, 2, 3
 # After SIGTERM, how long a run may take to hand its slot back before it is cancelled.
 STOP_GRACE_SECONDS = 10.0
-USAGE = "python -m streams timers run NAME [--as-of ISO-8601] [--rerun]"
-
-
-class UsageError(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class ManualArgs:
-    name: str
-    as_of: datetime | None
-    rerun: bool
 
 
 def _instant(text: str) -> datetime:
@@ -55,18 +40,25 @@ def _instant(text: str) -> datetime:
     return value
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # no sys.exit from a library: the CLI decides
-        raise UsageError(message)
-
-
-def parse(argv: Sequence[str]) -> ManualArgs:
-    parser = _Parser(prog="python -m streams timers", add_help=False)
-    sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser("run", add_help=False)
-    run.add_argument("name")
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``timers run NAME [--as-of ISO-8601] [--rerun]``."""
+    timers = sub.add_parser(
+        "timers",
+        help="run one slot of a registered timer now (exit 1 failed, 3 already claimed)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = timers.add_subparsers(dest="command", metavar="<command>", required=True)
+    run = commands.add_parser(
+        "run",
+        help="run one slot of NAME now, through the same claim and run path as the schedule",
+        description="Run one slot of the registered timer NAME now (the same claim and run "
+        "path as the schedule) and print its result counts.",
+    )
+    run.add_argument("name", metavar="NAME", help="a registered timer, e.g. document-expiry")
     run.add_argument(
         "--as-of",
+        metavar="ISO-8601",
         type=_instant,
         default=None,
         help="run the slot this instant falls in (default: now); replays a missed day",
@@ -76,10 +68,7 @@ def parse(argv: Sequence[str]) -> ManualArgs:
         action="store_true",
         help="run a slot that was already claimed once more, without a claim (idempotent jobs)",
     )
-    args = parser.parse_args(list(argv))
-    if args.command != "run":
-        raise UsageError("expected: run NAME")
-    return ManualArgs(args.name, args.as_of, args.rerun)
+    timers.set_defaults(run=run_timers)
 
 
 async def run_manual(
@@ -121,12 +110,7 @@ def exit_code(record: RunRecord) -> int:
     return EXIT_FAILED
 
 
-def run_cli(settings: Settings, argv: Sequence[str]) -> int:
-    try:
-        args = parse(argv)
-    except UsageError as exc:
-        print(f"error: {exc}\nusage: {USAGE}", file=sys.stderr)
-        return EXIT_USAGE
+def run_timers(settings: Settings, args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(),
         stream=sys.stderr,

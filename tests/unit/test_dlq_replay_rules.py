@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from streams.dlq.cli import describe, run_cli
+from streams.cli import main
+from streams.dlq.cli import describe
 from streams.dlq.rules import (
     SKIP_NO_KEY_NO_VALUE,
     SKIP_TRUNCATED,
@@ -88,13 +89,14 @@ def test_dry_run_line_names_coordinates_kind_and_reason_but_never_the_value() ->
 
 
 def test_cli_refuses_unknown_topic_and_bad_since_with_exit_2(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("streams.cli.install_log_redaction", lambda: None)  # process-wide
     settings = Settings(kafka_bootstrap="127.0.0.1:1")  # never reached: checked before
-    assert run_cli(settings, ["replay", "pin.nope.v1"]) == 2
+    assert main(["dlq", "replay", "pin.nope.v1"], settings=settings) == 2
     assert "unknown topic 'pin.nope.v1'" in capsys.readouterr().err
-    assert run_cli(settings, ["replay", SRC, "--since", "last tuesday"]) == 2
+    assert main(["dlq", "replay", SRC, "--since", "last tuesday"], settings=settings) == 2
     assert "--since 'last tuesday'" in capsys.readouterr().err
     soon = (datetime.now(UTC) + timedelta(days=1)).replace(tzinfo=None).isoformat()
-    assert run_cli(settings, ["replay", SRC, "--since", soon]) == 2
-    assert run_cli(settings, ["replay"]) == 2
+    assert main(["dlq", "replay", SRC, "--since", soon], settings=settings) == 2
+    assert main(["dlq", "replay"], settings=settings) == 2

@@ -100,8 +100,10 @@ def test_every_entry_point_installs_the_redaction_before_it_runs() -> None:
         """
         import logging, sys
         import streams.errors as errors
+        import os
         from streams.cli import main
-        main(["no-such-command"])
+        os.environ["WEB_PORT"] = "not-a-port"  # the command stops at its settings
+        main(["migrate"])
         print(errors._installed is logging.getLogRecordFactory() and sys.excepthook is errors._print_uncaught)
         """
     )

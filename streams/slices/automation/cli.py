@@ -16,7 +16,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -116,23 +116,29 @@ def load_candidates(path: Path) -> list[SchedulerCandidate]:
     return out
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m streams automation")
-    sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("ensure", help="Ensure rows described in a JSON file")
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``automation ensure|deactivate|show|hold|release|retry-key``."""
+    p = sub.add_parser(
+        "automation",
+        help="scheduler rows by hand and the support commands (rows on hold)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = p.add_subparsers(dest="command", metavar="<command>", required=True)
+    e = commands.add_parser("ensure", help="Ensure rows described in a JSON file")
     e.add_argument("--json", required=True, type=Path, dest="file")
     e.add_argument("--format", choices=["text", "json"], default="text")
-    d = sub.add_parser("deactivate", help="deactivate rows that no longer hold")
-    d.add_argument("keys", nargs="+")
-    d.add_argument("--reason", required=True)
-    s = sub.add_parser("show", help="show one row")
-    s.add_argument("key")
-    h = sub.add_parser("hold", help="list rows on support hold")
-    h.add_argument("--limit", type=int, default=100)
+    d = commands.add_parser("deactivate", help="deactivate rows that no longer hold")
+    d.add_argument("keys", nargs="+", metavar="KEY")
+    d.add_argument("--reason", required=True, metavar="CODE")
+    s = commands.add_parser("show", help="show one row")
+    s.add_argument("key", metavar="KEY")
+    h = commands.add_parser("hold", help="list rows on support hold")
+    h.add_argument("--limit", type=int, default=100, metavar="N")
     for name in ("release", "retry-key"):
-        r = sub.add_parser(name, help="put a held row back")
-        r.add_argument("key")
-    return p
+        r = commands.add_parser(name, help="put a held row back")
+        r.add_argument("key", metavar="KEY")
+    p.set_defaults(run=run_automation)
 
 
 async def _run(settings: Settings, args: argparse.Namespace) -> int:
@@ -203,11 +209,7 @@ def _ensured(r: repo.EnsuredRow) -> dict[str, Any]:
     }
 
 
-def run_cli(settings: Settings, argv: Sequence[str]) -> int:
-    try:
-        args = _parser().parse_args(list(argv))
-    except SystemExit as exc:  # argparse printed the usage and the problem
-        return int(exc.code) if isinstance(exc.code, int) else 2
+def run_automation(settings: Settings, args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_run(settings, args))
     except (ValueError, OSError) as exc:
