@@ -9,6 +9,7 @@ import logging
 import faust
 from mode import Service
 
+from streams import faust_compat
 from streams.agents.monitor import LeanMonitor
 from streams.connection_budget import plan as connection_plan
 from streams.kafka_client import faust_credentials
@@ -120,7 +121,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> faust.App:
 
 
 def create_worker(settings: Settings, runtime: Runtime | None = None) -> SliceContext:
-    """The worker's app and context (its timer process, if it has one, not started)."""
+    """The worker's app and context (its timer process, if it has one, not started).
+    Raises FaustCompatError when an internal of the installed faust-streaming, mode or
+    aiokafka that the service relies on is missing or changed."""
+    faust_compat.check()
     ctx = create_context(settings, runtime)
     if settings.worker_timer_process:
         registry = ctx.registry

@@ -63,9 +63,9 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         import uvloop
 
         uvloop.install()  # before the app exists: Faust's loops come from the policy
-    from streams.agents import drain
+    from streams import faust_compat
 
-    drain.install()  # Faust's fetch loop without a task per record (streams/agents/drain.py)
+    faust_compat.install()  # Faust's fetch loop without a task per record (fetch_loop.py)
     from streams.app import create_worker
     from streams.timers.schedule import RegistrationError
 

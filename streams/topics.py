@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
-from faust.types import AppT, EventT, TopicT
-from faust.types.tuples import Message
+from faust.types import TopicT
 
 from streams.contracts import DLQ_SUFFIX, TopicContract
+from streams.faust_compat import RawBytes
 from streams.settings import Settings
 
-
-class RawBytes(faust.Schema[bytes | None, bytes | None]):
-    """Keys and values exactly as the broker holds them (bytes, or None for a tombstone):
-    what Faust's schema with ``key_type=bytes`` and the "raw" codec returns too, but without
-    its serializer registry twice for every record of every input."""
-
-    def compile(self, app: AppT, **_: Any) -> Callable[..., Awaitable[EventT[Any]]]:
-        create_event = app.create_event
-
-        async def decode(message: Message, *, propagate: bool = False) -> EventT[Any]:
-            return create_event(message.key, message.value, message.headers, message)
-
-        return decode
+__all__ = ["RawBytes", "Topics"]
 
 
 class Topics:

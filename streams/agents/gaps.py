@@ -25,9 +25,9 @@ hold records) answers later jumps in that range without another read.
 Expectations start from the offset Faust committed for the partition (0 when nothing was
 committed), so records lost before the first one a new assignment delivers are caught too.
 
-Two Faust internals are used (faust-streaming 0.15.x, as pinned in pyproject.toml): ``Consumer._committed_offset``
-(the committed offset per partition) and ``Consumer._to_message`` (a fetched record as a
-Faust message whose ack feeds Faust's commit bookkeeping).
+Two Faust internals are used, through streams/faust_compat: the committed offset per
+partition (``committed_offsets``) and a fetched record as a Faust message whose ack feeds
+Faust's commit bookkeeping (``to_message``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from faust.types import AppT, EventT
 
 from streams.errors import SafeMessage
+from streams.faust_compat import committed_offsets, to_message
 from streams.metrics import AgentMetrics
 
 log = logging.getLogger("streams.agents.gaps")
@@ -282,8 +283,7 @@ class GapHealer:
         # expected - otherwise a first record lost at a takeover would go unnoticed, and
         # Faust, with no committed offset to hold it back, would commit past it. Below the
         # log start (retention) the read finds nothing: one hole, no records.
-        committed = getattr(self.app.consumer, "_committed_offset", None)
-        offset = committed.get(tp) if committed is not None else None
+        offset = committed_offsets(self.app.consumer).get(tp)
         return offset if isinstance(offset, int) and offset > 0 else 0
 
     async def admit(self, event: EventT[Any]) -> list[EventT[Any]]:
@@ -351,10 +351,10 @@ class GapHealer:
         return self._events(tp, records)
 
     def _events(self, tp: Any, records: Sequence[ConsumerRecord[Any, Any]]) -> list[EventT[Any]]:
-        to_message = self.app.consumer._to_message  # type: ignore[attr-defined]
+        consumer = self.app.consumer
         events: list[EventT[Any]] = []
         for record in records:
-            msg = to_message(tp, record)
+            msg = to_message(consumer, tp, record)
             events.append(self.app.create_event(msg.key, msg.value, msg.headers, msg))
         return events
 

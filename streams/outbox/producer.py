@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka import errors as kafka_errors
 
 from streams.asynctools import describe
+from streams.faust_compat import abort, producer_closed, sender_task
 from streams.metrics import OutboxMetrics
 from streams.outbox.records import KafkaHeaders
 
@@ -104,14 +105,15 @@ def is_record_error(exc: BaseException) -> bool:
 
 def producer_fault(producer: object) -> str | None:
     """Why ``producer`` can send no more, or None. aiokafka has no public health check, so
-    this reads its state: closed, or its background sender task ended (a crash fails every
-    later send; a cancelled sender leaves sends waiting forever). Other producers (test
-    doubles) always look healthy here."""
-    if getattr(producer, "_closed", None) is True:
+    this reads its state (streams/faust_compat): closed, or its background sender task
+    ended (a crash fails every later send; a cancelled sender leaves sends waiting
+    forever). Other producers (test doubles, wrappers) always look healthy here."""
+    if not isinstance(producer, AIOKafkaProducer):
+        return None
+    if producer_closed(producer):
         return "closed"
-    sender = getattr(producer, "_sender", None)
-    task = getattr(sender, "sender_task", None)
-    if isinstance(task, asyncio.Future) and task.done():
+    task = sender_task(producer)
+    if task is not None and task.done():
         return "sender_stopped"
     return None
 
@@ -127,18 +129,12 @@ async def abort_producer(producer: Producer) -> None:
     again, after the relay has sent the same rows from a new producer: every one of them
     twice. Here the sender ends (it waits for the requests already on the wire, which only
     their broker can still write), every queued batch fails, and the connections close.
-    aiokafka has no public abort, so this uses its internals; other producers (test
-    doubles) are just stopped."""
-    sender = getattr(producer, "_sender", None)
-    accumulator = getattr(producer, "_message_accumulator", None)
-    client = getattr(producer, "client", None)
-    if sender is None or accumulator is None or client is None:
+    aiokafka has no public abort, so this uses its internals (streams/faust_compat);
+    other producers (test doubles, wrappers) are just stopped."""
+    if not isinstance(producer, AIOKafkaProducer):
         await producer.stop()
         return
-    producer._closed = True  # type: ignore[attr-defined]  # later sends fail at once
-    await sender.close()
-    accumulator.fail_all(ProducerAborted("the relay gave up on this send"))
-    await client.close()
+    await abort(producer, ProducerAborted("the relay gave up on this send"))
 
 
 class ProducerSlot:

@@ -16,22 +16,26 @@ import errno
 import json
 import logging
 import time
-import weakref
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-import rocksdict
 from aiokafka.structs import TopicPartition
-from faust.stores.rocksdb import Store as RocksStore
-from faust.streams import _current_event
 from faust.tables.base import Collection
 from faust.types import EventT, TableT
-from faust.utils.json import on_default
 
 from streams import faults
+from streams.faust_compat import (
+    changelog_producer,
+    estimated_keys,
+    in_event,
+    is_rocks_store,
+    is_rocksdict_store,
+    json_bytes,
+    partition_db,
+    write_batch,
+)
 from streams.metrics import AgentMetrics
 
 log = logging.getLogger("streams.tables")
@@ -73,30 +77,12 @@ class Failing:
     errors: int = 1
 
 
-@contextmanager
-def in_event(event: EventT[Any]) -> Iterator[None]:
-    """Make ``event`` the stream's current event, so a table write goes to the changelog
-    partition of the message it came from (Faust needs that context; batches lose it)."""
-    token = _current_event.set(weakref.ref(event))
-    try:
-        yield
-    finally:
-        _current_event.reset(token)
-
-
 def approximate_keys(table: TableT[Any, Any]) -> int | None:
     """The table's key count without walking it: RocksDB's own estimate per partition
     database (``len()`` of a RocksDB-backed table iterates every key, on every refresh)."""
     store = getattr(table, "data", None)
-    dbs = getattr(store, "_dbs", None)
-    if isinstance(dbs, dict):
-        total = 0
-        for db in dbs.values():
-            prop = getattr(db, "property_int_value", None)
-            if prop is None:
-                return None  # not rocksdict: no cheap count
-            total += int(prop("rocksdb.estimate-num-keys") or 0)
-        return total
+    if is_rocks_store(store):
+        return estimated_keys(store)
     inner = getattr(store, "data", None)
     if isinstance(inner, dict):  # faust's in-memory store keeps a plain dict: len() is O(1)
         return len(inner)
@@ -146,7 +132,7 @@ class KeyCache:
                 with in_event(event):
                     value = self.table.get(key)
             else:
-                raw = store._db_for_partition(event.message.partition).get(json_bytes(key))
+                raw = partition_db(store, event.message.partition).get(json_bytes(key))
                 value = None if raw is None else json.loads(raw)
         except Exception as exc:
             return self._read_failed(exc)
@@ -324,19 +310,7 @@ def _rocksdict_store(table: TableT[Any, Any]) -> Any:
     if not isinstance(table, Collection) or table.is_global or table.use_partitioner:
         return None
     data = table.data
-    return data if isinstance(data, RocksStore) and data.use_rocksdict else None
-
-
-# What Faust's "json" codec makes of a table key or value (faust.utils.json.dumps without
-# orjson: the standard library's encoder, compact separators, Faust's fallback for other
-# types), without its serializer registry and codec layers on every record.
-_encode_json = json.JSONEncoder(separators=(",", ":"), default=on_default).encode
-
-
-def json_bytes(obj: Any) -> bytes:
-    """A key or value as a table with ``Schema(key_serializer="json",
-    value_serializer="json")`` stores it (tests/unit/test_cache_encoding.py)."""
-    return _encode_json(obj).encode()
+    return data if is_rocksdict_store(data) else None
 
 
 def _store_locally(store: Any, entries: Sequence[tuple[EventT[Any], str, Any]]) -> Records:
@@ -346,10 +320,7 @@ def _store_locally(store: Any, entries: Sequence[tuple[EventT[Any], str, Any]]) 
     for event, key, value in entries:
         records[event.message.partition].append((json_bytes(key), json_bytes(value)))
     for partition, items in records.items():
-        batch = rocksdict.WriteBatch(raw_mode=True)  # as Faust writes a changelog batch
-        for k, v in items:
-            batch.put(k, v)
-        store._db_for_partition(partition).write(batch)
+        write_batch(store, partition, items)
     return dict(records)
 
 
@@ -358,7 +329,7 @@ async def _send_changelog(table: TableT[Any, Any], records: Records) -> None:
     when Kafka acknowledges each."""
     store: Any = table.data
     topic = table.changelog_topic.get_topic_name()
-    producer = cast(Any, table.app.producer)._ensure_producer()  # aiokafka's, started by Faust
+    producer = changelog_producer(table.app.producer)
     for partition, pending in records.items():
         while pending:
             batch = producer.create_batch()

@@ -12,6 +12,7 @@ import faust
 from db.connector import connection, ping
 from streams.agents.consumer import ContractConsumer
 from streams.agents.progress import Stall
+from streams.faust_compat import committed_offsets
 from streams.runtime import Runtime
 from streams.tables.cache import KeyCache
 from streams.timer_process.supervisor import TimerProcess
@@ -30,7 +31,7 @@ def partition_stalls(
     if not app.consumer.started:
         return out
     assigned = app.consumer.assignment()
-    committed = getattr(app.consumer, "_committed_offset", {})
+    committed = committed_offsets(app.consumer)
     limit = runtime.settings.stream_stall_seconds
     for name, consumer in consumers.items():
         topics = agent_topics(app, name)

@@ -11,6 +11,7 @@ import faust
 
 from db.connector import DatabaseUnavailable, InputRejected
 from streams.agents.consumer import ContractConsumer
+from streams.faust_compat import committed_offsets
 from streams.maintenance.heartbeat import live_workers
 from streams.runtime import Runtime
 from streams.slices.context import SliceContext
@@ -46,7 +47,7 @@ def agent_stats(
     stalls = partition_stalls(app, runtime, consumers)
     out = []
     assigned = app.consumer.assignment() if app.consumer.started else set()
-    committed_offsets = getattr(app.consumer, "_committed_offset", {})
+    offsets = committed_offsets(app.consumer)
     for name, agent in app.agents.items():
         topics = [t for ch in [agent.channel] for t in getattr(ch, "topics", ())]
         lag = 0
@@ -54,7 +55,7 @@ def agent_stats(
         for tp in sorted(assigned):
             if tp.topic in topics:
                 high = app.consumer.highwater(tp)
-                committed = committed_offsets.get(tp)
+                committed = offsets.get(tp)
                 part_lag = None
                 if high is not None and committed is not None:
                     part_lag = max(0, high - committed)

@@ -15,6 +15,7 @@ import pytest
 
 from streams.agents.consumer import ContractConsumer
 from streams.contracts import CALENDAR_EVENTS
+from streams.faust_compat import partition_db, partition_dbs
 from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.tables.cache import KeyCache, _rocksdict_store
@@ -39,7 +40,7 @@ def rocks_table(tmp_path: Path) -> Iterator[Any]:
     )
     assert _rocksdict_store(table) is not None  # the worker's path, not the in-memory one
     yield table
-    for db in _rocksdict_store(table)._dbs.values():
+    for db in partition_dbs(_rocksdict_store(table)).values():
         db.close()
 
 
@@ -56,7 +57,7 @@ async def test_a_store_that_refuses_the_cache_write_holds_the_batch_and_dead_let
     runtime: Runtime, pool: asyncpg.Pool, rocks_table: Any
 ) -> None:
     store = _rocksdict_store(rocks_table)
-    store._db_for_partition(0).close()  # every write now fails in RocksDB itself
+    partition_db(store, 0).close()  # every write now fails in RocksDB itself
     sleeps: list[float] = []
     seen: list[dict[str, Any]] = []
     valid = [calendar_event() for _ in range(5)]
@@ -68,7 +69,8 @@ async def test_a_store_that_refuses_the_cache_write_holds_the_batch_and_dead_let
         stored = await pool.fetchval("SELECT count(*) FROM calendar.events")
         assert stored == len(valid)
         if len(sleeps) == 3:
-            del store._dbs[0]  # ... and once the disk is back, the partition database reopens
+            dbs = partition_dbs(store)
+            del dbs[0]  # ... and once the disk is back, the partition database reopens
 
     cache = KeyCache(rocks_table, runtime.metrics.agents, sleep=store_recovers_on_the_third_retry)
     dlq = RecordingDlq()

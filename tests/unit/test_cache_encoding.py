@@ -11,7 +11,7 @@ from typing import Any
 import faust
 import pytest
 
-from streams.tables.cache import json_bytes
+from streams.faust_compat import json_bytes
 
 SAMPLES: list[Any] = [
     "6f0c7f8e-5b0a-4d6c-9a53-2f1f4b7f7c11",

@@ -17,8 +17,8 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 LOCKS = ("requirements.lock", "requirements-dev.lock")
-# Faust's consumer fetch loop and RocksDB store (streams/agents/drain.py, streams/tables),
-# mode's Service, aiokafka's admin client and structs, rocksdict under Faust's store.
+# Faust's consumer fetch loop and RocksDB store, mode's Service, aiokafka's producer
+# (streams/faust_compat), aiokafka's admin client and structs, rocksdict under Faust's store.
 INTERNALS = {"faust-streaming", "mode-streaming", "aiokafka", "rocksdict"}
 
 

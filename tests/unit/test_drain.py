@@ -1,34 +1,14 @@
-"""The fetch loop's inline callback (streams/agents/drain.py): same outcomes as a task, and
-the Faust loop it copies is still the one it was copied from."""
+"""The fetch loop's inline callback (streams/faust_compat/fetch_loop.py): same outcomes as a
+task. That the Faust loop it copies is unchanged is checked by fetch_loop.check()
+(tests/unit/test_faust_compat.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import inspect
 
 import pytest
 
-from streams.agents import drain
-
-# sha256 of faust-streaming 0.15.3's Consumer._drain_messages source. A Faust upgrade that
-# changes the loop fails here: compare it with drain.drain_messages, carry the change over,
-# then update the hash.
-FAUST_DRAIN_SHA256 = "44a2500309e83c630493f6828af50166ec8d96a0b3e4fb2bab735f704ae93417"
-
-
-# The same for Consumer._wait_next_records, which drain.wait_next_records copies.
-FAUST_WAIT_SHA256 = "6218e1969a636b3ff504ad1b8e7ad58a113572e43d746cc96d684ed5153032c6"
-
-
-def test_the_copied_faust_loop_has_not_changed() -> None:
-    source = inspect.getsource(drain.ORIGINAL)
-    assert hashlib.sha256(source.encode()).hexdigest() == FAUST_DRAIN_SHA256
-
-
-def test_the_copied_faust_wait_has_not_changed() -> None:
-    source = inspect.getsource(drain.ORIGINAL_WAIT)
-    assert hashlib.sha256(source.encode()).hexdigest() == FAUST_WAIT_SHA256
+from streams.faust_compat import fetch_loop as drain
 
 
 async def test_a_callback_that_does_not_suspend_finishes_inline() -> None:

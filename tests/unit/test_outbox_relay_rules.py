@@ -4,8 +4,10 @@ producer, when a producer counts as unusable, and the relay's configuration chec
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka import errors as kafka_errors
 
 from streams.outbox.config import DEFAULT_MAX_LANES_PER_PASS, RelayConfig
@@ -48,28 +50,30 @@ def test_errors_about_the_producer_replace_it(exc: BaseException) -> None:
     assert not is_record_error(exc)
 
 
-class _FakeSender:
-    def __init__(self, task: object) -> None:
-        self.sender_task = task
-
-
-class _FakeAiokafka:
-    def __init__(self, *, closed: bool, task: object) -> None:
-        self._closed = closed
-        self._sender = _FakeSender(task)
-
-
 async def test_producer_fault_reads_closed_and_sender_state() -> None:
+    # A real aiokafka producer, never started (no broker needed), its state set by hand.
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9")
     loop = asyncio.get_running_loop()
     running: asyncio.Future[None] = loop.create_future()
     ended: asyncio.Future[None] = loop.create_future()
     ended.set_result(None)
-    assert producer_fault(_FakeAiokafka(closed=False, task=running)) is None
-    assert producer_fault(_FakeAiokafka(closed=False, task=None)) is None  # not started yet
-    assert producer_fault(_FakeAiokafka(closed=True, task=running)) == "closed"
-    assert producer_fault(_FakeAiokafka(closed=False, task=ended)) == "sender_stopped"
+    state: Any = producer
+    sender = state._sender
+    try:
+        assert producer_fault(producer) is None  # not started yet: no sender task
+        sender._sender_task = running
+        assert producer_fault(producer) is None
+        sender._sender_task = ended
+        assert producer_fault(producer) == "sender_stopped"
+        sender._sender_task = running
+        state._closed = True
+        assert producer_fault(producer) == "closed"
+    finally:
+        sender._sender_task = None
+        state._closed = False
+        await producer.stop()
+        running.cancel()
     assert producer_fault(object()) is None  # not aiokafka: no state to read
-    running.cancel()
 
 
 def test_lanes_per_pass_are_bounded_by_default() -> None:

@@ -19,8 +19,9 @@ looks again - while the buffer empties in a fraction of that (measured: an 80,00
 ingest spent about 5 s of 14 in such waits, the workers idle). ``wait_next_records`` waits
 for the first partition to have room again instead (at most the same second).
 
-``install()`` replaces three methods on Faust's base consumer; ``tests/unit/test_drain.py``
-fails if a Faust method they copy ever changes.
+``install()`` replaces three methods on Faust's base consumer, after ``check()``: it raises
+FaustCompatError when a Faust method they copy is not the one it was copied from (its source
+hash), or a method or attribute the copies use is gone.
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ from collections.abc import Coroutine, Generator
 from typing import Any
 
 from faust.transport import consumer as faust_consumer
+from mode import Service
+
+from streams.faust_compat.errors import (
+    FAUST,
+    MODE,
+    FaustCompatError,
+    annotated,
+    method,
+    qualname,
+    signature,
+    source_sha256,
+)
 
 # How long one fetch waits for records of the partitions it asks for. A partition whose
 # stream buffer had no room is left out of the fetch; once it has room it is asked for only by
@@ -38,9 +51,17 @@ from faust.transport import consumer as faust_consumer
 # 40% of stream_buffer_maxsize, lasts about 0.3 s at 5,000 events/s).
 FETCH_WAIT_SECONDS = 0.1
 
-ORIGINAL = faust_consumer.Consumer._drain_messages
-ORIGINAL_WAIT = faust_consumer.Consumer._wait_next_records
-ORIGINAL_DROP = faust_consumer.Consumer.on_buffer_drop
+# sha256 of faust-streaming 0.15.3's Consumer._drain_messages and _wait_next_records
+# sources, which drain_messages and wait_next_records copy. A Faust upgrade that changes
+# either fails check(): compare it with the copy here, carry the change over, then update
+# the hash.
+FAUST_SHA256 = {
+    "_drain_messages": "44a2500309e83c630493f6828af50166ec8d96a0b3e4fb2bab735f704ae93417",
+    "_wait_next_records": "6218e1969a636b3ff504ad1b8e7ad58a113572e43d746cc96d684ed5153032c6",
+}
+
+# Faust's methods that install() replaced (on_buffer_drop is still called from ours).
+_replaced: dict[str, Any] = {}
 
 
 def run_inline(coro: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any] | None:
@@ -167,7 +188,7 @@ def _room(consumer: Any) -> asyncio.Event:
 
 
 def on_buffer_drop(self: Any, tp: Any) -> None:
-    ORIGINAL_DROP(self, tp)
+    _replaced["on_buffer_drop"](self, tp)
     _room(self).set()
 
 
@@ -193,9 +214,47 @@ async def wait_next_records(self: Any, timeout: float) -> tuple[Any, Any]:  # pr
         self.not_waiting_next_records.set()
 
 
-def install() -> None:
-    """Use these in every Faust consumer of this process (idempotent)."""
+OURS: dict[str, Any] = {
+    "_drain_messages": drain_messages,
+    "_wait_next_records": wait_next_records,
+    "on_buffer_drop": on_buffer_drop,
+}
+
+
+def faust_method(name: str) -> Any:
+    """Faust's own ``Consumer.<name>``: the one install() replaced, or the class's."""
+    if name in _replaced:
+        return _replaced[name]
+    found = vars(faust_consumer.Consumer).get(name)
+    if found is None or found is OURS[name]:
+        raise FaustCompatError(FAUST, f"{qualname(faust_consumer.Consumer)}.{name}", "is missing")
+    return found
+
+
+def check() -> None:
+    """The Faust methods copied here are unchanged, and what the copies use still exists."""
     consumer = faust_consumer.Consumer
+    for name, expected in FAUST_SHA256.items():
+        source_sha256(faust_method(name), expected, FAUST, f"{qualname(consumer)}.{name}")
+    if not isinstance(getattr(faust_consumer, "CONSUMER_FETCHING", None), str):
+        raise FaustCompatError(FAUST, "faust.transport.consumer.CONSUMER_FETCHING", "is missing")
+    method(consumer, "_add_gap", ["tp", "offset_from", "offset_to"], FAUST)
+    method(consumer, "_getmany", ["active_partitions", "timeout"], FAUST)
+    method(consumer, "_get_active_partitions", [], FAUST)
+    for name in ("_read_offset", "_commit_every", "_n_acked", "not_waiting_next_records"):
+        annotated(consumer, name, FAUST)
+    annotated(Service, "_stopped", MODE)  # the consumer's and its fetcher's
+    drop = f"{qualname(consumer)}.on_buffer_drop"
+    signature(faust_method("on_buffer_drop"), ["self", "tp"], FAUST, drop)
+
+
+def install() -> None:
+    """Use these in every Faust consumer of this process (idempotent); raises
+    FaustCompatError, before changing anything, when check() fails."""
+    check()
+    consumer = faust_consumer.Consumer
+    for name in OURS:
+        _replaced.setdefault(name, faust_method(name))
     consumer._drain_messages = drain_messages  # type: ignore[method-assign]
     consumer._wait_next_records = wait_next_records  # type: ignore[method-assign]
     consumer.on_buffer_drop = on_buffer_drop  # type: ignore[method-assign]
