@@ -24,9 +24,9 @@ import asyncpg
 
 from bench.progress import spin
 from bench.report import Measure, Target, measure
-from db import automation as repo
-from db.automation import ClaimedRow
+from db import scheduler as repo
 from db.migrate import migrate
+from db.scheduler import ClaimedRow
 from streams.clock import SystemClock
 from streams.contracts.automation import AutomationType
 from streams.domain.automation_revalidation import VALID
@@ -233,7 +233,7 @@ async def claim_time(
                     tx = conn.transaction()
                     await tx.start()
                     t = time.perf_counter()
-                    rows = await repo.rows_claim(conn, now, 200, LEASE_SECONDS)
+                    rows = await repo.claim(conn, now, 200, LEASE_SECONDS)
                     if i >= repeats // 5:  # the first fifth warms caches and is not counted
                         times.append((time.perf_counter() - t) * 1000)
                     await tx.rollback()

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
-from db import automation_delivery as delivery_repo
-from db import automation_inputs as repo
-from db import automation_planning as planning_repo
-from db.automation import ClaimedRow, rows_ensure
+from db import business_units as units_repo
+from db import reminder_settings as settings_repo
+from db import report_subscriptions as subscriptions_repo
+from db import scheduler as scheduler_repo
+from db import sources as sources_repo
+from db.scheduler import ClaimedRow
 from streams.clock import Clock, SystemClock
 from streams.contracts.automation import (
     AutomationType,
@@ -133,35 +135,35 @@ class PgAutomationInputs:
     async def reminder_settings(
         self, conn: Any, guids: Collection[UUID]
     ) -> Mapping[UUID, SettingState]:
-        return await repo.settings_get(conn, guids)
+        return await settings_repo.states_get(conn, guids)
 
     async def sources(
         self, conn: Any, refs: Collection[tuple[str, UUID]]
     ) -> Mapping[tuple[str, UUID], SourceState]:
-        return await repo.sources_get(conn, refs)
+        return await sources_repo.states_get(conn, refs)
 
     async def report_subscriptions(
         self, conn: Any, guids: Collection[UUID]
     ) -> Mapping[UUID, SubscriptionState]:
-        return await repo.subscriptions_get(conn, guids)
+        return await subscriptions_repo.states_get(conn, guids)
 
     async def delivery_settings(
         self, conn: Any, guids: Collection[UUID]
     ) -> Mapping[UUID, DeliverySettings]:
-        return await delivery_repo.settings_delivery_get(conn, guids)
+        return await settings_repo.delivery_get(conn, guids)
 
     async def setting_states(
         self, conn: Any, guids: Collection[UUID]
     ) -> Mapping[UUID, ReminderSettingChanged]:
-        return await planning_repo.settings_load(conn, guids)
+        return await settings_repo.changes_get(conn, guids)
 
     async def source_states(
         self, conn: Any, refs: Collection[tuple[str, UUID]]
     ) -> Mapping[tuple[str, UUID], SourceEntityChanged]:
-        return await planning_repo.sources_load(conn, refs)
+        return await sources_repo.changes_get(conn, refs)
 
     async def unit_zones(self, conn: Any, units: Collection[UUID]) -> Mapping[UUID, str]:
-        return await planning_repo.units_get(conn, units)
+        return await units_repo.get_by_id(conn, units)
 
 
 class AutomationHandler(Protocol):
@@ -317,7 +319,7 @@ class ReminderHandler:
             if verdict.kind is VerdictKind.VALID and setting and source and zone:
                 following += successors(setting, source, zone, occurrence)
         if following:
-            await rows_ensure(conn, following, self.clock.now())
+            await scheduler_repo.ensure(conn, following, self.clock.now())
         await self._address(
             conn,
             {i: (o.setting_guid, _ref(r)) for r in rows if (o := wanted.get(i := r.scheduler_id))},

@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from db import automation as repo
-from db.automation import DeactivatedRow, EnsuredRow
+from db import scheduler as repo
+from db.scheduler import DeactivatedRow, EnsuredRow
 from streams.domain.automation import EnsureOutcome, SchedulerCandidate, SchedulerStatus
 from streams.slices.automation.metrics import AutomationMetrics
 
@@ -39,7 +39,7 @@ class SchedulerRows:
     async def ensure(
         self, conn: Any, candidates: Sequence[SchedulerCandidate], now: datetime
     ) -> list[EnsuredRow]:
-        results = await repo.rows_ensure(conn, candidates, now)
+        results = await repo.ensure(conn, candidates, now)
         for r in results:
             self.metrics.ensured.labels(r.outcome).inc()
             if r.outcome == EnsureOutcome.CONFLICT.value:
@@ -58,7 +58,7 @@ class SchedulerRows:
         """Pending/Failed rows → Deactivated with a ReasonCode per key; Completed rows are
         history and stay, a Processing row is left to its claim (execution revalidates)."""
         return self._count(
-            await repo.rows_deactivate(conn, reasons, SchedulerStatus.DEACTIVATED.value, now)
+            await repo.deactivate(conn, reasons, SchedulerStatus.DEACTIVATED.value, now)
         )
 
     async def cancel(
@@ -66,7 +66,7 @@ class SchedulerRows:
     ) -> list[DeactivatedRow]:
         """As ``deactivate``, to Cancelled (e.g. a manual run withdrawn by its requester)."""
         return self._count(
-            await repo.rows_deactivate(conn, reasons, SchedulerStatus.CANCELLED.value, now)
+            await repo.deactivate(conn, reasons, SchedulerStatus.CANCELLED.value, now)
         )
 
     def _count(self, rows: list[DeactivatedRow]) -> list[DeactivatedRow]:
