@@ -17,7 +17,6 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -25,6 +24,7 @@ import asyncpg
 from bench.progress import spin
 from bench.report import Measure, Target, measure
 from db import scheduler as repo
+from db.connector import Connection
 from db.migrate import migrate
 from db.scheduler import ClaimedRow
 from streams.clock import SystemClock
@@ -99,7 +99,9 @@ class NoopHandler:
     automation_type = AutomationType.REMINDER
     daily_retry = False
 
-    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+    async def revalidate(
+        self, conn: Connection, rows: Sequence[ClaimedRow]
+    ) -> Mapping[int, Outcome]:
         return {r.scheduler_id: VALID for r in rows}
 
 

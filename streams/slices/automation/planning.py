@@ -20,7 +20,6 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 from db import business_units as units_repo
@@ -29,6 +28,7 @@ from db import report_subscriptions as subscriptions_repo
 from db import scheduler as scheduler_repo
 from db import sources as sources_repo
 from db import threshold_states as thresholds_repo
+from db.connector import Connection
 from db.scheduler import EnsuredRow
 from streams.contracts.automation import (
     ReminderSettingChanged,
@@ -105,7 +105,7 @@ class Planner:
 
     async def for_sources(
         self,
-        conn: Any,
+        conn: Connection,
         refs: Collection[SourceRef],
         as_of: datetime,
         horizon: datetime | None = None,
@@ -120,7 +120,7 @@ class Planner:
 
     async def for_settings(
         self,
-        conn: Any,
+        conn: Connection,
         guids: Collection[UUID],
         as_of: datetime,
         horizon: datetime | None = None,
@@ -135,7 +135,7 @@ class Planner:
 
     async def for_units(
         self,
-        conn: Any,
+        conn: Connection,
         units: Collection[UUID],
         as_of: datetime,
         horizon: datetime | None = None,
@@ -149,7 +149,7 @@ class Planner:
 
     async def _reminders(
         self,
-        conn: Any,
+        conn: Connection,
         sources: Iterable[SourceEntityChanged],
         settings: Iterable[ReminderSettingChanged],
         open_rows: Iterable[scheduler_repo.OpenRow],
@@ -257,7 +257,7 @@ class Planner:
 
     async def _apply(
         self,
-        conn: Any,
+        conn: Connection,
         reasons: dict[str, str],
         ensure: list[SchedulerCandidate],
         as_of: datetime,
@@ -270,7 +270,7 @@ class Planner:
     # --- report subscriptions ---------------------------------------------------------------
 
     async def for_subscriptions(
-        self, conn: Any, subscriptions: Iterable[ReportSubscriptionChanged], as_of: datetime
+        self, conn: Connection, subscriptions: Iterable[ReportSubscriptionChanged], as_of: datetime
     ) -> Planned:
         """Scheduled runs: one row per period start in [as_of, as_of + window); open rows of
         periods the current schedule does not have (from as_of - window on) are deactivated."""

@@ -39,7 +39,7 @@ from db import reconcile_watermarks as watermarks_repo
 from db import reminder_settings as settings_repo
 from db import report_subscriptions as subscriptions_repo
 from db import sources as sources_repo
-from db.connector import transaction
+from db.connector import Connection, transaction
 from db.reconcile_watermarks import Changed, Watermark
 from streams.runtime import Runtime
 from streams.settings import ConfigError
@@ -106,7 +106,7 @@ class RepairPath(Protocol):
     counter: str  # the ReconcileResult field its entities are counted in
 
     async def page(
-        self, conn: Any, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
+        self, conn: Connection, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
     ) -> Page | None: ...
 
 
@@ -114,7 +114,7 @@ class SourcePath:
     provider, counter = SOURCES_PROVIDER, "sources"
 
     async def page(
-        self, conn: Any, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
+        self, conn: Connection, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
     ) -> Page | None:
         rows = await sources_repo.reconcile_page(conn, units, mark, until, limit)
         if not rows:
@@ -133,7 +133,7 @@ class SettingPath:
     provider, counter = SETTINGS_PROVIDER, "settings"
 
     async def page(
-        self, conn: Any, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
+        self, conn: Connection, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
     ) -> Page | None:
         rows = await settings_repo.reconcile_page(conn, units, mark, until, limit)
         return _changed_page(self.provider, rows, lambda planner: planner.for_settings)
@@ -143,7 +143,7 @@ class UnitPath:
     provider, counter = UNITS_PROVIDER, "units"
 
     async def page(
-        self, conn: Any, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
+        self, conn: Connection, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
     ) -> Page | None:
         rows = await units_repo.reconcile_page(conn, units, mark, until, limit)
         return _changed_page(self.provider, rows, lambda planner: planner.for_units)
@@ -161,7 +161,9 @@ def _changed_page(
     guids = [r.guid for r in rows]
     last = rows[-1]
 
-    def plan(planner: Planner, conn: Any, as_of: datetime, horizon: datetime) -> Awaitable[Planned]:
+    def plan(
+        planner: Planner, conn: Connection, as_of: datetime, horizon: datetime
+    ) -> Awaitable[Planned]:
         return entry(planner)(conn, guids, as_of, horizon)
 
     return Page(

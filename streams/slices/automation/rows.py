@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 from db import scheduler as repo
+from db.connector import Connection
 from db.scheduler import DeactivatedRow, EnsuredRow
 from streams.domain.automation import EnsureOutcome, SchedulerCandidate, SchedulerStatus
 from streams.slices.automation.metrics import AutomationMetrics
@@ -37,7 +37,7 @@ class SchedulerRows:
         self._wake = wake
 
     async def ensure(
-        self, conn: Any, candidates: Sequence[SchedulerCandidate], now: datetime
+        self, conn: Connection, candidates: Sequence[SchedulerCandidate], now: datetime
     ) -> list[EnsuredRow]:
         results = await repo.ensure(conn, candidates, now)
         for r in results:
@@ -53,7 +53,7 @@ class SchedulerRows:
         return results
 
     async def deactivate(
-        self, conn: Any, reasons: Mapping[str, str], now: datetime
+        self, conn: Connection, reasons: Mapping[str, str], now: datetime
     ) -> list[DeactivatedRow]:
         """Pending/Failed rows → Deactivated with a ReasonCode per key; Completed rows are
         history and stay, a Processing row is left to its claim (execution revalidates)."""
@@ -62,7 +62,7 @@ class SchedulerRows:
         )
 
     async def cancel(
-        self, conn: Any, reasons: Mapping[str, str], now: datetime
+        self, conn: Connection, reasons: Mapping[str, str], now: datetime
     ) -> list[DeactivatedRow]:
         """As ``deactivate``, to Cancelled (e.g. a manual run withdrawn by its requester)."""
         return self._count(

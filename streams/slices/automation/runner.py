@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from db import scheduler as repo
-from db.connector import Pool, classify, connection, is_transient, transaction
+from db.connector import Connection, Pool, classify, connection, is_transient, transaction
 from db.scheduler import ClaimedRow, RetryWrite
 from streams.clock import Clock
 from streams.contracts import DISPATCH_REQUESTED
@@ -334,7 +334,7 @@ class AutomationRunner:
             by_id, [w.scheduler_id for w in plan.retries], retried, "Retry"
         )
 
-    async def _revalidate(self, conn: Any, rows: list[ClaimedRow]) -> dict[int, Outcome]:
+    async def _revalidate(self, conn: Connection, rows: list[ClaimedRow]) -> dict[int, Outcome]:
         by_type: dict[str, list[ClaimedRow]] = {}
         for row in rows:
             by_type.setdefault(row.automation_type, []).append(row)
