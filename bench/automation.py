@@ -17,16 +17,16 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from bench.progress import spin
 from bench.report import Measure, Target, measure
-from db import automation as repo
-from db.automation import ClaimedRow
+from db import scheduler as repo
+from db.connector import Connection
 from db.migrate import migrate
+from db.scheduler import ClaimedRow
 from streams.clock import SystemClock
 from streams.contracts.automation import AutomationType
 from streams.domain.automation_revalidation import VALID
@@ -99,7 +99,9 @@ class NoopHandler:
     automation_type = AutomationType.REMINDER
     daily_retry = False
 
-    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+    async def revalidate(
+        self, conn: Connection, rows: Sequence[ClaimedRow]
+    ) -> Mapping[int, Outcome]:
         return {r.scheduler_id: VALID for r in rows}
 
 
@@ -233,7 +235,7 @@ async def claim_time(
                     tx = conn.transaction()
                     await tx.start()
                     t = time.perf_counter()
-                    rows = await repo.rows_claim(conn, now, 200, LEASE_SECONDS)
+                    rows = await repo.claim(conn, now, 200, LEASE_SECONDS)
                     if i >= repeats // 5:  # the first fifth warms caches and is not counted
                         times.append((time.perf_counter() - t) * 1000)
                     await tx.rollback()

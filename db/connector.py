@@ -32,6 +32,8 @@ from streams.errors import SafeMessage, describe
 # What streams/ may name: the database port's types, not the driver module.
 Pool = asyncpg.Pool
 Connection = asyncpg.Connection
+# A statement that is its own unit of work runs on the pool, or on the caller's connection.
+Executor = Connection | Pool
 
 
 class DatabaseUnavailable(SafeMessage, Exception):
@@ -227,13 +229,13 @@ async def transaction(
 ) -> AsyncIterator[asyncpg.Connection]:
     """Acquire a connection and run one transaction; commits on exit, rolls back on error,
     with driver errors translated (``translating``). ``plan_for_parameters``: every statement
-    of the transaction is planned for its batch (``session_plan_for_parameters``)."""
+    of the transaction is planned for its batch (``server_plan_for_parameters``)."""
     async with translating(), pool.acquire() as conn, conn.transaction():
         if plan_for_parameters:
-            await conn.execute(sql("session_plan_for_parameters"))
+            await conn.execute(sql("server_plan_for_parameters"))
         yield conn
 
 
 async def ping(conn: asyncpg.Connection, *, timeout: float | None = None) -> None:
     """Raise unless PostgreSQL answers a statement on ``conn``."""
-    await conn.fetchval(sql("health_ping"), timeout=timeout)
+    await conn.fetchval(sql("server_ping"), timeout=timeout)

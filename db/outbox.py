@@ -7,10 +7,8 @@ from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-import asyncpg
-
+from db.connector import Connection, Pool
 from db.queries import sql
 
 CHANNEL = "ops_outbox"
@@ -19,7 +17,7 @@ CHANNEL = "ops_outbox"
 LANE_LOCK_SPACE = 0x6F757462
 LANES = 64
 
-NotifyCallback = Callable[[Any, int, str, str], None]
+NotifyCallback = Callable[[Connection, int, str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +48,7 @@ OutboxColumns = tuple[Sequence[str], Sequence[str], Sequence[str], Sequence[str]
 
 
 async def insert_many(
-    conn: asyncpg.Connection,
+    conn: Connection,
     topics: Sequence[str],
     keys: Sequence[str],
     payloads: Sequence[str],
@@ -64,20 +62,20 @@ async def insert_many(
 
 
 @asynccontextmanager
-async def lane_transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+async def lane_transaction(pool: Pool) -> AsyncIterator[Connection]:
     """A READ COMMITTED transaction: each statement sees commits made before it started,
     which the lane protocol relies on (lock first, then read the lane)."""
     async with pool.acquire() as conn, conn.transaction(isolation="read_committed"):
         yield conn
 
 
-async def lanes_lock(conn: asyncpg.Connection, *, exclude: Sequence[int], limit: int) -> list[int]:
+async def lanes_lock(conn: Connection, *, exclude: Sequence[int], limit: int) -> list[int]:
     rows = await conn.fetch(sql("outbox_lanes_lock"), LANE_LOCK_SPACE, list(exclude), limit)
     return sorted(int(r["lane"]) for r in rows)
 
 
 async def pending_get(
-    conn: asyncpg.Connection,
+    conn: Connection,
     lanes: Sequence[int],
     per_lane: int,
     *,
@@ -102,7 +100,7 @@ async def pending_get(
 
 
 async def published_mark(
-    conn: asyncpg.Connection,
+    conn: Connection,
     acked: Sequence[tuple[int, int | None, int | None]],
     published_at: datetime,
 ) -> int:
@@ -132,7 +130,7 @@ class KeyRecord:
     """Set for a row the relay parked (ops.outbox_parked): why."""
 
 
-async def records_of_key(conn: asyncpg.Connection, key: str, limit: int) -> list[KeyRecord]:
+async def records_of_key(conn: Connection, key: str, limit: int) -> list[KeyRecord]:
     rows = await conn.fetch(sql("outbox_records_of_key"), key, limit)
     return [
         KeyRecord(
@@ -150,24 +148,24 @@ async def records_of_key(conn: asyncpg.Connection, key: str, limit: int) -> list
     ]
 
 
-async def backlog_get(conn: asyncpg.Connection) -> Backlog:
+async def backlog_get(conn: Connection) -> Backlog:
     row = await conn.fetchrow(sql("outbox_backlog_get"))
     return Backlog(count=int(row["backlog"]), oldest_created_at=row["oldest_created_at"])
 
 
-async def published_delete(conn: asyncpg.Connection, cutoff: datetime, limit: int) -> int:
+async def published_delete(conn: Connection, cutoff: datetime, limit: int) -> int:
     return int(await conn.fetchval(sql("outbox_published_delete"), cutoff, limit))
 
 
-async def listen(conn: asyncpg.Connection, callback: NotifyCallback) -> None:
+async def listen(conn: Connection, callback: NotifyCallback) -> None:
     await conn.add_listener(CHANNEL, callback)
 
 
-async def listener_ping(conn: asyncpg.Connection) -> None:
+async def listener_ping(conn: Connection) -> None:
     await conn.fetchval(sql("outbox_listener_ping"))
 
 
-async def pass_keepalive(conn: asyncpg.Connection) -> None:
+async def pass_keepalive(conn: Connection) -> None:
     await conn.fetchval(sql("outbox_pass_keepalive"))
 
 
@@ -200,7 +198,7 @@ class ParkedStats:
 
 
 async def parked_move(
-    conn: asyncpg.Connection, requests: Sequence[ParkRequest], parked_at: datetime
+    conn: Connection, requests: Sequence[ParkRequest], parked_at: datetime
 ) -> int:
     """Move unpublished rows to ops.outbox_parked (on the relay's lane transaction)."""
     return int(
@@ -215,7 +213,7 @@ async def parked_move(
     )
 
 
-async def parked_list(conn: asyncpg.Connection, limit: int) -> list[ParkedRow]:
+async def parked_list(conn: Connection, limit: int) -> list[ParkedRow]:
     rows = await conn.fetch(sql("outbox_parked_list"), limit)
     return [
         ParkedRow(
@@ -233,17 +231,17 @@ async def parked_list(conn: asyncpg.Connection, limit: int) -> list[ParkedRow]:
     ]
 
 
-async def parked_stats(conn: asyncpg.Connection) -> list[ParkedStats]:
+async def parked_stats(conn: Connection) -> list[ParkedStats]:
     rows = await conn.fetch(sql("outbox_parked_stats"))
     return [ParkedStats(str(r["reason"]), int(r["parked"]), r["oldest_parked_at"]) for r in rows]
 
 
-async def parked_retry(conn: asyncpg.Connection, outbox_id: int) -> bool:
+async def parked_retry(conn: Connection, outbox_id: int) -> bool:
     """Move a parked row back into ops.outbox; False if there is no such parked row."""
     return bool(await conn.fetchval(sql("outbox_parked_retry"), outbox_id))
 
 
-async def parked_drop(conn: asyncpg.Connection, outbox_id: int) -> tuple[str, str] | None:
+async def parked_drop(conn: Connection, outbox_id: int) -> tuple[str, str] | None:
     """Delete a parked row; its (topic, reason), or None if there is no such parked row."""
     row = await conn.fetchrow(sql("outbox_parked_drop"), outbox_id)
     return None if row is None else (str(row["topic"]), str(row["reason"]))

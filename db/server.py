@@ -1,12 +1,12 @@
-"""Repository of what the server itself reports: connection limits, advisory lock holders."""
+"""Repository of what the server itself reports (``db/queries/server.sql``): connection limits,
+advisory lock holders. Its health ping and session planning are run by ``db/connector.py``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-import asyncpg
-
+from db.connector import Connection
 from db.queries import sql
 
 
@@ -33,7 +33,7 @@ class LockHolder:
     xact_start: datetime | None
 
 
-async def connection_limits(conn: asyncpg.Connection) -> ConnectionLimits:
+async def connection_limits(conn: Connection) -> ConnectionLimits:
     row = await conn.fetchrow(sql("server_connection_limits"))
     assert row is not None
     return ConnectionLimits(
@@ -41,8 +41,8 @@ async def connection_limits(conn: asyncpg.Connection) -> ConnectionLimits:
     )
 
 
-async def advisory_lock_holders(conn: asyncpg.Connection, key: int) -> list[LockHolder]:
-    rows = await conn.fetch(sql("advisory_lock_holders"), key)
+async def advisory_lock_holders(conn: Connection, key: int) -> list[LockHolder]:
+    rows = await conn.fetch(sql("server_advisory_lock_holders"), key)
     return [
         LockHolder(
             int(r["pid"]),

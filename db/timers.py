@@ -1,23 +1,22 @@
-"""Repository of the timer registry: slot claims, last started slots, pruning (ops.timer_*)."""
+"""The timer registry's store: slot claims, last started slots, pruning, on the repositories
+``db/timer_slots.py`` and ``db/timer_state.py``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
 
-import asyncpg
-
-from db.connector import translating
-from db.queries import sql
+from db import timer_slots, timer_state
+from db.connector import Executor, translating
 
 
 class TimerRepository:
-    """One method per statement of db/queries/timers.sql; implements streams.timers.TimerStore,
-    whose method names it keeps (the registry's port speaks of claiming and finishing slots).
-    Statements run on the pool one at a time, each its own unit of work, so driver errors are
-    translated here, where each opens."""
+    """Implements streams.timers.TimerStore, whose method names it keeps (the registry's port
+    speaks of claiming and finishing slots): one repository function per method. Statements
+    run on the pool one at a time, each its own unit of work, so driver errors are translated
+    here, where each opens."""
 
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Executor) -> None:
         self._db = db
 
     async def claim_slot(
@@ -29,10 +28,9 @@ class TimerRepository:
         lease_expires_at: datetime | None = None,
     ) -> bool:
         async with translating():
-            won = await self._db.fetchval(
-                sql("timer_slot_claim"), name, slot, claimed_by, run_id, lease_expires_at
+            return await timer_slots.claim(
+                self._db, name, slot, claimed_by, run_id, lease_expires_at
             )
-        return won is not None
 
     async def reclaim_slot(
         self,
@@ -46,34 +44,23 @@ class TimerRepository:
         released: bool = False,
     ) -> bool:
         async with translating():
-            won = await self._db.fetchval(
-                sql("timer_slot_reclaim"),
-                name,
-                slot,
-                claimed_by,
-                run_id,
-                lease_expires_at,
-                now,
-                released,
+            return await timer_slots.reclaim(
+                self._db, name, slot, claimed_by, run_id, lease_expires_at, now, released
             )
-        return won is not None
 
     async def unfinished_slots(
         self, name: str, since: datetime, limit: int
     ) -> list[tuple[datetime, datetime]]:
         async with translating():
-            rows = await self._db.fetch(sql("timer_slot_unfinished"), name, since, limit)
-        return [(r["slot"], r["lease_expires_at"]) for r in rows]
+            return await timer_slots.unfinished(self._db, name, since, limit)
 
     async def give_up_released(self, name: str, before: datetime) -> list[datetime]:
         async with translating():
-            rows = await self._db.fetch(sql("timer_slot_give_up_released"), name, before)
-        return [r["slot"] for r in rows]
+            return await timer_slots.give_up_released(self._db, name, before)
 
     async def slot_attempts(self, name: str, slot: datetime, run_id: str) -> int | None:
         async with translating():
-            attempts = await self._db.fetchval(sql("timer_slot_attempts"), name, slot, run_id)
-        return None if attempts is None else int(attempts)
+            return await timer_slots.attempts(self._db, name, slot, run_id)
 
     async def finish_slot(
         self,
@@ -85,10 +72,9 @@ class TimerRepository:
         error: str | None = None,
     ) -> bool:
         async with translating():
-            owned = await self._db.fetchval(
-                sql("timer_slot_finish"), name, slot, run_id, result, duration_seconds, error
+            return await timer_slots.finish(
+                self._db, name, slot, run_id, result, duration_seconds, error
             )
-        return owned is not None
 
     async def release_slot(
         self,
@@ -103,8 +89,8 @@ class TimerRepository:
         error: str | None,
     ) -> bool:
         async with translating():
-            owned = await self._db.fetchval(
-                sql("timer_slot_release"),
+            return await timer_slots.release(
+                self._db,
                 name,
                 slot,
                 run_id,
@@ -114,18 +100,15 @@ class TimerRepository:
                 counted,
                 error,
             )
-        return owned is not None
 
     async def prune_slots(self, before: datetime, limit: int) -> int:
         async with translating():
-            deleted = await self._db.fetchval(sql("timer_slot_prune"), before, limit)
-        return int(deleted)
+            return await timer_slots.prune(self._db, before, limit)
 
     async def advance_state(self, name: str, slot: datetime, worker: str) -> None:
         async with translating():
-            await self._db.execute(sql("timer_state_advance"), name, slot, worker)
+            await timer_state.advance(self._db, name, slot, worker)
 
     async def last_slots(self, names: Sequence[str]) -> dict[str, datetime]:
         async with translating():
-            rows = await self._db.fetch(sql("timer_state_list"), list(names))
-        return {str(r["name"]): r["last_slot"] for r in rows}
+            return await timer_state.last_slots(self._db, names)

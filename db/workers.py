@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-import asyncpg
-
+from db.connector import Connection
 from db.queries import sql
 
 
@@ -19,12 +18,12 @@ class LiveWorker:
 
 
 async def heartbeat(
-    conn: asyncpg.Connection, worker_id: str, app_id: str, web_url: str, now: datetime
+    conn: Connection, worker_id: str, app_id: str, web_url: str, now: datetime
 ) -> None:
     await conn.execute(sql("workers_heartbeat"), worker_id, app_id, web_url, now)
 
 
-async def list_live(conn: asyncpg.Connection, app_id: str, since: datetime) -> list[LiveWorker]:
+async def list_live(conn: Connection, app_id: str, since: datetime) -> list[LiveWorker]:
     rows = await conn.fetch(sql("workers_list_live"), app_id, since)
     return [
         LiveWorker(r["worker_id"], r["web_url"], r["started_at"], r["last_seen_at"]) for r in rows

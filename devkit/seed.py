@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from db import calendar as repo
+from db import events as repo
 from db.connector import connect
 
 
@@ -16,10 +16,8 @@ async def seed_reminders(
     then refresh the planner's statistics so the measured statements see real sizes."""
     conn = await connect(url)
     try:
-        n = await repo.reminders_seed(
-            conn, events=events, offsets=offsets, start=start, spread_ms=spread_ms
-        )
-        await repo.tables_analyze(conn)
+        n = await repo.seed(conn, events=events, offsets=offsets, start=start, spread_ms=spread_ms)
+        await repo.analyze(conn)
         return n
     finally:
         await conn.close()

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import db.retention as repo
+from db import events as events_repo
+from db import scheduler as scheduler_repo
 from db.connector import Pool, connection
 from streams.clock import Clock, SystemClock
 from streams.maintenance.drain import Drained, drain
@@ -121,21 +122,17 @@ class TableRetention:
         async def events() -> int:
             nonlocal reminders
             async with connection(self._pool) as conn:
-                pruned = await repo.calendar_events_prune(
-                    conn, as_of - c.events, c.batch_size, as_of
-                )
+                pruned = await events_repo.prune(conn, as_of - c.events, c.batch_size, as_of)
             reminders += pruned.reminders
             return pruned.events
 
         async def tombstones() -> int:
             async with connection(self._pool) as conn:
-                return await repo.calendar_tombstones_prune(
-                    conn, as_of - c.tombstones, c.batch_size
-                )
+                return await events_repo.tombstones_prune(conn, as_of - c.tombstones, c.batch_size)
 
         async def scheduler() -> int:
             async with connection(self._pool) as conn:
-                return await repo.scheduler_prune(conn, as_of - c.scheduler, c.batch_size)
+                return await scheduler_repo.prune(conn, as_of - c.scheduler, c.batch_size)
 
         steps: list[tuple[str, Callable[[], Awaitable[int]]]] = [
             (EVENTS, events),

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import db.outbox as repo
-from db.connector import connect
+from db.connector import Connection, connect
 from streams.asynctools import describe, wait_any
 
 log = logging.getLogger("streams.outbox.relay")
@@ -39,13 +39,13 @@ class NotifyListener:
         self._name = name
         self.listening = asyncio.Event()
 
-    def _on_notify(self, _conn: Any, _pid: int, _channel: str, _payload: str) -> None:
+    def _on_notify(self, _conn: Connection, _pid: int, _channel: str, _payload: str) -> None:
         self._wake.set()
 
     async def run(self, stopping: asyncio.Event) -> None:
         failures = 0
         while not stopping.is_set():
-            conn: Any = None
+            conn: Connection | None = None
             lost = asyncio.Event()
             try:
                 conn = await connect(self._dsn, timeout=10)
@@ -81,7 +81,7 @@ def _setter(event: asyncio.Event) -> Callable[[Any], None]:
     return lambda _conn: event.set()
 
 
-async def _close_quietly(conn: Any) -> None:
+async def _close_quietly(conn: Connection) -> None:
     try:
         await asyncio.wait_for(conn.close(), timeout=5)
     except asyncio.CancelledError:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import db.outbox
+from db.connector import Connection
 from streams.contracts import Contract, ContractTooLarge, TopicContract
 
 # The row id, as ASCII digits; consumers dedupe re-publishes on it.
@@ -79,7 +80,7 @@ def record_for(
     )
 
 
-async def insert_many(conn: Any, records: Sequence[OutboxRecord]) -> list[int]:
+async def insert_many(conn: Connection, records: Sequence[OutboxRecord]) -> list[int]:
     """Write ``records`` with one statement on the caller's transaction connection, so they
     commit or roll back with the caller's state change. Returns the ids in input order."""
     if not records:

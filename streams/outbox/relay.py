@@ -40,7 +40,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import db.outbox as repo
-from db.connector import SessionLimits, connection, create_pool
+from db.connector import Connection, SessionLimits, connection, create_pool
 from streams.asynctools import describe, wait_any
 from streams.clock import Clock, SystemClock
 from streams.kafka_client import security_options
@@ -399,7 +399,7 @@ class OutboxRelay:
             del self._unavailable[topic]
         return {t: error for t, (_, error) in self._unavailable.items()}
 
-    async def _park(self, conn: Any, parks: Sequence[Park], parked_at: datetime) -> None:
+    async def _park(self, conn: Connection, parks: Sequence[Park], parked_at: datetime) -> None:
         """Move ``parks`` out of their lanes (which this pass holds) to ops.outbox_parked."""
         requests = [repo.ParkRequest(p.outbox_id, p.reason, p.error, p.refusals) for p in parks]
         moved = await repo.parked_move(conn, requests, parked_at)

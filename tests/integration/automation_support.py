@@ -10,8 +10,9 @@ from uuid import UUID
 
 import asyncpg
 
-from db import automation as repo
-from db import automation_inputs as inputs_repo
+from db import reminder_settings as settings_repo
+from db import scheduler as repo
+from db import sources as sources_repo
 from db.connector import transaction
 from streams.clock import ManualClock
 from streams.contracts.automation import (
@@ -114,9 +115,9 @@ async def seed(
     sources = [uuid.uuid4() for _ in range(n)]
     candidates = [reminder(setting, s, scheduled_on) for s in sources]
     async with transaction(pool) as conn:
-        await inputs_repo.settings_upsert(conn, [setting_msg(setting)], T0)
-        await inputs_repo.sources_upsert(conn, [source_msg(s) for s in sources], T0)
-        await repo.rows_ensure(conn, candidates, T0)
+        await settings_repo.upsert(conn, [setting_msg(setting)], T0)
+        await sources_repo.upsert(conn, [source_msg(s) for s in sources], T0)
+        await repo.ensure(conn, candidates, T0)
     return candidates
 
 

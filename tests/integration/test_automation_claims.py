@@ -10,9 +10,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from db import automation as repo
-from db.automation import ClaimedRow
+from db import scheduler as repo
 from db.connector import transaction
+from db.scheduler import ClaimedRow
 from streams.contracts.automation import AutomationType
 from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
 from streams.domain.automation_revalidation import VALID
@@ -107,7 +107,7 @@ async def test_two_workers_racing_for_one_row_one_claim_wins(
     try:
         tx = a.transaction()
         await tx.start()
-        first = await repo.rows_claim(a, T0, 10, 60)
+        first = await repo.claim(a, T0, 10, 60)
         assert [r.scheduler_key for r in first] == [c.key]
         assert await runner(runtimes[1]).claim(pool, T0) == []  # SKIP LOCKED passes it over
         await tx.commit()
@@ -286,4 +286,4 @@ async def test_retry_key_restarts_the_ladder_and_a_healthy_run_completes(
     # Not on hold any more: a second release finds nothing to put back.
     assert await put_back(pool, key, SupportAction.RELEASE, now) is None
     async with transaction(pool) as conn:
-        assert await repo.hold_list(conn, 10) == []
+        assert await repo.list_held(conn, 10) == []

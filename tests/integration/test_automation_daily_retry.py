@@ -13,8 +13,8 @@ import asyncpg
 import faust
 import pytest
 
-from db import automation as repo
-from db import automation_inputs as inputs_repo
+from db import report_subscriptions as subscriptions_repo
+from db import scheduler as repo
 from db.connector import transaction
 from streams.clock import ManualClock
 from streams.domain.automation import (
@@ -85,8 +85,8 @@ async def report_row(pool: asyncpg.Pool) -> SchedulerCandidate:
     sub = uuid.uuid4()
     c = SchedulerCandidate(ReportManualInput(sub, uuid.uuid4()), T0)
     async with transaction(pool) as conn:
-        await inputs_repo.subscriptions_upsert(conn, [subscription_msg(sub)], T0)
-        await repo.rows_ensure(conn, [c], T0)
+        await subscriptions_repo.upsert(conn, [subscription_msg(sub)], T0)
+        await repo.ensure(conn, [c], T0)
     return c
 
 
@@ -146,7 +146,7 @@ async def test_an_expired_lease_of_an_approved_type_retries_daily(
     )
     registry = handlers("ReportSubscription")
     async with transaction(pool) as conn:
-        [claimed] = await repo.rows_claim(conn, T0, 10, LEASE.total_seconds())
+        [claimed] = await repo.claim(conn, T0, 10, LEASE.total_seconds())
     expired = T0 + LEASE + timedelta(seconds=1)
     result = await cleanup(runtime, registry).run_once(expired)
     assert (result.rescued, result.held) == (1, 0)

@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from db import automation as repo
+from db import scheduler as repo
 from db.connector import transaction
 from streams.domain.automation import (
     ReminderDateInput,
@@ -42,7 +42,7 @@ async def runtime(database_url: str) -> AsyncIterator[Runtime]:
 
 async def ensure(pool: asyncpg.Pool, *candidates: SchedulerCandidate) -> list[repo.EnsuredRow]:
     async with transaction(pool) as conn:
-        return await repo.rows_ensure(conn, candidates, T0)
+        return await repo.ensure(conn, candidates, T0)
 
 
 async def force(pool: asyncpg.Pool, key: str, **columns: Any) -> None:
@@ -263,8 +263,8 @@ async def test_one_statement_per_batch(pool: asyncpg.Pool) -> None:
 
     batch = [fresh() for _ in range(300)]
     async with transaction(pool) as conn:
-        await repo.rows_ensure(Counting(conn), batch, T0)  # type: ignore[arg-type]
-        await repo.rows_deactivate(
+        await repo.ensure(Counting(conn), batch, T0)  # type: ignore[arg-type]
+        await repo.deactivate(
             Counting(conn),  # type: ignore[arg-type]
             {c.key: "SourceNoLongerValid" for c in batch},
             "Deactivated",
@@ -322,7 +322,7 @@ async def test_concurrent_batches_of_the_same_new_keys_insert_each_once(
         conn = await asyncpg.connect(database_url)
         try:
             async with conn.transaction():
-                return await repo.rows_ensure(conn, order, T0)
+                return await repo.ensure(conn, order, T0)
         finally:
             await conn.close()
 

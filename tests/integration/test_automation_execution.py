@@ -10,8 +10,10 @@ from datetime import datetime, timedelta
 import asyncpg
 import pytest
 
-from db import automation as repo
-from db import automation_inputs as inputs_repo
+from db import reminder_settings as settings_repo
+from db import report_subscriptions as subscriptions_repo
+from db import scheduler as repo
+from db import sources as sources_repo
 from db.connector import DatabaseUnavailable, transaction
 from streams.clock import ManualClock
 from streams.contracts import DISPATCH_REQUESTED
@@ -160,16 +162,16 @@ async def test_revalidation_deactivates_with_each_reason_code(
         if change != "setting_missing":
             active = change != "setting_inactive"
             offsets = [7] if change == "offset_removed" else [30, 7]
-            await inputs_repo.settings_upsert(
+            await settings_repo.upsert(
                 conn, [setting_msg(setting, active=active, offsets_days=offsets)], T0
             )
         if change != "source_missing":
             attrs = {"ExpiresOn": "2027-02-01"} if change == "target_date_moved" else None
             extra = {"attributes": attrs} if attrs else {}
-            await inputs_repo.sources_upsert(
+            await sources_repo.upsert(
                 conn, [source_msg(source, is_active=change != "source_inactive", **extra)], T0
             )
-        await repo.rows_ensure(conn, [c], T0)
+        await repo.ensure(conn, [c], T0)
     result = await runner(runtime).run_once(T0)
     assert (result.deactivated, result.failed, result.completed) == ({reason: 1}, 0, 0)
     r = await row(pool, c.key)
@@ -190,10 +192,10 @@ async def test_report_runs_complete_or_deactivate_with_report_subscription_inact
     ok = SchedulerCandidate(ReportManualInput(live, uuid.uuid4()), T0)
     dead = SchedulerCandidate(ReportManualInput(gone, uuid.uuid4()), T0)
     async with transaction(pool) as conn:
-        await inputs_repo.subscriptions_upsert(
+        await subscriptions_repo.upsert(
             conn, [subscription_msg(live), subscription_msg(gone, active=False)], T0
         )
-        await repo.rows_ensure(conn, [ok, dead], T0)
+        await repo.ensure(conn, [ok, dead], T0)
     result = await runner(runtime).run_once(T0)
     assert (result.completed, result.deactivated) == (1, {"ReportSubscriptionInactive": 1})
     [e] = await outbox(pool)
@@ -221,7 +223,7 @@ async def test_threshold_reminder_completes_while_met(pool: asyncpg.Pool, runtim
         return SchedulerCandidate(inp, T0)
 
     async with transaction(pool) as conn:
-        await inputs_repo.settings_upsert(
+        await settings_repo.upsert(
             conn,
             [
                 setting_msg(
@@ -234,7 +236,7 @@ async def test_threshold_reminder_completes_while_met(pool: asyncpg.Pool, runtim
             ],
             T0,
         )
-        await inputs_repo.sources_upsert(
+        await sources_repo.upsert(
             conn,
             [
                 source_msg(met, attributes={"Booked": 95}),
@@ -242,7 +244,7 @@ async def test_threshold_reminder_completes_while_met(pool: asyncpg.Pool, runtim
             ],
             T0,
         )
-        await repo.rows_ensure(conn, [candidate(met), candidate(not_met)], T0)
+        await repo.ensure(conn, [candidate(met), candidate(not_met)], T0)
     result = await runner(runtime).run_once(T0)
     assert (result.completed, result.deactivated) == (1, {"SourceNoLongerValid": 1})
 

@@ -436,7 +436,7 @@ async def test_the_dispatched_threshold_lookup_reads_its_partial_index(
         plan = "\n".join(
             r[0]
             for r in await conn.fetch(
-                "EXPLAIN " + sql("automation_threshold_rows_dispatched"),
+                "EXPLAIN " + sql("scheduler_dispatched_of_thresholds"),
                 [setting],
                 ["Doc"],
                 [source],

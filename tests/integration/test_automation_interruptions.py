@@ -12,9 +12,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from db import automation as repo
-from db.automation import ClaimedRow
+from db import scheduler as repo
 from db.connector import DatabaseUnavailable, connection
+from db.scheduler import ClaimedRow
 from devkit.wait import eventually
 from streams.contracts.automation import AutomationType
 from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
@@ -279,7 +279,7 @@ async def test_a_row_that_never_gets_a_verdict_is_held_after_its_allowance_and_t
     assert await claimer.claim(pool, now + timedelta(days=30)) == []
     # Support sees both counters on the held row.
     async with connection(pool) as conn:
-        [held] = await repo.hold_list(conn, 10)
+        [held] = await repo.list_held(conn, 10)
     view = row_view(held)
     assert (view["attempts"], view["interruptions"], view["hold_reason"]) == (
         4,

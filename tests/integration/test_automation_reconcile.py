@@ -13,8 +13,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from db import automation_inputs as projections
-from db import automation_planning as repo
+from db import business_units as units_repo
+from db import reconcile_watermarks as watermarks_repo
+from db import reminder_settings as settings_repo
+from db import report_subscriptions as subscriptions_repo
+from db import sources as sources_repo
 from db.connector import transaction
 from db.queries import sql
 from streams.runtime import Runtime
@@ -55,10 +58,10 @@ async def missed(pool: asyncpg.Pool, n: int) -> tuple[uuid.UUID, list[uuid.UUID]
     updated_on instant so the keyset order is known."""
     setting, sources = uuid.uuid4(), [uuid.uuid4() for _ in range(n)]
     async with transaction(pool) as conn:
-        await repo.units_upsert(conn, [unit_msg()], T0)
-        await projections.settings_upsert(conn, [setting_msg(setting)], T0)
+        await units_repo.upsert(conn, [unit_msg()], T0)
+        await settings_repo.upsert(conn, [setting_msg(setting)], T0)
         for i, s in enumerate(sources):
-            await projections.sources_upsert(conn, [source_msg(s)], T0 + timedelta(seconds=i))
+            await sources_repo.upsert(conn, [source_msg(s)], T0 + timedelta(seconds=i))
     return setting, sources
 
 
@@ -110,7 +113,7 @@ async def test_interrupted_batch_keeps_the_watermark_and_the_rerun_converges(
     with pytest.raises(RuntimeError, match="injected"):
         await reconciliation(runtime, planner).run_once(AS_OF)
     async with transaction(pool) as conn:
-        mark = await repo.watermark_get(conn, SOURCES_PROVIDER)
+        mark = await watermarks_repo.get(conn, SOURCES_PROVIDER)
     # The first batch committed (sources 0-1); the second rolled back with its watermark.
     assert mark is not None and mark.cursor_guid == sources[1]
     assert mark.watermark == T0 + timedelta(seconds=1)
@@ -145,13 +148,9 @@ async def test_reconciliation_bounds_allowlist_and_due_window(
     setting, (source,) = await missed(pool, 1)
     other_bu = uuid.uuid4()
     async with transaction(pool) as conn:
-        await repo.units_upsert(conn, [unit_msg(bu=other_bu)], T0)
-        await projections.settings_upsert(
-            conn, [setting_msg(uuid.uuid4(), business_unit_id=other_bu)], T0
-        )
-        await projections.sources_upsert(
-            conn, [source_msg(uuid.uuid4(), business_unit_id=other_bu)], T0
-        )
+        await units_repo.upsert(conn, [unit_msg(bu=other_bu)], T0)
+        await settings_repo.upsert(conn, [setting_msg(uuid.uuid4(), business_unit_id=other_bu)], T0)
+        await sources_repo.upsert(conn, [source_msg(uuid.uuid4(), business_unit_id=other_bu)], T0)
     planner = Inputs(runtime).planner
     # Window of 10 days: the offset-7 row (Dec 24) is beyond it, the offset-30 one (Dec 1) in.
     result = await reconciliation(runtime, planner, window_days=10).run_once(AS_OF)
@@ -163,7 +162,7 @@ async def test_reconciliation_bounds_allowlist_and_due_window(
 
 
 async def test_reconciliation_statement_is_bounded(pool: asyncpg.Pool) -> None:
-    statement = sql("automation_reconcile_sources_page")
+    statement = sql("sources_reconcile_page")
     for bound in ("s.is_active", "business_unit_id = ANY($1", "> ($2", "<= $5", "LIMIT $6"):
         assert bound in statement
     await missed(pool, 50)
@@ -193,8 +192,8 @@ async def test_reconciliation_rolls_report_runs_forward(
 ) -> None:
     sub = uuid.uuid4()
     async with transaction(pool) as conn:
-        await repo.units_upsert(conn, [unit_msg()], T0)
-        await projections.subscriptions_upsert(conn, [subscription_msg(sub)], T0)
+        await units_repo.upsert(conn, [unit_msg()], T0)
+        await subscriptions_repo.upsert(conn, [subscription_msg(sub)], T0)
     planner = Inputs(runtime).planner
     first = await reconciliation(runtime, planner).run_once(AS_OF)
     assert (first.subscriptions, len(await rows(pool))) == (1, 7)
@@ -237,7 +236,7 @@ async def test_a_dropped_setting_change_is_repaired_by_the_next_reconciliation(
     # The offset change 30,7 → 30,14 reaches the projection but its planning is lost.
     dropped = AS_OF + timedelta(hours=1)
     async with transaction(pool) as conn:
-        await projections.settings_upsert(
+        await settings_repo.upsert(
             conn, [setting_msg(setting, offsets_days=[30, 14], version=2)], dropped
         )
     result = await every_path(runtime, inputs.planner).run_once(dropped + timedelta(hours=1))
@@ -268,7 +267,7 @@ async def test_a_dropped_time_zone_change_is_repaired_by_the_next_reconciliation
     # The BU moves from UTC to Europe/Berlin; the projection has it, the planning is lost.
     dropped = AS_OF + timedelta(hours=1)
     async with transaction(pool) as conn:
-        await repo.units_upsert(conn, [unit_msg(zone="Europe/Berlin", version=2)], dropped)
+        await units_repo.upsert(conn, [unit_msg(zone="Europe/Berlin", version=2)], dropped)
     result = await every_path(runtime, inputs.planner).run_once(dropped + timedelta(hours=1))
     assert (result.units, result.sources, result.settings) == (1, 0, 0)
     after = await rows(pool)
@@ -291,11 +290,11 @@ async def test_a_dropped_time_zone_change_is_repaired_by_the_next_reconciliation
     ("statement", "table", "index"),
     [
         (
-            "automation_reconcile_settings_page",
+            "reminder_settings_reconcile_page",
             "reminder_settings",
             "ix_reminder_settings_reconcile",
         ),
-        ("automation_reconcile_units_page", "business_units", "ix_business_units_reconcile"),
+        ("business_units_reconcile_page", "business_units", "ix_business_units_reconcile"),
     ],
 )
 async def test_the_settings_and_units_repair_scans_are_bounded(

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from db import calendar as repo
+from db import event_reminders as repo
 from db.connector import DatabaseUnavailable
 from devkit.wait import eventually
 from streams.agents.applier import Origin, StateWriter, Written
@@ -317,7 +317,7 @@ async def test_parallel_dispatchers_handle_each_row_once(
 # cascade committed first the row is already Skipped and not selected; if the worker was
 # first the reminder goes out and the event is cancelled after it (an accepted window).
 #
-# In this design the worker's read IS its lock: the claim (calendar_reminders_claim_due) locks
+# In this design the worker's read IS its lock: the claim (event_reminders_claim_due) locks
 # each due reminder FOR NO KEY UPDATE and its event FOR SHARE, and the batch's mark and
 # outbox insert run in the same transaction. A cancellation must update that event row
 # (and then the reminder rows), so it waits for the dispatcher's commit: a cancellation
@@ -598,13 +598,13 @@ async def test_the_state_after_a_run_comes_from_its_last_claim_when_that_saw_eve
         await apply(applier, e)
     later = START - timedelta(minutes=10)  # the second reminder of each event: not yet due
     asked: list[datetime] = []
-    real = repo.reminders_due_state
+    real = repo.due_state
 
     async def due_state(conn: Any, as_of: datetime) -> Any:
         asked.append(as_of)
         return await real(conn, as_of)
 
-    monkeypatch.setattr(repo, "reminders_due_state", due_state)
+    monkeypatch.setattr(repo, "due_state", due_state)
     held: asyncpg.Connection | None = None
     if left_behind == "poison":
         await pool.execute(

@@ -12,7 +12,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from db import calendar as repo
+from db import event_reminders as reminders_repo
+from db import events as events_repo
 from db.queries import sql
 from streams.clock import ManualClock
 from streams.runtime import Runtime
@@ -65,12 +66,12 @@ async def runtime(database_url: str) -> AsyncIterator[Runtime]:
 
 async def seed(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
-        await repo.reminders_seed(
+        await events_repo.seed(
             conn, events=BACKLOG, offsets=[0], start=T0 - timedelta(minutes=5), spread_ms=1000
         )
         # Two rows that come due during the minute: the wake-ups for them must still happen.
         for at in (T0 + timedelta(seconds=20), T0 + timedelta(seconds=40)):
-            await repo.reminders_seed(conn, events=1, offsets=[0], start=at)
+            await events_repo.seed(conn, events=1, offsets=[0], start=at)
 
 
 async def statuses(pool: asyncpg.Pool) -> dict[str, int]:
@@ -167,7 +168,7 @@ async def test_skip_locked_counts_the_rows_a_full_batch_passed_over(
     runtime: Runtime, pool: asyncpg.Pool, database_url: str
 ) -> None:
     async with pool.acquire() as conn:
-        await repo.reminders_seed(
+        await events_repo.seed(
             conn, events=15, offsets=[0], start=T0 - timedelta(minutes=5), spread_ms=1000
         )
     holder = await asyncpg.connect(database_url)
@@ -179,7 +180,7 @@ async def test_skip_locked_counts_the_rows_a_full_batch_passed_over(
         )
         # One claim of 10: full (10 free rows after the 5 locked ones), 5 passed over.
         async with pool.acquire() as conn, conn.transaction():
-            claim = await repo.reminders_claim_due(conn, T0, 10, [])
+            claim = await reminders_repo.claim_due(conn, T0, 10, [])
         assert (len(claim.rows), claim.passed_over) == (10, 5)
         # A run that ends on that full batch (as one under a backlog does when its budget
         # runs out; here a stop request after the first batch).
@@ -210,7 +211,7 @@ async def test_a_lone_dispatcher_draining_a_backlog_in_two_lanes_counts_nothing_
     """The run's other lane holds its own batch: that is not contention. (Claims running
     side by side passed over each other's batch: a batch, 100 here.)"""
     async with pool.acquire() as conn:
-        await repo.reminders_seed(
+        await events_repo.seed(
             conn, events=2000, offsets=[0], start=T0 - timedelta(minutes=50), spread_ms=10
         )
     d = CalendarReminderDispatcher(
@@ -239,11 +240,11 @@ async def test_the_claim_and_its_count_read_only_the_range_they_need(
     100 and its skip-locked count read about the 150 rows its scan went through (twice),
     not the due backlog and never the rows not yet due."""
     async with pool.acquire() as conn:
-        await repo.reminders_seed(conn, events=20_000, offsets=[0], start=T0 + timedelta(days=1))
-        await repo.reminders_seed(
+        await events_repo.seed(conn, events=20_000, offsets=[0], start=T0 + timedelta(days=1))
+        await events_repo.seed(
             conn, events=300, offsets=[0], start=T0 - timedelta(minutes=50), spread_ms=10
         )
-        await repo.tables_analyze(conn)
+        await events_repo.analyze(conn)
     holder = await asyncpg.connect(database_url)
     try:
         tx = holder.transaction()
@@ -253,10 +254,10 @@ async def test_the_claim_and_its_count_read_only_the_range_they_need(
         )
         async with pool.acquire() as conn, conn.transaction():
             [(raw,)] = await conn.fetch(
-                "EXPLAIN (ANALYZE, FORMAT JSON) " + sql("calendar_reminders_claim_due"), T0, 100, []
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + sql("event_reminders_claim_due"), T0, 100, []
             )
         async with pool.acquire() as conn, conn.transaction():
-            claim = await repo.reminders_claim_due(conn, T0, 100, [])
+            claim = await reminders_repo.claim_due(conn, T0, 100, [])
         await tx.rollback()
     finally:
         await holder.close()

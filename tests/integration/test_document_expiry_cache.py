@@ -245,17 +245,17 @@ async def test_an_owner_that_grew_past_its_cache_value_is_checked_by_a_bounded_r
     """Cached while small, then 2,000 documents more in the window: the check reads one
     document more than the value names (enough to refuse it), never the whole owner, and the
     ledger sends every new reminder once."""
-    from db import profile as repo
+    from db import document_expiry_reminders as repo
 
     read: list[int] = []
-    real = repo.expiry_marks_check
+    real = repo.check
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
         docs = await real(*args, **kwargs)
         read.append(len(docs))
         return docs
 
-    monkeypatch.setattr(repo, "expiry_marks_check", counted)
+    monkeypatch.setattr(repo, "check", counted)
     h = Harness(database_url, cache=True)
     try:
         owner = str(uuid.uuid4())

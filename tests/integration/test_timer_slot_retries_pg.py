@@ -340,6 +340,6 @@ async def test_giving_up_released_slots_reads_the_unfinished_index(pool: asyncpg
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SET LOCAL enable_seqscan = off")
         plan = await conn.fetchval(
-            "EXPLAIN (FORMAT JSON) " + sql("timer_slot_give_up_released"), "job", SLOT
+            "EXPLAIN (FORMAT JSON) " + sql("timer_slots_give_up_released"), "job", SLOT
         )
     assert "ix_timer_slots_unfinished" in str(plan)

@@ -174,7 +174,7 @@ async def test_unfinished_slots_are_listed_from_an_index(pool: asyncpg.Pool) -> 
         # Tiny tables are scanned whatever the indexes; forbid that to see the index is usable.
         await conn.execute("SET LOCAL enable_seqscan = off")
         plan = await conn.fetchval(
-            "EXPLAIN (FORMAT JSON) " + sql("timer_slot_unfinished"), "job", T0, 10
+            "EXPLAIN (FORMAT JSON) " + sql("timer_slots_unfinished"), "job", T0, 10
         )
     assert "ix_timer_slots_unfinished" in str(plan)
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from db.calendar import DueState
+from db.event_reminders import DueState
 from streams.slices.calendar.dispatch import DispatchConfig, poison_retry_at, wake_after
 
 AS_OF = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -1,5 +1,6 @@
-"""The database boundary has one shape: named statements in db/queries/<context>.sql, one
-repository function per statement named after it, and no SQL or driver in streams/."""
+"""The database boundary has one shape: named statements in db/queries/<table>.sql (one file
+per table or tightly-coupled table family), one repository db/<table>.py whose functions run
+one statement each, named <table>_<function>, and no SQL or driver in streams/."""
 
 from __future__ import annotations
 
@@ -12,15 +13,12 @@ import pytest
 from db.queries import QUERIES_DIR, parse
 
 ROOT = Path(__file__).resolve().parents[2]
-# Repositories whose functions mirror their statements: <context>_<function>; a context's
-# statements may be split over several repository modules.
-MIRRORED = {
-    "calendar": ["calendar"],
-    "outbox": ["outbox"],
-    "automation": ["automation", "automation_inputs", "automation_planning", "automation_delivery"],
-    "workers": ["workers"],
-    "profile": ["profile"],
-}
+TABLES = sorted(path.stem for path in QUERIES_DIR.glob("*.sql"))
+# Modules that also run a file's statements without mirroring them: the server's health ping
+# and session planning run where connections are opened.
+ALSO_RUN_BY = {"server": ["connector"]}
+# Per statement file, the repository modules that run its statements (the first mirrors them).
+MIRRORED = {table: [table, *ALSO_RUN_BY.get(table, [])] for table in TABLES}
 SQL_TEXT = re.compile(r"\b(SELECT\s|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM)", re.I)
 # The startup probe tells a refused login from an absent server by asyncpg's error types.
 DRIVER_ALLOWED = {"streams/wait.py"}
@@ -38,28 +36,40 @@ def _sql_calls(fn: ast.AST) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("context", sorted(MIRRORED))
-def test_each_statement_has_one_function_named_after_it(context: str) -> None:
-    statements: set[str] = set()
-    for path in QUERIES_DIR.glob(f"{context}*.sql"):  # a context's statements, in one or more files
-        statements |= set(parse(path.read_text(), path.name))
+def _functions(module: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    tree = ast.parse((ROOT / "db" / f"{module}.py").read_text())
+    return [fn for fn in tree.body if isinstance(fn, ast.AsyncFunctionDef | ast.FunctionDef)]
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_each_statement_has_one_function_named_after_it(table: str) -> None:
+    path = QUERIES_DIR / f"{table}.sql"
+    statements = set(parse(path.read_text(), path.name))
+    assert (ROOT / "db" / f"{table}.py").exists(), f"{path.name} has no repository db/{table}.py"
     used: set[str] = set()
-    functions = [
-        fn
-        for module in MIRRORED[context]
-        for fn in ast.parse((ROOT / "db" / f"{module}.py").read_text()).body
-    ]
-    for fn in functions:
-        if isinstance(fn, ast.AsyncFunctionDef | ast.FunctionDef):
-            calls = _sql_calls(fn)
-            if not calls:
-                continue
-            assert len(calls) == 1, f"{context}: {fn.name} runs {calls}: one statement each"
-            assert calls[0] == f"{context}_{fn.name}", (
-                f"{context}: {fn.name} runs {calls[0]}; name it after its statement"
-            )
-            used.add(calls[0])
+    for fn in _functions(table):
+        calls = _sql_calls(fn)
+        if not calls:
+            continue
+        assert len(calls) == 1, f"{table}: {fn.name} runs {calls}: one statement each"
+        assert calls[0] == f"{table}_{fn.name}", (
+            f"{table}: {fn.name} runs {calls[0]}; name it after its statement"
+        )
+        used.add(calls[0])
+    for module in ALSO_RUN_BY.get(table, []):
+        for fn in _functions(module):
+            used |= set(_sql_calls(fn)) & statements
     assert statements == used, f"statements without a function: {sorted(statements - used)}"
+
+
+def test_only_a_tables_repository_runs_its_statements() -> None:
+    offenders = []
+    for path in sorted((ROOT / "db").glob("*.py")):
+        runners = {table for table, modules in MIRRORED.items() if path.stem in modules}
+        for name in _sql_calls(ast.parse(path.read_text())):
+            if not any(name.startswith(f"{table}_") for table in runners):
+                offenders.append(f"db/{path.name}: {name}")
+    assert offenders == []
 
 
 def _python_files(folder: str) -> list[Path]:

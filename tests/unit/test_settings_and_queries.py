@@ -33,7 +33,7 @@ def test_named_statements_parse() -> None:
 
 
 def test_every_statement_is_loaded_and_unknown_names_are_named() -> None:
-    assert "calendar_reminders_claim_due" in all_queries()
+    assert "event_reminders_claim_due" in all_queries()
     with pytest.raises(KeyError, match="no_such"):
         sql("no_such")
 

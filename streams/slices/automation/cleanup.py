@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from db import automation as repo
+from db import scheduler as repo
 from db.connector import transaction
 from streams.domain.automation import (
     DEFAULT_BACKOFF,
@@ -79,7 +79,7 @@ class StaleCleanup:
         pool = await self.runtime.pool()
         while not self.should_stop():
             async with transaction(pool) as conn:
-                stale = await repo.stale_lock(conn, now, self.config.batch_size)
+                stale = await repo.lock_stale(conn, now, self.config.batch_size)
                 writes = []
                 for row in stale:
                     writes.append(
@@ -92,7 +92,7 @@ class StaleCleanup:
                             error="processing lease expired before the claim finished",
                         )
                     )
-                written = await repo.rows_retry(conn, writes, now)
+                written = await repo.retry(conn, writes, now)
             result.batches += 1
             for w in writes:
                 if w.scheduler_id not in written:

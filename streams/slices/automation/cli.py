@@ -25,7 +25,7 @@ from uuid import UUID
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_pascal
 
-from db import automation as repo
+from db import scheduler as repo
 from db.connector import DatabaseUnavailable, InputRejected, connection, create_pool, transaction
 from streams.contracts.automation import FiringPolicy, TriggerType
 from streams.domain.automation import (
@@ -166,7 +166,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             return 0
         if args.command == "show":
             async with connection(pool) as conn:
-                row = await repo.row_get(conn, args.key)
+                row = await repo.get_by_key(conn, args.key)
             if row is None:
                 print(f"no row with SchedulerKey {args.key!r}", file=sys.stderr)
                 return 1
@@ -174,7 +174,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             return 0
         if args.command == "hold":
             async with connection(pool) as conn:
-                held = await repo.hold_list(conn, args.limit)
+                held = await repo.list_held(conn, args.limit)
             for h in held:
                 print(
                     f"{h.failure_reason_code or '-':<20} attempts={h.retry_count:<3} "

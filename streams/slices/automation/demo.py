@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from db import automation_planning as repo
+from db import scheduler as repo
 from db.connector import connect
 from streams.contracts import (
     BUSINESS_UNITS,
@@ -121,7 +121,7 @@ async def report(settings: Settings, kafka: DemoKafka, demo: AutomationDemo, wai
     )
     conn = await connect(settings.database_url)
     try:
-        by_status = await repo.rows_status_count(conn, [s.source_guid for s in demo.sources])
+        by_status = await repo.status_count(conn, [s.source_guid for s in demo.sources])
     finally:
         await conn.close()
     print()

@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
-from db import automation_delivery as delivery_repo
-from db import automation_inputs as repo
-from db import automation_planning as planning_repo
-from db.automation import ClaimedRow, rows_ensure
+from db import business_units as units_repo
+from db import reminder_settings as settings_repo
+from db import report_subscriptions as subscriptions_repo
+from db import scheduler as scheduler_repo
+from db import sources as sources_repo
+from db.connector import Connection
+from db.scheduler import ClaimedRow
 from streams.clock import Clock, SystemClock
 from streams.contracts.automation import (
     AutomationType,
@@ -99,69 +102,69 @@ class AutomationInputs(Protocol):
     execution). Each call loads a whole batch."""
 
     async def reminder_settings(
-        self, conn: Any, guids: Collection[UUID]
+        self, conn: Connection, guids: Collection[UUID]
     ) -> Mapping[UUID, SettingState]: ...
 
     async def sources(
-        self, conn: Any, refs: Collection[tuple[str, UUID]]
+        self, conn: Connection, refs: Collection[tuple[str, UUID]]
     ) -> Mapping[tuple[str, UUID], SourceState]: ...
 
     async def report_subscriptions(
-        self, conn: Any, guids: Collection[UUID]
+        self, conn: Connection, guids: Collection[UUID]
     ) -> Mapping[UUID, SubscriptionState]: ...
 
     async def delivery_settings(
-        self, conn: Any, guids: Collection[UUID]
+        self, conn: Connection, guids: Collection[UUID]
     ) -> Mapping[UUID, DeliverySettings]: ...
 
     # Recurring rows are revalidated on the full states, and their successor is planned in
     # the BU's zone with the provider's own helpers.
     async def setting_states(
-        self, conn: Any, guids: Collection[UUID]
+        self, conn: Connection, guids: Collection[UUID]
     ) -> Mapping[UUID, ReminderSettingChanged]: ...
 
     async def source_states(
-        self, conn: Any, refs: Collection[tuple[str, UUID]]
+        self, conn: Connection, refs: Collection[tuple[str, UUID]]
     ) -> Mapping[tuple[str, UUID], SourceEntityChanged]: ...
 
-    async def unit_zones(self, conn: Any, units: Collection[UUID]) -> Mapping[UUID, str]: ...
+    async def unit_zones(self, conn: Connection, units: Collection[UUID]) -> Mapping[UUID, str]: ...
 
 
 class PgAutomationInputs:
     """``AutomationInputs`` over the projections in the ``automation`` schema."""
 
     async def reminder_settings(
-        self, conn: Any, guids: Collection[UUID]
+        self, conn: Connection, guids: Collection[UUID]
     ) -> Mapping[UUID, SettingState]:
-        return await repo.settings_get(conn, guids)
+        return await settings_repo.states_get(conn, guids)
 
     async def sources(
-        self, conn: Any, refs: Collection[tuple[str, UUID]]
+        self, conn: Connection, refs: Collection[tuple[str, UUID]]
     ) -> Mapping[tuple[str, UUID], SourceState]:
-        return await repo.sources_get(conn, refs)
+        return await sources_repo.states_get(conn, refs)
 
     async def report_subscriptions(
-        self, conn: Any, guids: Collection[UUID]
+        self, conn: Connection, guids: Collection[UUID]
     ) -> Mapping[UUID, SubscriptionState]:
-        return await repo.subscriptions_get(conn, guids)
+        return await subscriptions_repo.states_get(conn, guids)
 
     async def delivery_settings(
-        self, conn: Any, guids: Collection[UUID]
+        self, conn: Connection, guids: Collection[UUID]
     ) -> Mapping[UUID, DeliverySettings]:
-        return await delivery_repo.settings_delivery_get(conn, guids)
+        return await settings_repo.delivery_get(conn, guids)
 
     async def setting_states(
-        self, conn: Any, guids: Collection[UUID]
+        self, conn: Connection, guids: Collection[UUID]
     ) -> Mapping[UUID, ReminderSettingChanged]:
-        return await planning_repo.settings_load(conn, guids)
+        return await settings_repo.changes_get(conn, guids)
 
     async def source_states(
-        self, conn: Any, refs: Collection[tuple[str, UUID]]
+        self, conn: Connection, refs: Collection[tuple[str, UUID]]
     ) -> Mapping[tuple[str, UUID], SourceEntityChanged]:
-        return await planning_repo.sources_load(conn, refs)
+        return await sources_repo.changes_get(conn, refs)
 
-    async def unit_zones(self, conn: Any, units: Collection[UUID]) -> Mapping[UUID, str]:
-        return await planning_repo.units_get(conn, units)
+    async def unit_zones(self, conn: Connection, units: Collection[UUID]) -> Mapping[UUID, str]:
+        return await units_repo.get_by_id(conn, units)
 
 
 class AutomationHandler(Protocol):
@@ -171,7 +174,9 @@ class AutomationHandler(Protocol):
     # (AUTOMATION_DAILY_RETRY_TYPES), never the handler's own say.
     daily_retry: bool
 
-    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+    async def revalidate(
+        self, conn: Connection, rows: Sequence[ClaimedRow]
+    ) -> Mapping[int, Outcome]:
         """A verdict (or a Failure) per ``scheduler_id``; a row left out counts as failed."""
         ...
 
@@ -232,14 +237,16 @@ class ReminderHandler:
         self.delivery: DeliveryPolicy = delivery or SettingDeliveryPolicy()
         self.clock: Clock = clock or SystemClock()
 
-    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+    async def revalidate(
+        self, conn: Connection, rows: Sequence[ClaimedRow]
+    ) -> Mapping[int, Outcome]:
         full = [r for r in rows if _on_full_state(r)]
         out = await self._dated(conn, [r for r in rows if not _on_full_state(r)])
         if full:
             out.update(await self._full_state(conn, full))
         return out
 
-    async def _dated(self, conn: Any, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
+    async def _dated(self, conn: Connection, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
         if not rows:
             return {}
         parsed, out = _occurrences(rows)
@@ -278,7 +285,7 @@ class ReminderHandler:
         )
         return out
 
-    async def _full_state(self, conn: Any, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
+    async def _full_state(self, conn: Connection, rows: Sequence[ClaimedRow]) -> dict[int, Outcome]:
         """Recurring and immediate rows, revalidated on the full setting and source states.
         Recurring: the occurrence must still be one of the source date's; a valid one ensures
         its successor (the next occurrence, same offset) in this transaction, so the chain
@@ -317,7 +324,7 @@ class ReminderHandler:
             if verdict.kind is VerdictKind.VALID and setting and source and zone:
                 following += successors(setting, source, zone, occurrence)
         if following:
-            await rows_ensure(conn, following, self.clock.now())
+            await scheduler_repo.ensure(conn, following, self.clock.now())
         await self._address(
             conn,
             {i: (o.setting_guid, _ref(r)) for r in rows if (o := wanted.get(i := r.scheduler_id))},
@@ -328,7 +335,7 @@ class ReminderHandler:
 
     async def _address(
         self,
-        conn: Any,
+        conn: Connection,
         targets: Mapping[int, tuple[UUID, tuple[str, UUID]]],
         attributes: Mapping[tuple[str, UUID], Mapping[str, Any]],
         out: dict[int, Outcome],
@@ -372,7 +379,9 @@ class ReportSubscriptionHandler:
         self.inputs = inputs
         self.daily_retry = daily_retry
 
-    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+    async def revalidate(
+        self, conn: Connection, rows: Sequence[ClaimedRow]
+    ) -> Mapping[int, Outcome]:
         parsed, out = _occurrences(rows)
         wanted = {
             i: o

@@ -21,8 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from db import automation_inputs as projections
-from db import automation_planning as repo
+from db import business_units as units_repo
+from db import reminder_settings as settings_repo
+from db import report_subscriptions as subscriptions_repo
+from db import sources as sources_repo
 from db.connector import Connection
 from streams.agents.applier import Origin, StateWriter, VersionedStateApplier, Written
 from streams.contracts.automation import (
@@ -66,14 +68,14 @@ class SourcesWriter:
     ) -> Written[Planned]:
         changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
         # The BU a source is in now and the one it may be leaving: both see this change.
-        stored = await repo.sources_load(
+        stored = await sources_repo.changes_get(
             conn, {(norm_text(m.source_type), m.source_guid) for m in changed}
         )
         units = {m.business_unit_id for m in changed} | {
             s.business_unit_id for s in stored.values()
         }
-        await repo.units_lock(conn, units)
-        applied = await projections.sources_upsert(conn, changed, now)
+        await units_repo.lock(conn, units)
+        applied = await sources_repo.upsert(conn, changed, now)
         planned = await self.planner.for_sources(conn, applied, now)
         return Written({f"{t}:{g}" for t, g in applied}, set(), planned)
 
@@ -97,8 +99,8 @@ class SettingsWriter:
         origins: Mapping[str, Origin],
     ) -> Written[Planned]:
         changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
-        await repo.units_lock(conn, {m.business_unit_id for m in changed})
-        applied = await projections.settings_upsert(conn, changed, now)
+        await units_repo.lock(conn, {m.business_unit_id for m in changed})
+        applied = await settings_repo.upsert(conn, changed, now)
         planned = await self.planner.for_settings(conn, applied, now)
         return Written({str(g) for g in applied}, set(), planned)
 
@@ -122,8 +124,8 @@ class UnitsWriter:
         origins: Mapping[str, Origin],
     ) -> Written[Planned]:
         changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
-        await repo.units_lock(conn, {m.business_unit_id for m in changed})
-        applied = await repo.units_upsert(conn, changed, now)
+        await units_repo.lock(conn, {m.business_unit_id for m in changed})
+        applied = await units_repo.upsert(conn, changed, now)
         planned = await self.planner.for_units(conn, applied, now)
         return Written({str(u) for u in applied}, set(), planned)
 
@@ -152,10 +154,10 @@ class SubscriptionsWriter:
         origins: Mapping[str, Origin],
     ) -> Written[Planned]:
         changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
-        await repo.units_lock(conn, {m.business_unit_id for m in changed})
+        await units_repo.lock(conn, {m.business_unit_id for m in changed})
         scheduled = [m for m in changed if not _manual_only(m)]
-        applied = await projections.subscriptions_upsert(conn, scheduled, now)
-        current = await repo.subscriptions_load(conn, applied)
+        applied = await subscriptions_repo.upsert(conn, scheduled, now)
+        current = await subscriptions_repo.changes_get(conn, applied)
         planned = await self.planner.for_subscriptions(conn, current.values(), now)
         manual = [
             manual_run(m.subscription_guid, m.manual_run_guid, now)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from db.automation import RetryWrite
+from db.scheduler import RetryWrite
 from streams.domain.automation import interruption_plan
 from streams.slices.automation.handlers import HandlerRegistry
 

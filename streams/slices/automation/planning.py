@@ -20,11 +20,16 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
-from db import automation_planning as repo
-from db.automation import EnsuredRow
+from db import business_units as units_repo
+from db import reminder_settings as settings_repo
+from db import report_subscriptions as subscriptions_repo
+from db import scheduler as scheduler_repo
+from db import sources as sources_repo
+from db import threshold_states as thresholds_repo
+from db.connector import Connection
+from db.scheduler import EnsuredRow
 from streams.contracts.automation import (
     ReminderSettingChanged,
     ReportSubscriptionChanged,
@@ -100,54 +105,54 @@ class Planner:
 
     async def for_sources(
         self,
-        conn: Any,
+        conn: Connection,
         refs: Collection[SourceRef],
         as_of: datetime,
         horizon: datetime | None = None,
     ) -> Planned:
         """A source changed: its settings are those of its (BU, SourceType). ``horizon``
         (reconciliation's due window) leaves rows due later to the event path."""
-        sources = list((await repo.sources_load(conn, refs)).values())
+        sources = list((await sources_repo.changes_get(conn, refs)).values())
         units = {s.business_unit_id for s in sources}
-        settings = await repo.settings_of_units(conn, units)
-        open_rows = await repo.open_rows_of_sources(conn, refs)
+        settings = await settings_repo.of_units(conn, units)
+        open_rows = await scheduler_repo.open_of_sources(conn, refs)
         return await self._reminders(conn, sources, settings, open_rows, as_of, horizon)
 
     async def for_settings(
         self,
-        conn: Any,
+        conn: Connection,
         guids: Collection[UUID],
         as_of: datetime,
         horizon: datetime | None = None,
     ) -> Planned:
         """A setting changed: its sources are the active ones of its (BU, SourceType)."""
-        settings = list((await repo.settings_load(conn, guids)).values())
-        sources = await repo.sources_of_units(
+        settings = list((await settings_repo.changes_get(conn, guids)).values())
+        sources = await sources_repo.of_units(
             conn, {(s.business_unit_id, norm_text(s.source_type)) for s in settings}
         )
-        open_rows = await repo.open_rows_of_settings(conn, guids)
+        open_rows = await scheduler_repo.open_of_settings(conn, guids)
         return await self._reminders(conn, sources, settings, open_rows, as_of, horizon)
 
     async def for_units(
         self,
-        conn: Any,
+        conn: Connection,
         units: Collection[UUID],
         as_of: datetime,
         horizon: datetime | None = None,
     ) -> Planned:
         """A BU (its zone) changed: every active setting of it, with its sources; and the
         scheduled runs of its report subscriptions (bounded by the report window)."""
-        settings = await repo.settings_of_units(conn, units)
+        settings = await settings_repo.of_units(conn, units)
         planned = await self.for_settings(conn, {s.setting_guid for s in settings}, as_of, horizon)
-        subscriptions = await repo.subscriptions_of_units(conn, units)
+        subscriptions = await subscriptions_repo.of_units(conn, units)
         return planned.merge(await self.for_subscriptions(conn, subscriptions, as_of))
 
     async def _reminders(
         self,
-        conn: Any,
+        conn: Connection,
         sources: Iterable[SourceEntityChanged],
         settings: Iterable[ReminderSettingChanged],
-        open_rows: Iterable[repo.OpenRow],
+        open_rows: Iterable[scheduler_repo.OpenRow],
         as_of: datetime,
         horizon: datetime | None = None,
     ) -> Planned:
@@ -157,14 +162,18 @@ class Planner:
         # Settings and sources that open rows name but the scope did not load (an inactive
         # setting, another BU): loaded to say why their rows no longer hold.
         missing = {r.setting_guid for r in open_list if r.setting_guid is not None}
-        settings_by_guid.update(await repo.settings_load(conn, missing - set(settings_by_guid)))
+        settings_by_guid.update(
+            await settings_repo.changes_get(conn, missing - set(settings_by_guid))
+        )
         refs = {
             (r.source_type, r.source_guid)
             for r in open_list
             if r.source_type is not None and r.source_guid is not None
         }
-        sources_by_ref.update(await repo.sources_load(conn, refs - set(sources_by_ref)))
-        zones = await repo.units_get(conn, {s.business_unit_id for s in sources_by_ref.values()})
+        sources_by_ref.update(await sources_repo.changes_get(conn, refs - set(sources_by_ref)))
+        zones = await units_repo.get_by_id(
+            conn, {s.business_unit_id for s in sources_by_ref.values()}
+        )
         pairs = [
             (setting, source)
             for setting in settings_by_guid.values()
@@ -177,7 +186,7 @@ class Planner:
             for t, s in pairs
             if t.trigger_type is TriggerType.THRESHOLD_CONDITION
         ]
-        memory = await repo.thresholds_get(conn, thresholds)
+        memory = await thresholds_repo.get_by_key(conn, thresholds)
         value_free = [
             (t.setting_guid, *ref(s))
             for t, s in pairs
@@ -185,7 +194,7 @@ class Planner:
             and t.threshold is not None
             and t.threshold.firing_policy in VALUE_FREE
         ]
-        dispatched = await repo.threshold_rows_dispatched(conn, value_free)
+        dispatched = await scheduler_repo.dispatched_of_thresholds(conn, value_free)
         valid: set[str] = set()
         ensure: list[SchedulerCandidate] = []
         new_memory: dict[tuple[UUID, str, UUID], ThresholdMemory] = {}
@@ -243,12 +252,12 @@ class Planner:
             reasons.update(invalidation.reasons([r.scheduler_key], row_setting, active))
         if horizon is not None:
             ensure = [c for c in ensure if c.scheduled_on <= horizon]
-        await repo.thresholds_put(conn, new_memory, as_of)
+        await thresholds_repo.put(conn, new_memory, as_of)
         return await self._apply(conn, reasons, ensure, as_of)
 
     async def _apply(
         self,
-        conn: Any,
+        conn: Connection,
         reasons: dict[str, str],
         ensure: list[SchedulerCandidate],
         as_of: datetime,
@@ -261,13 +270,13 @@ class Planner:
     # --- report subscriptions ---------------------------------------------------------------
 
     async def for_subscriptions(
-        self, conn: Any, subscriptions: Iterable[ReportSubscriptionChanged], as_of: datetime
+        self, conn: Connection, subscriptions: Iterable[ReportSubscriptionChanged], as_of: datetime
     ) -> Planned:
         """Scheduled runs: one row per period start in [as_of, as_of + window); open rows of
         periods the current schedule does not have (from as_of - window on) are deactivated."""
         subs = {s.subscription_guid: s for s in subscriptions}
-        zones = await repo.units_get(conn, {s.business_unit_id for s in subs.values()})
-        open_rows = await repo.open_rows_of_subscriptions(conn, subs)
+        zones = await units_repo.get_by_id(conn, {s.business_unit_id for s in subs.values()})
+        open_rows = await scheduler_repo.open_of_subscriptions(conn, subs)
         reasons: dict[str, str] = {}
         ensure: list[SchedulerCandidate] = []
         for guid, sub in subs.items():

@@ -34,8 +34,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
 
-from db import automation_planning as repo
-from db.connector import transaction
+from db import business_units as units_repo
+from db import reconcile_watermarks as watermarks_repo
+from db import reminder_settings as settings_repo
+from db import report_subscriptions as subscriptions_repo
+from db import sources as sources_repo
+from db.connector import Connection, transaction
+from db.reconcile_watermarks import Changed, Watermark
 from streams.runtime import Runtime
 from streams.settings import ConfigError
 from streams.slices.automation.planning import Planned, Planner, ref
@@ -90,7 +95,7 @@ class Page:
 
     count: int
     units: set[UUID]
-    last: repo.Watermark
+    last: Watermark
     plan: Callable[[Planner, Any, datetime, datetime], Awaitable[Planned]]
 
 
@@ -101,7 +106,7 @@ class RepairPath(Protocol):
     counter: str  # the ReconcileResult field its entities are counted in
 
     async def page(
-        self, conn: Any, units: Sequence[UUID], mark: repo.Watermark, until: datetime, limit: int
+        self, conn: Connection, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
     ) -> Page | None: ...
 
 
@@ -109,9 +114,9 @@ class SourcePath:
     provider, counter = SOURCES_PROVIDER, "sources"
 
     async def page(
-        self, conn: Any, units: Sequence[UUID], mark: repo.Watermark, until: datetime, limit: int
+        self, conn: Connection, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
     ) -> Page | None:
-        rows = await repo.reconcile_sources_page(conn, units, mark, until, limit)
+        rows = await sources_repo.reconcile_page(conn, units, mark, until, limit)
         if not rows:
             return None
         refs = [ref(c.source) for c in rows]
@@ -119,7 +124,7 @@ class SourcePath:
         return Page(
             len(rows),
             {c.source.business_unit_id for c in rows},
-            repo.Watermark(self.provider, last.updated_on, *ref(last.source)),
+            Watermark(self.provider, last.updated_on, *ref(last.source)),
             lambda planner, conn, as_of, horizon: planner.for_sources(conn, refs, as_of, horizon),
         )
 
@@ -128,9 +133,9 @@ class SettingPath:
     provider, counter = SETTINGS_PROVIDER, "settings"
 
     async def page(
-        self, conn: Any, units: Sequence[UUID], mark: repo.Watermark, until: datetime, limit: int
+        self, conn: Connection, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
     ) -> Page | None:
-        rows = await repo.reconcile_settings_page(conn, units, mark, until, limit)
+        rows = await settings_repo.reconcile_page(conn, units, mark, until, limit)
         return _changed_page(self.provider, rows, lambda planner: planner.for_settings)
 
 
@@ -138,9 +143,9 @@ class UnitPath:
     provider, counter = UNITS_PROVIDER, "units"
 
     async def page(
-        self, conn: Any, units: Sequence[UUID], mark: repo.Watermark, until: datetime, limit: int
+        self, conn: Connection, units: Sequence[UUID], mark: Watermark, until: datetime, limit: int
     ) -> Page | None:
-        rows = await repo.reconcile_units_page(conn, units, mark, until, limit)
+        rows = await units_repo.reconcile_page(conn, units, mark, until, limit)
         return _changed_page(self.provider, rows, lambda planner: planner.for_units)
 
 
@@ -149,20 +154,22 @@ Entry = Callable[[Any, Sequence[UUID], datetime, datetime], Awaitable[Planned]]
 
 
 def _changed_page(
-    provider: str, rows: Sequence[repo.Changed], entry: Callable[[Planner], Entry]
+    provider: str, rows: Sequence[Changed], entry: Callable[[Planner], Entry]
 ) -> Page | None:
     if not rows:
         return None
     guids = [r.guid for r in rows]
     last = rows[-1]
 
-    def plan(planner: Planner, conn: Any, as_of: datetime, horizon: datetime) -> Awaitable[Planned]:
+    def plan(
+        planner: Planner, conn: Connection, as_of: datetime, horizon: datetime
+    ) -> Awaitable[Planned]:
         return entry(planner)(conn, guids, as_of, horizon)
 
     return Page(
         len(rows),
         {r.business_unit_id for r in rows},
-        repo.Watermark(provider, last.updated_on, "", last.guid),
+        Watermark(provider, last.updated_on, "", last.guid),
         plan,
     )
 
@@ -237,15 +244,15 @@ class Reconciliation:
             if self.should_stop():
                 return
             async with transaction(pool) as conn:
-                mark = await repo.watermark_get(conn, path.provider) or repo.Watermark(
+                mark = await watermarks_repo.get(conn, path.provider) or Watermark(
                     path.provider, EPOCH
                 )
                 page = await path.page(conn, cfg.units, mark, as_of - cfg.settle, cfg.batch_size)
                 if page is None:
                     return
-                await repo.units_lock(conn, page.units)
+                await units_repo.lock(conn, page.units)
                 planned = await page.plan(self.planner, conn, as_of, horizon)
-                await repo.watermark_put(conn, page.last, as_of)
+                await watermarks_repo.put(conn, page.last, as_of)
             setattr(result, path.counter, getattr(result, path.counter) + page.count)
             self._count(planned, result)
             if page.count < cfg.batch_size:
@@ -258,17 +265,17 @@ class Reconciliation:
             if self.should_stop():
                 return
             async with transaction(pool) as conn:
-                mark = await repo.watermark_get(conn, REPORTS_PROVIDER)
+                mark = await watermarks_repo.get(conn, REPORTS_PROVIDER)
                 cursor = mark.cursor_guid if mark is not None else None
-                page = await repo.reconcile_subscriptions_page(
+                page = await subscriptions_repo.reconcile_page(
                     conn, cfg.units, cursor, cfg.batch_size
                 )
-                await repo.units_lock(conn, {s.business_unit_id for s in page})
+                await units_repo.lock(conn, {s.business_unit_id for s in page})
                 planned = await self.planner.for_subscriptions(conn, page, as_of)
                 done = len(page) < cfg.batch_size
                 next_cursor = None if done else page[-1].subscription_guid
-                await repo.watermark_put(
-                    conn, repo.Watermark(REPORTS_PROVIDER, as_of, "", next_cursor), as_of
+                await watermarks_repo.put(
+                    conn, Watermark(REPORTS_PROVIDER, as_of, "", next_cursor), as_of
                 )
             result.subscriptions += len(page)
             if page:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
-from db import automation as repo
-from db.automation import DeactivatedRow, EnsuredRow
+from db import scheduler as repo
+from db.connector import Connection
+from db.scheduler import DeactivatedRow, EnsuredRow
 from streams.domain.automation import EnsureOutcome, SchedulerCandidate, SchedulerStatus
 from streams.slices.automation.metrics import AutomationMetrics
 
@@ -37,9 +37,9 @@ class SchedulerRows:
         self._wake = wake
 
     async def ensure(
-        self, conn: Any, candidates: Sequence[SchedulerCandidate], now: datetime
+        self, conn: Connection, candidates: Sequence[SchedulerCandidate], now: datetime
     ) -> list[EnsuredRow]:
-        results = await repo.rows_ensure(conn, candidates, now)
+        results = await repo.ensure(conn, candidates, now)
         for r in results:
             self.metrics.ensured.labels(r.outcome).inc()
             if r.outcome == EnsureOutcome.CONFLICT.value:
@@ -53,20 +53,20 @@ class SchedulerRows:
         return results
 
     async def deactivate(
-        self, conn: Any, reasons: Mapping[str, str], now: datetime
+        self, conn: Connection, reasons: Mapping[str, str], now: datetime
     ) -> list[DeactivatedRow]:
         """Pending/Failed rows → Deactivated with a ReasonCode per key; Completed rows are
         history and stay, a Processing row is left to its claim (execution revalidates)."""
         return self._count(
-            await repo.rows_deactivate(conn, reasons, SchedulerStatus.DEACTIVATED.value, now)
+            await repo.deactivate(conn, reasons, SchedulerStatus.DEACTIVATED.value, now)
         )
 
     async def cancel(
-        self, conn: Any, reasons: Mapping[str, str], now: datetime
+        self, conn: Connection, reasons: Mapping[str, str], now: datetime
     ) -> list[DeactivatedRow]:
         """As ``deactivate``, to Cancelled (e.g. a manual run withdrawn by its requester)."""
         return self._count(
-            await repo.rows_deactivate(conn, reasons, SchedulerStatus.CANCELLED.value, now)
+            await repo.deactivate(conn, reasons, SchedulerStatus.CANCELLED.value, now)
         )
 
     def _count(self, rows: list[DeactivatedRow]) -> list[DeactivatedRow]:

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from db import automation as repo
-from db.automation import ClaimedRow, RetryWrite
-from db.connector import Pool, classify, connection, is_transient, transaction
+from db import scheduler as repo
+from db.connector import Connection, Pool, classify, connection, is_transient, transaction
+from db.scheduler import ClaimedRow, RetryWrite
 from streams.clock import Clock
 from streams.contracts import DISPATCH_REQUESTED
 from streams.contracts.automation import AutomationType, DispatchRequested, TriggerType
@@ -203,7 +203,7 @@ class AutomationRunner:
         """One claim transaction: due rows → Processing, lease now + N, new Version (token)."""
         began = self.clock.monotonic()
         async with transaction(pool) as conn:
-            rows = await repo.rows_claim(
+            rows = await repo.claim(
                 conn, now, self.config.batch_size, self.config.lease.total_seconds()
             )
         self.metrics.claim_duration.observe(self.clock.monotonic() - began)
@@ -283,7 +283,7 @@ class AutomationRunner:
 
     async def _write_back(self, pool: Pool, writes: list[RetryWrite], now: datetime) -> set[int]:
         async with transaction(pool) as conn:
-            return await repo.rows_retry(conn, writes, now)
+            return await repo.retry(conn, writes, now)
 
     def interruption_write(self, row: ClaimedRow, cause: str, now: datetime) -> RetryWrite:
         """The write of a claim that ended without a verdict: RetryCount kept within the
@@ -303,10 +303,10 @@ class AutomationRunner:
         async with transaction(pool) as conn:
             outcomes = await self._revalidate(conn, rows)
             plan = self._plan(rows, outcomes, now, result.run_id)
-            done = await repo.rows_complete(conn, plan.completions, now)
+            done = await repo.complete(conn, plan.completions, now)
             await insert_many(conn, [plan.records[i] for i in sorted(done)])
-            retired = await repo.rows_retire(conn, plan.retires, now)
-            retried = await repo.rows_retry(conn, plan.retries, now)
+            retired = await repo.retire(conn, plan.retires, now)
+            retried = await repo.retry(conn, plan.retries, now)
         self.metrics.execution_duration.observe(self.clock.monotonic() - began)
         # Counted only once the transaction has committed.
         result.batches += 1
@@ -334,7 +334,7 @@ class AutomationRunner:
             by_id, [w.scheduler_id for w in plan.retries], retried, "Retry"
         )
 
-    async def _revalidate(self, conn: Any, rows: list[ClaimedRow]) -> dict[int, Outcome]:
+    async def _revalidate(self, conn: Connection, rows: list[ClaimedRow]) -> dict[int, Outcome]:
         by_type: dict[str, list[ClaimedRow]] = {}
         for row in rows:
             by_type.setdefault(row.automation_type, []).append(row)

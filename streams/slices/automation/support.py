@@ -12,9 +12,9 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from db import automation as repo
-from db.automation import SchedulerRow
+from db import scheduler as repo
 from db.connector import DatabaseUnavailable, InputRejected, Pool, connection, transaction
+from db.scheduler import SchedulerRow
 from streams.runtime import Runtime
 from streams.slices.automation.metrics import AutomationMetrics
 
@@ -63,7 +63,7 @@ def row_view(row: SchedulerRow) -> dict[str, Any]:
 
 async def held_rows(pool: Pool, limit: int) -> list[dict[str, Any]]:
     async with connection(pool) as conn:
-        return [row_view(r) for r in await repo.hold_list(conn, limit)]
+        return [row_view(r) for r in await repo.list_held(conn, limit)]
 
 
 async def put_back(
@@ -71,9 +71,7 @@ async def put_back(
 ) -> SchedulerRow | None:
     """Lift the hold of ``key`` (None when no such row is on hold)."""
     async with transaction(pool) as conn:
-        row = await repo.row_release(
-            conn, key, action.value, action is SupportAction.RETRY_KEY, now
-        )
+        row = await repo.release(conn, key, action.value, action is SupportAction.RETRY_KEY, now)
     if row is not None:
         log.info(
             "action=automation_support_%s scheduler_id=%d status=%s retry_count=%d",
@@ -110,7 +108,7 @@ def status_section(
             now = runtime.clock.now()
             async with connection(pool) as conn:
                 stats = await repo.backlog_stats(conn, now)
-                held = [row_view(r) for r in await repo.hold_list(conn, STATUS_HOLD_ROWS)]
+                held = [row_view(r) for r in await repo.list_held(conn, STATUS_HOLD_ROWS)]
         except (DatabaseUnavailable, InputRejected) as exc:
             return {
                 "error": f"database unavailable ({type(exc).__name__})",

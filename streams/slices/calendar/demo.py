@@ -8,7 +8,8 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from db import calendar as repo
+from db import event_reminders as reminders_repo
+from db import events as events_repo
 from db.connector import connect
 from streams.contracts import CALENDAR_EVENTS, DLQ_SUFFIX, REMINDER_DUE
 from streams.contracts.calendar import CalendarEventChanged, EventStatus
@@ -94,8 +95,8 @@ async def report(settings: Settings, kafka: DemoKafka, demo: CalendarDemo, wait:
     dead = await kafka.count_keys(dlq_topic, {str(demo.events[-3].event_id)}, timeout=5.0)
     conn = await connect(settings.database_url)
     try:
-        stored = await repo.events_count(conn, ids)
-        by_status = await repo.reminders_status_count(conn, ids)
+        stored = await events_repo.count(conn, ids)
+        by_status = await reminders_repo.status_count(conn, ids)
     finally:
         await conn.close()
     print()

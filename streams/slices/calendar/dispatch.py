@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from db import calendar as repo
-from db.calendar import ClaimedReminder, DueState
+from db import event_reminders as repo
 from db.connector import Pool, connection, transaction
+from db.event_reminders import ClaimedReminder, DueState
 from streams.clock import Clock
 from streams.contracts import REMINDER_DUE
 from streams.contracts.calendar import EventStatus, ReminderDueEvent
@@ -204,7 +204,7 @@ class CalendarReminderDispatcher:
             due = seen if len(lanes) == 1 else None
             if due is None:
                 async with connection(pool) as conn:
-                    due = await repo.reminders_due_state(conn, as_of)
+                    due = await repo.due_state(conn, as_of)
             result.backlog = due.backlog
             result.next_due = wake_after(as_of, due, result.budget_exhausted or cut_short)
         except BaseException:
@@ -256,9 +256,7 @@ class CalendarReminderDispatcher:
         try:
             async with transaction(pool) as conn:
                 async with self._claiming:
-                    claim = await repo.reminders_claim_due(
-                        conn, as_of, n, [*result.poison, *self._inflight]
-                    )
+                    claim = await repo.claim_due(conn, as_of, n, [*result.poison, *self._inflight])
                     rows = claim.rows
                     held = {row.reminder_id for row in rows}
                     self._inflight |= held
@@ -296,9 +294,7 @@ class CalendarReminderDispatcher:
                     sent.append((row.reminder_id, "Sent", None))
                     records.append(record)
                     lateness.append((as_of - row.due_at).total_seconds())
-                await repo.reminders_mark_dispatched(
-                    conn, sent + skipped, as_of, columns(records), poison
-                )
+                await repo.mark_dispatched(conn, sent + skipped, as_of, columns(records), poison)
         finally:
             self._inflight -= held  # committed or rolled back: no longer held
         # Counted only once the transaction has committed.

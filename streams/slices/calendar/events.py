@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from db import calendar as repo
+from db import events as repo
 from db.connector import Connection
 from streams.agents.applier import Origin, VersionedStateApplier, Written
 from streams.contracts.calendar import CalendarEventChanged
@@ -54,7 +54,7 @@ class CalendarEventsWriter:
     ) -> Written[CalendarWrite]:
         # The stored rows decide about the states the cache thought unchanged or stale:
         # those the database can neither advance nor call stale are stored in full.
-        probe = await repo.events_version_advance(
+        probe = await repo.version_advance(
             conn, unchanged, [fingerprint(e) for e in unchanged], now
         )
         settled = probe.advanced | probe.stale.keys()
@@ -76,7 +76,7 @@ class CalendarEventsWriter:
             creatable.extend(slots)
             if len(slots) < len(wanted):
                 already_due.extend(s.reminder_id for s in wanted if s not in slots)
-        done = await repo.events_apply(
+        done = await repo.apply(
             conn,
             changed,
             reasons,

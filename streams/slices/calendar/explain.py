@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from db import calendar as repo
+from db import event_reminders as reminders_repo
+from db import events as events_repo
 from db import outbox as outbox_repo
 from db.connector import connection
 from streams.contracts import CALENDAR_EVENTS
@@ -70,7 +71,7 @@ async def explain(runtime: Runtime, ident: str) -> dict[str, Any] | None:
         return None
     pool = await runtime.pool()
     async with connection(pool) as conn:
-        reminder = await repo.reminder_explain(conn, key)
+        reminder = await reminders_repo.explain(conn, key)
         if reminder is not None:
             event_id = str(reminder["event_id"])
             found = await outbox_repo.records_of_key(conn, event_id, MAX_RECORDS)
@@ -101,7 +102,7 @@ async def explain(runtime: Runtime, ident: str) -> dict[str, Any] | None:
                 "history": _history(reminder),
                 "outbox": _records(found, ident),
             }
-        event = await repo.event_explain(conn, key)
+        event = await events_repo.explain(conn, key)
         if event is None:
             return None
         found = await outbox_repo.records_of_key(conn, ident, MAX_RECORDS)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from db import profile as repo
+from db import person_documents as repo
 from db.connector import connect
 from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, PERSON_DOCUMENTS
 from streams.contracts.profile import DocumentStatus, PersonDocumentChanged
@@ -107,7 +107,7 @@ async def report(settings: Settings, kafka: DemoKafka, demo: ProfileDemo, wait: 
         deadline = time.monotonic() + wait
         stored = 0
         while time.monotonic() < deadline:
-            stored = await repo.documents_owners_count(conn, owners)
+            stored = await repo.owners_count(conn, owners)
             if stored == len(demo.documents):
                 break
             await asyncio.sleep(POLL_SECONDS)

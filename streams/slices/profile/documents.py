@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from db import profile as repo
+from db import person_documents as repo
 from db.connector import Connection
 from streams.agents.applier import Origin, VersionedStateApplier, Written
 from streams.contracts.profile import PersonDocumentChanged
@@ -51,12 +51,12 @@ class PersonDocumentsWriter:
     ) -> Written[int]:
         # The stored rows decide about the states the cache thought unchanged or stale:
         # those the database can neither advance nor call stale are stored in full.
-        probe = await repo.documents_version_advance(
+        probe = await repo.version_advance(
             conn, unchanged, [fingerprint(d) for d in unchanged], now
         )
         settled = probe.advanced | probe.stale.keys()
         changed = [*changed, *(d for d in unchanged if d.document_id not in settled)]
-        applied = await repo.documents_upsert(conn, changed, [fingerprint(d) for d in changed], now)
+        applied = await repo.upsert(conn, changed, [fingerprint(d) for d in changed], now)
         return Written(
             applied={str(i) for i in applied},
             advanced={str(i) for i in probe.advanced},

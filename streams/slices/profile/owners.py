@@ -20,9 +20,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from db import profile as repo
+from db import document_expiry_reminders as marks_repo
+from db import document_expiry_runs as runs_repo
 from db.connector import Connection, is_transient, transaction
-from db.profile import ClaimedDocument, RunProgress
+from db.document_expiry_reminders import ClaimedDocument
+from db.document_expiry_runs import RunProgress
 from streams import faults
 from streams.agents.consumer import Decoded
 from streams.asynctools import in_flight
@@ -327,7 +329,7 @@ class OwnerWorker:
         # One document more than a value names is enough to refuse it (every document in
         # the window crosses a threshold), so no owner, however large, is read in full.
         most = {owner: len(claimed) + 1 for owner, (_, claimed) in claiming.items()}
-        docs = await repo.expiry_marks_check(
+        docs = await marks_repo.check(
             await self.runtime.pool(), most, window.lo, window.hi, today, thresholds
         )
         hits: dict[UUID, dict[str, frozenset[int]]] = defaultdict(dict)
@@ -408,7 +410,7 @@ class OwnerWorker:
             plan.resume_after, plan.notified_here = None, False
             by_owner[plan.work.owner_user_id] = plan
         head = plans[0].work
-        rows = await repo.expiry_marks_claim(
+        rows = await marks_repo.claim(
             conn,
             list(by_owner),
             window.lo,
@@ -518,7 +520,7 @@ class OwnerWorker:
 
     async def _progress(self, per_run: dict[str, Counter[str]]) -> None:
         if per_run:
-            await repo.expiry_runs_progress(
+            await runs_repo.progress(
                 await self.runtime.pool(),
                 [RunProgress(run_id, **counts) for run_id, counts in per_run.items()],
             )

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
-from db.profile import ClaimedDocument
+from db.document_expiry_reminders import ClaimedDocument
 from streams.contracts import DOCUMENT_EXPIRY_REMINDERS
 from streams.contracts.profile import DocumentExpiryReminderEvent, ExpiringDocumentItem
 from streams.outbox.records import OutboxRecord, record_for

@@ -12,8 +12,10 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from db import profile as repo
-from db.profile import RunRow
+from db import document_expiry_reminders as marks_repo
+from db import document_expiry_runs as runs_repo
+from db import person_documents as documents_repo
+from db.document_expiry_runs import RunRow
 from streams import faults
 from streams.clock import Clock
 from streams.domain.profile import (
@@ -151,11 +153,11 @@ class DocumentExpiryRun:
         )
         pool = await self.runtime.pool()
         try:
-            await repo.expiry_runs_start(
+            await runs_repo.start(
                 pool, result.run_id, as_of, today, cfg.thresholds, self.clock.now()
             )
             await self._scan(result, deadline)
-            await repo.expiry_runs_total_set(pool, result.run_id, result.owners_total)
+            await runs_repo.total_set(pool, result.run_id, result.owners_total)
             row = await self._wait(result, deadline)
             if result.stopped:
                 # The worker stops with owners not handed out or not done: give the slot
@@ -165,7 +167,7 @@ class DocumentExpiryRun:
                 result.absorb(row)
             result.pruned = await self._prune(today)
             window = scan_window(today, cfg.thresholds)
-            result.backlog = await repo.expiry_backlog_count(
+            result.backlog = await marks_repo.backlog_count(
                 pool, window.lo, window.hi, today, cfg.thresholds
             )
         except HandBack:
@@ -176,7 +178,7 @@ class DocumentExpiryRun:
         finally:
             result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
             self.metrics.cycle_duration.observe(result.duration_ms / 1000)
-        await repo.expiry_runs_finish(
+        await runs_repo.finish(
             pool, result.run_id, result.pruned, result.backlog, self.clock.now(), result.duration_ms
         )
         self.metrics.backlog.set(result.backlog)
@@ -213,7 +215,7 @@ class DocumentExpiryRun:
         await self.fanout.start()
         try:
             while True:
-                batch = await repo.documents_scan(pool, window.lo, window.hi, after, cfg.batch_size)
+                batch = await documents_repo.scan(pool, window.lo, window.hi, after, cfg.batch_size)
                 result.batches += 1
                 result.documents_scanned += batch.documents
                 new = [owner for owner in batch.owners if owner not in emitted]
@@ -250,7 +252,7 @@ class DocumentExpiryRun:
         """The run's row once every owner handed out is done (or the budget is spent)."""
         pool = await self.runtime.pool()
         while True:
-            row = await repo.expiry_runs_get(pool, result.run_id)
+            row = await runs_repo.get(pool, result.run_id)
             done = row is not None and row.owners_done >= result.owners_total
             if done or not self.fanout.waits:
                 return row
@@ -272,10 +274,10 @@ class DocumentExpiryRun:
         before = prune_before(today)
         pruned = 0
         while True:
-            n = await repo.expiry_marks_prune(pool, before, PRUNE_BATCH)
+            n = await marks_repo.prune(pool, before, PRUNE_BATCH)
             pruned += n
             if n < PRUNE_BATCH:
                 break
         horizon = datetime.combine(today, datetime.min.time(), UTC)
-        await repo.expiry_runs_prune(pool, horizon - timedelta(days=RETENTION_DAYS))
+        await runs_repo.prune(pool, horizon - timedelta(days=RETENTION_DAYS))
         return pruned

@@ -1,10 +1,10 @@
-"""Automation repository for ``automation.scheduler``: one function per statement in
-``db/queries/automation.sql`` (the projections revalidation reads are in ``automation_inputs``)."""
+"""Repository of ``automation.scheduler``: one function per statement in
+``db/queries/scheduler.sql`` (``scheduler_<function>``)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import date, datetime
 from typing import Any
@@ -12,7 +12,10 @@ from uuid import UUID
 
 import asyncpg
 
+from db.connector import Connection
 from db.queries import sql
+from db.sources import SourceRef
+from db.threshold_states import Triple
 from streams.domain.automation import SchedulerCandidate, unique_by_key
 
 # A batch racing a concurrent insert of the same new key is run again for those keys.
@@ -31,8 +34,8 @@ class EnsuredRow:
     dispatch_result: dict[str, Any] | None
 
 
-async def rows_ensure(
-    conn: asyncpg.Connection, candidates: Sequence[SchedulerCandidate], now: datetime
+async def ensure(
+    conn: Connection, candidates: Sequence[SchedulerCandidate], now: datetime
 ) -> list[EnsuredRow]:
     """Ensure every candidate's row (one statement per batch); results in key order."""
     pending = unique_by_key(list(candidates))
@@ -41,7 +44,7 @@ async def rows_ensure(
         if not pending:
             break
         rows = await conn.fetch(
-            sql("automation_rows_ensure"),
+            sql("scheduler_ensure"),
             [c.key for c in pending],
             [c.automation_type.value for c in pending],
             [c.trigger_type.value for c in pending],
@@ -82,15 +85,15 @@ class DeactivatedRow:
     changed: bool
 
 
-async def rows_deactivate(
-    conn: asyncpg.Connection, reasons: Mapping[str, str], status: str, now: datetime
+async def deactivate(
+    conn: Connection, reasons: Mapping[str, str], status: str, now: datetime
 ) -> list[DeactivatedRow]:
     """Pending/Failed rows of ``reasons`` (key → ReasonCode) → ``status``; one statement."""
     if not reasons:
         return []
     keys = sorted(reasons)
     rows = await conn.fetch(
-        sql("automation_rows_deactivate"), keys, [reasons[k] for k in keys], status, now
+        sql("scheduler_deactivate"), keys, [reasons[k] for k in keys], status, now
     )
     return [
         DeactivatedRow(r["scheduler_key"], r["status_id"], r["version"], r["changed"]) for r in rows
@@ -141,17 +144,17 @@ _CLAIM_COLUMNS = (
 )
 
 
-async def rows_claim(
-    conn: asyncpg.Connection, now: datetime, batch_size: int, lease_seconds: float
+async def claim(
+    conn: Connection, now: datetime, batch_size: int, lease_seconds: float
 ) -> list[ClaimedRow]:
-    rows = await conn.fetch(sql("automation_rows_claim"), now, batch_size, lease_seconds)
+    rows = await conn.fetch(sql("scheduler_claim"), now, batch_size, lease_seconds)
     claimed = [ClaimedRow(*(r[c] for c in _CLAIM_COLUMNS)) for r in rows]
     claimed.sort(key=lambda c: (c.due_on, c.scheduler_id))
     return claimed
 
 
-async def rows_complete(
-    conn: asyncpg.Connection,
+async def complete(
+    conn: Connection,
     completions: Sequence[tuple[int, int, Mapping[str, Any]]],
     now: datetime,
 ) -> set[int]:
@@ -160,7 +163,7 @@ async def rows_complete(
     if not completions:
         return set()
     rows = await conn.fetch(
-        sql("automation_rows_complete"),
+        sql("scheduler_complete"),
         [c[0] for c in completions],
         [c[1] for c in completions],
         [json.dumps(c[2], separators=(",", ":")) for c in completions],
@@ -169,14 +172,14 @@ async def rows_complete(
     return {r["scheduler_id"] for r in rows}
 
 
-async def rows_retire(
-    conn: asyncpg.Connection, retirements: Sequence[tuple[int, int, str]], now: datetime
+async def retire(
+    conn: Connection, retirements: Sequence[tuple[int, int, str]], now: datetime
 ) -> set[int]:
     """(id, token, ReasonCode) → Deactivated where the token still holds; returns ids written."""
     if not retirements:
         return set()
     rows = await conn.fetch(
-        sql("automation_rows_retire"),
+        sql("scheduler_retire"),
         [r[0] for r in retirements],
         [r[1] for r in retirements],
         [r[2] for r in retirements],
@@ -202,13 +205,11 @@ class RetryWrite:
     interrupted_count: int | None = None
 
 
-async def rows_retry(
-    conn: asyncpg.Connection, writes: Sequence[RetryWrite], now: datetime
-) -> set[int]:
+async def retry(conn: Connection, writes: Sequence[RetryWrite], now: datetime) -> set[int]:
     if not writes:
         return set()
     columns = [[getattr(w, f.name) for w in writes] for f in fields(RetryWrite)]
-    rows = await conn.fetch(sql("automation_rows_retry"), *columns, now)
+    rows = await conn.fetch(sql("scheduler_retry"), *columns, now)
     return {r["scheduler_id"] for r in rows}
 
 
@@ -222,8 +223,8 @@ class StaleRow:
     token: int
 
 
-async def stale_lock(conn: asyncpg.Connection, now: datetime, batch_size: int) -> list[StaleRow]:
-    rows = await conn.fetch(sql("automation_stale_lock"), now, batch_size)
+async def lock_stale(conn: Connection, now: datetime, batch_size: int) -> list[StaleRow]:
+    rows = await conn.fetch(sql("scheduler_lock_stale"), now, batch_size)
     return [
         StaleRow(
             r["scheduler_id"],
@@ -245,8 +246,8 @@ class BacklogStats:
     processing: int
 
 
-async def backlog_stats(conn: asyncpg.Connection, now: datetime) -> BacklogStats:
-    r = await conn.fetchrow(sql("automation_backlog_stats"), now)
+async def backlog_stats(conn: Connection, now: datetime) -> BacklogStats:
+    r = await conn.fetchrow(sql("scheduler_backlog_stats"), now)
     assert r is not None
     return BacklogStats(r["due_backlog"], r["earliest_due_on"], r["on_hold"], r["processing"])
 
@@ -285,18 +286,81 @@ def _row(r: asyncpg.Record) -> SchedulerRow:
     return SchedulerRow(*(r[c] for c in _ROW_COLUMNS))
 
 
-async def hold_list(conn: asyncpg.Connection, limit: int) -> list[SchedulerRow]:
-    return [_row(r) for r in await conn.fetch(sql("automation_hold_list"), limit)]
+async def list_held(conn: Connection, limit: int) -> list[SchedulerRow]:
+    return [_row(r) for r in await conn.fetch(sql("scheduler_list_held"), limit)]
 
 
-async def row_get(conn: asyncpg.Connection, key: str) -> SchedulerRow | None:
-    r = await conn.fetchrow(sql("automation_row_get"), key)
+async def get_by_key(conn: Connection, key: str) -> SchedulerRow | None:
+    r = await conn.fetchrow(sql("scheduler_get_by_key"), key)
     return None if r is None else _row(r)
 
 
-async def row_release(
-    conn: asyncpg.Connection, key: str, action: str, reset_attempts: bool, now: datetime
+async def release(
+    conn: Connection, key: str, action: str, reset_attempts: bool, now: datetime
 ) -> SchedulerRow | None:
     """Lift the hold of ``key``; None when there is no such row on hold."""
-    r = await conn.fetchrow(sql("automation_row_release"), key, action, reset_attempts, now)
+    r = await conn.fetchrow(sql("scheduler_release"), key, action, reset_attempts, now)
     return None if r is None else _row(r)
+
+
+async def dispatched_of_thresholds(
+    conn: Connection, triples: Collection[Triple]
+) -> dict[Triple, frozenset[str]]:
+    """The keys of each pair's dispatched ThresholdCondition rows (pairs without: absent)."""
+    if not triples:
+        return {}
+    t = list(set(triples))
+    rows = await conn.fetch(
+        sql("scheduler_dispatched_of_thresholds"),
+        [x[0] for x in t],
+        [x[1] for x in t],
+        [x[2] for x in t],
+    )
+    out: dict[Triple, set[str]] = {}
+    for r in rows:
+        out.setdefault((r["setting_guid"], r["source_type"], r["source_guid"]), set()).add(
+            r["scheduler_key"]
+        )
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class OpenRow:
+    scheduler_key: str
+    setting_guid: UUID | None
+    source_type: str | None
+    source_guid: UUID | None
+
+
+async def open_of_sources(conn: Connection, refs: Collection[SourceRef]) -> list[OpenRow]:
+    if not refs:
+        return []
+    refs = list(set(refs))
+    rows = await conn.fetch(
+        sql("scheduler_open_of_sources"), [r[0] for r in refs], [r[1] for r in refs]
+    )
+    return [OpenRow(*r) for r in rows]
+
+
+async def open_of_settings(conn: Connection, guids: Collection[UUID]) -> list[OpenRow]:
+    if not guids:
+        return []
+    rows = await conn.fetch(sql("scheduler_open_of_settings"), list(set(guids)))
+    return [OpenRow(*r) for r in rows]
+
+
+async def open_of_subscriptions(conn: Connection, guids: Collection[UUID]) -> dict[UUID, set[str]]:
+    out: dict[UUID, set[str]] = {g: set() for g in guids}
+    if guids:
+        for r in await conn.fetch(sql("scheduler_open_of_subscriptions"), list(set(guids))):
+            out[r["subscription_guid"]].add(r["scheduler_key"])
+    return out
+
+
+async def status_count(conn: Connection, sources: Collection[UUID]) -> dict[str, int]:
+    rows = await conn.fetch(sql("scheduler_status_count"), list(sources))
+    return {r["status_id"]: r["n"] for r in rows}
+
+
+async def prune(conn: Connection, before: datetime, limit: int) -> int:
+    return int(await conn.fetchval(sql("scheduler_prune"), before, limit))

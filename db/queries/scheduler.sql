@@ -1,7 +1,8 @@
--- Automation context statements (seed 003): scheduler rows (Ensure, Deactivate, claim,
--- fenced finishes, stale cleanup, support) and the projections revalidation reads.
+-- automation.scheduler: one row per planned reminder or run (Ensure, Deactivate, the
+-- claim and its fenced finishes, stale cleanup, support, the reads of planning and
+-- revalidation, retention).
 
--- name: automation_rows_ensure
+-- name: scheduler_ensure
 -- The seed's Ensure table for a batch of candidates, in one statement. Existing rows are
 -- locked in key order (two batches cannot deadlock) and read as they are now; the outcome
 -- per key is decided on that state (streams/domain/automation.py: ensure_decision):
@@ -98,7 +99,7 @@ LEFT JOIN ins ON ins.scheduler_key = d.scheduler_key
 LEFT JOIN upd ON upd.scheduler_key = d.scheduler_key
 LEFT JOIN cur ON cur.scheduler_key = d.scheduler_key;
 
--- name: automation_rows_deactivate
+-- name: scheduler_deactivate
 -- Rows that no longer hold → $3 ('Deactivated' or 'Cancelled') with a ReasonCode per key.
 -- Only Pending and Failed rows change: Completed rows stay as history, a Processing row is
 -- left to its claim (execution revalidates it), an inactive row keeps its first reason.
@@ -127,7 +128,7 @@ FROM c
 LEFT JOIN cur ON cur.scheduler_key = c.scheduler_key
 LEFT JOIN upd ON upd.scheduler_key = c.scheduler_key;
 
--- name: automation_rows_claim
+-- name: scheduler_claim
 -- Due rows (Pending, ScheduledOn <= now, NextRetryOn null or <= now — i.e. due_on <= now —
 -- not on hold), oldest first, locked with SKIP LOCKED so concurrent claimers never take the
 -- same row, become Processing with a lease (now + $3 s) and a new Version: the token every
@@ -152,7 +153,7 @@ RETURNING s.scheduler_id, s.scheduler_key, s.automation_type_id, s.trigger_type_
           s.source_type, s.source_guid, s.subscription_guid, s.retry_count, s.due_on,
           s.processing_lease_expires_on, s.version, s.interrupted_count;
 
--- name: automation_rows_complete
+-- name: scheduler_complete
 -- Claimed rows → Completed with their dispatch coordinates, only WHERE Version = token:
 -- a row whose lease expired and was rescued or claimed again is not returned (fenced).
 -- $1 ids, $2 tokens, $3 DispatchResultJson texts (parallel), $4 now.
@@ -166,7 +167,7 @@ FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS c(scheduler_id, token, re
 WHERE s.scheduler_id = c.scheduler_id AND s.version = c.token AND s.status_id = 'Processing'
 RETURNING s.scheduler_id;
 
--- name: automation_rows_retire
+-- name: scheduler_retire
 -- Claimed rows that revalidation found no longer valid → Deactivated with the ReasonCode
 -- (an outcome, not a failure), only WHERE Version = token. $1 ids, $2 tokens, $3 reasons, $4 now.
 UPDATE automation.scheduler s
@@ -179,7 +180,7 @@ FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS c(scheduler_id, token, re
 WHERE s.scheduler_id = c.scheduler_id AND s.version = c.token AND s.status_id = 'Processing'
 RETURNING s.scheduler_id;
 
--- name: automation_rows_retry
+-- name: scheduler_retry
 -- Claimed rows back from Processing: a failed attempt, an interrupted claim (handed back by
 -- the runner or found with an expired lease) or a hold, as the backoff ladder or the
 -- interruption allowance planned it (status, RetryCount, NextRetryOn, hold), with the failure
@@ -208,7 +209,7 @@ FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::timestamptz[]
 WHERE s.scheduler_id = c.scheduler_id AND s.version = c.token AND s.status_id = 'Processing'
 RETURNING s.scheduler_id;
 
--- name: automation_stale_lock
+-- name: scheduler_lock_stale
 -- Processing rows whose lease expired (their claimant crashed, stalled or could not hand them
 -- back), locked for this cleanup transaction; their current Version is the token of the rescue write.
 -- $1 now, $2 batch size.
@@ -219,7 +220,7 @@ ORDER BY processing_lease_expires_on
 LIMIT $2
 FOR NO KEY UPDATE SKIP LOCKED;
 
--- name: automation_backlog_stats
+-- name: scheduler_backlog_stats
 -- Gauges after a run, each an index range scan: due and claimable rows, the earliest
 -- claimable due_on (the oldest due row when in the past, the next wake-up otherwise),
 -- rows on support hold and rows in flight. $1 now.
@@ -231,7 +232,7 @@ SELECT
     (SELECT count(*) FROM automation.scheduler WHERE is_on_support_hold) AS on_hold,
     (SELECT count(*) FROM automation.scheduler WHERE status_id = 'Processing') AS processing;
 
--- name: automation_hold_list
+-- name: scheduler_list_held
 -- Rows on support hold, most recently changed first (the support view). $1 limit.
 SELECT scheduler_id, scheduler_key, automation_type_id, trigger_type_id, status_id,
        status_reason_code,
@@ -243,7 +244,7 @@ WHERE is_on_support_hold
 ORDER BY updated_on DESC, scheduler_key
 LIMIT $1;
 
--- name: automation_row_get
+-- name: scheduler_get_by_key
 -- One row by SchedulerKey (support commands). $1 key.
 SELECT scheduler_id, scheduler_key, automation_type_id, trigger_type_id, status_id,
        status_reason_code,
@@ -253,7 +254,7 @@ SELECT scheduler_id, scheduler_key, automation_type_id, trigger_type_id, status_
 FROM automation.scheduler
 WHERE scheduler_key = $1;
 
--- name: automation_row_release
+-- name: scheduler_release
 -- Support puts a held row back: the hold is lifted; a Failed row (ladder exhausted) becomes
 -- Pending; a Pending or Failed row is due again now (NextRetryOn cleared); $3 resets the
 -- attempts and the interruption allowance (retry-key) or keeps them (release). The action, when and how many are recorded
@@ -278,107 +279,63 @@ RETURNING s.scheduler_id, s.scheduler_key, s.automation_type_id, s.trigger_type_
           s.is_on_support_hold, s.dispatch_result_json, s.support_action, s.support_action_on,
           s.support_action_count, s.interrupted_count, s.version, s.updated_on;
 
--- name: automation_settings_upsert
--- ReminderSetting states, each applied only when its Version is newer than the stored one.
--- $15..$17: the delivery part execution reloads (template, channels and recipient attribute
--- names as JSON arrays); $18 the Recurrence of a Recurring setting; $19 ImmediateNotification.
-INSERT INTO automation.reminder_settings AS t (
-    setting_guid, business_unit_id, source_type, trigger_type, trigger_key, offsets_days,
-    send_time_local, threshold_metric_key, threshold_value, threshold_comparator,
-    threshold_firing_policy, active, version, updated_on, template_id, delivery_channels,
-    recipient_attributes, recurrence, immediate_notification)
-SELECT u.setting_guid, u.business_unit_id, u.source_type, u.trigger_type, u.trigger_key,
-       coalesce((SELECT array_agg(x::int) FROM unnest(string_to_array(u.offsets, ',')) x
-                 WHERE x <> ''), '{}'),
-       u.send_time_local, u.metric_key, u.threshold_value, u.comparator, u.firing_policy,
-       u.active, u.version, $14, u.template_id,
-       ARRAY(SELECT jsonb_array_elements_text(u.channels::jsonb)),
-       ARRAY(SELECT jsonb_array_elements_text(u.recipient_attributes::jsonb)), u.recurrence,
-       u.immediate_notification
-FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
-            $7::time[], $8::text[], $9::float8[], $10::text[], $11::text[], $12::bool[],
-            $13::bigint[], $15::uuid[], $16::text[], $17::text[], $18::text[],
-            $19::bool[])
-     AS u(setting_guid, business_unit_id, source_type, trigger_type, trigger_key, offsets,
-          send_time_local, metric_key, threshold_value, comparator, firing_policy, active,
-          version, template_id, channels, recipient_attributes, recurrence,
-          immediate_notification)
-ON CONFLICT (setting_guid) DO UPDATE SET
-    business_unit_id = EXCLUDED.business_unit_id,
-    source_type = EXCLUDED.source_type,
-    trigger_type = EXCLUDED.trigger_type,
-    trigger_key = EXCLUDED.trigger_key,
-    offsets_days = EXCLUDED.offsets_days,
-    send_time_local = EXCLUDED.send_time_local,
-    threshold_metric_key = EXCLUDED.threshold_metric_key,
-    threshold_value = EXCLUDED.threshold_value,
-    threshold_comparator = EXCLUDED.threshold_comparator,
-    threshold_firing_policy = EXCLUDED.threshold_firing_policy,
-    active = EXCLUDED.active,
-    version = EXCLUDED.version,
-    updated_on = EXCLUDED.updated_on,
-    template_id = EXCLUDED.template_id,
-    delivery_channels = EXCLUDED.delivery_channels,
-    recipient_attributes = EXCLUDED.recipient_attributes,
-    recurrence = EXCLUDED.recurrence,
-    immediate_notification = EXCLUDED.immediate_notification
-WHERE t.version < EXCLUDED.version
-RETURNING t.setting_guid;
+-- name: scheduler_dispatched_of_thresholds
+-- ThresholdCondition rows of (setting, source) pairs already dispatched (Processing or
+-- Completed), whatever their threshold value: the value-free firing policies (OncePerSource,
+-- FalseToTrue) fire once for them. $1 settings, $2 types, $3 guids (parallel);
+-- ix_scheduler_threshold_dispatched.
+SELECT s.setting_guid, s.source_type, s.source_guid, s.scheduler_key
+FROM automation.scheduler s
+JOIN unnest($1::uuid[], $2::text[], $3::uuid[]) AS k(setting_guid, source_type, source_guid)
+  ON s.setting_guid = k.setting_guid AND s.source_type = k.source_type
+ AND s.source_guid = k.source_guid
+WHERE s.trigger_type_id = 'ThresholdCondition' AND s.status_id IN ('Processing', 'Completed');
 
--- name: automation_sources_upsert
--- Source entity states (attributes as JSON text), applied only when newer.
-INSERT INTO automation.sources AS t (
-    source_type, source_guid, business_unit_id, is_active, attributes, version, occurred_at,
-    updated_on)
-SELECT u.source_type, u.source_guid, u.business_unit_id, u.is_active, u.attributes::jsonb,
-       u.version, u.occurred_at, $8
-FROM unnest($1::text[], $2::uuid[], $3::uuid[], $4::bool[], $5::text[], $6::bigint[],
-            $7::timestamptz[])
-     AS u(source_type, source_guid, business_unit_id, is_active, attributes, version,
-          occurred_at)
-ON CONFLICT (source_type, source_guid) DO UPDATE SET
-    business_unit_id = EXCLUDED.business_unit_id,
-    is_active = EXCLUDED.is_active,
-    attributes = EXCLUDED.attributes,
-    version = EXCLUDED.version,
-    occurred_at = EXCLUDED.occurred_at,
-    updated_on = EXCLUDED.updated_on
-WHERE t.version < EXCLUDED.version
-RETURNING t.source_type, t.source_guid;
-
--- name: automation_subscriptions_upsert
--- Report subscription states, applied only when newer.
-INSERT INTO automation.report_subscriptions AS t (
-    subscription_guid, business_unit_id, cron, period, active, version, updated_on)
-SELECT u.subscription_guid, u.business_unit_id, u.cron, u.period, u.active, u.version, $7
-FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bool[], $6::bigint[])
-     AS u(subscription_guid, business_unit_id, cron, period, active, version)
-ON CONFLICT (subscription_guid) DO UPDATE SET
-    business_unit_id = EXCLUDED.business_unit_id,
-    cron = EXCLUDED.cron,
-    period = EXCLUDED.period,
-    active = EXCLUDED.active,
-    version = EXCLUDED.version,
-    updated_on = EXCLUDED.updated_on
-WHERE t.version < EXCLUDED.version
-RETURNING t.subscription_guid;
-
--- name: automation_settings_get
--- Current ReminderSettings by guid (revalidation loads a batch's settings at once).
-SELECT setting_guid, source_type, trigger_type, trigger_key, offsets_days, active,
-       threshold_metric_key, threshold_value, threshold_comparator, threshold_firing_policy
-FROM automation.reminder_settings
-WHERE setting_guid = ANY($1::uuid[]);
-
--- name: automation_sources_get
--- Current source states by (SourceType, SourceGuid). $1 types, $2 guids (parallel).
-SELECT s.source_type, s.source_guid, s.is_active, s.attributes
-FROM automation.sources s
+-- name: scheduler_open_of_sources
+-- Open (Pending/Failed) reminder rows of sources; ix_scheduler_open_source.
+SELECT s.scheduler_key, s.setting_guid, s.source_type, s.source_guid
+FROM automation.scheduler s
 JOIN unnest($1::text[], $2::uuid[]) AS k(source_type, source_guid)
-  ON s.source_type = k.source_type AND s.source_guid = k.source_guid;
+  ON s.source_type = k.source_type AND s.source_guid = k.source_guid
+WHERE s.status_id IN ('Pending', 'Failed');
 
--- name: automation_subscriptions_get
--- Current report subscriptions by guid.
-SELECT subscription_guid, active
-FROM automation.report_subscriptions
-WHERE subscription_guid = ANY($1::uuid[]);
+-- name: scheduler_open_of_settings
+-- Open (Pending/Failed) rows of settings; ix_scheduler_open_setting.
+SELECT scheduler_key, setting_guid, source_type, source_guid
+FROM automation.scheduler
+WHERE setting_guid = ANY($1::uuid[]) AND status_id IN ('Pending', 'Failed');
+
+-- name: scheduler_open_of_subscriptions
+-- Open (Pending/Failed) scheduled-run rows of report subscriptions.
+SELECT scheduler_key, subscription_guid
+FROM automation.scheduler
+WHERE subscription_guid = ANY($1::uuid[]) AND status_id IN ('Pending', 'Failed')
+  AND trigger_type_id = 'ScheduledRun';
+
+-- name: scheduler_status_count
+-- Scheduler rows of the given sources by status (the demo's report).
+SELECT status_id, count(*) AS n
+FROM automation.scheduler
+WHERE source_guid = ANY($1::uuid[])
+GROUP BY status_id;
+
+-- name: scheduler_prune
+-- Up to $2 scheduler rows retention may delete (ix_scheduler_prunable's predicate: Deactivated
+-- or Cancelled, or Completed of a dated trigger) that were scheduled and last changed
+-- before $1. Pending, Processing and Failed rows are live work and never deleted.
+WITH doomed AS (
+    SELECT scheduler_id FROM automation.scheduler
+    WHERE (status_id IN ('Deactivated', 'Cancelled')
+           OR (status_id = 'Completed'
+               AND trigger_type_id IN ('DateBased', 'Recurring', 'ScheduledRun')))
+      AND scheduled_on < $1
+      AND updated_on < $1
+    ORDER BY scheduled_on
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM automation.scheduler s USING doomed d
+    WHERE s.scheduler_id = d.scheduler_id
+    RETURNING 1
+)
+SELECT count(*) FROM deleted;

@@ -1,10 +1,11 @@
--- Statements of the worker's own health checks.
+-- Statements on the server itself, not on a table: health checks, session planning,
+-- connection limits, advisory lock holders.
 
--- name: health_ping
+-- name: server_ping
 -- Readiness: PostgreSQL answers a statement on a pooled connection.
 SELECT 1;
 
--- name: session_plan_for_parameters
+-- name: server_plan_for_parameters
 -- For the rest of this transaction, plan every statement for its parameters. Batch statements
 -- join arrays of keys (unnest($1::uuid[])) with large tables; a generic plan cannot see that
 -- a batch holds a few hundred keys, and one made while a table was small scans it whole on
@@ -21,7 +22,7 @@ SELECT current_setting('max_connections')::int AS max_connections,
        COALESCE(NULLIF(current_setting('reserved_connections', true), ''), '0')::int
            AS reserved;
 
--- name: advisory_lock_holders
+-- name: server_advisory_lock_holders
 -- Who holds (granted) the session advisory lock on key $1 (pg_advisory_lock(bigint) is
 -- classid = high 32 bits, objid = low 32 bits, objsubid = 1): pid, application name, since.
 SELECT l.pid, a.application_name, a.client_addr::text AS client_addr, a.backend_start,

@@ -1,6 +1,6 @@
--- Periodic-task registry: ops.timer_slots (cluster-once claims) and ops.timer_state.
+-- ops.timer_slots: cluster-once claims of periodic-task slots.
 
--- name: timer_slot_claim
+-- name: timer_slots_claim
 -- Insert-wins: returns the row for exactly one claimant of (name, slot), nothing for the rest.
 -- The claim holds the slot until $5 (NULL: for ever).
 INSERT INTO ops.timer_slots (name, slot, claimed_by, run_id, lease_expires_at)
@@ -8,7 +8,7 @@ VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (name, slot) DO NOTHING
 RETURNING run_id;
 
--- name: timer_slot_reclaim
+-- name: timer_slots_reclaim
 -- Takes over a slot whose run never finished and whose lease ran out at or before $6 (the
 -- caller's now): a dead or stalled claimant's, or a released slot whose next attempt is due
 -- (its lease is next_attempt_at). With $7 a released slot is taken before its backoff too
@@ -23,7 +23,7 @@ WHERE name = $1 AND slot = $2 AND finished_at IS NULL
   AND (lease_expires_at <= $6 OR ($7 AND released_at IS NOT NULL))
 RETURNING run_id;
 
--- name: timer_slot_unfinished
+-- name: timer_slots_unfinished
 -- Unfinished slots of one schedule from $2 on, with their leases (ix_timer_slots_unfinished).
 SELECT slot, lease_expires_at
 FROM ops.timer_slots
@@ -31,7 +31,7 @@ WHERE name = $1 AND finished_at IS NULL AND slot >= $2 AND lease_expires_at IS N
 ORDER BY slot
 LIMIT $3;
 
--- name: timer_slot_give_up_released
+-- name: timer_slots_give_up_released
 -- Released slots of one schedule older than $2 (the retry window's floor) are final: their
 -- last result stands. Each row is returned to exactly one caller, so it is counted once.
 UPDATE ops.timer_slots
@@ -39,11 +39,11 @@ SET finished_at = now(), released_at = NULL, next_attempt_at = NULL
 WHERE name = $1 AND slot < $2 AND finished_at IS NULL AND released_at IS NOT NULL
 RETURNING slot;
 
--- name: timer_slot_attempts
+-- name: timer_slots_attempts
 -- Attempts that ended so far, for the holder of run $3 deciding whether its failure retries.
 SELECT attempts FROM ops.timer_slots WHERE name = $1 AND slot = $2 AND run_id = $3;
 
--- name: timer_slot_finish
+-- name: timer_slots_finish
 -- Final: counts the attempt and records its result ($6: the error class of a final failure).
 -- Fenced on run_id: once another worker took the slot over, the original holder's finish
 -- changes nothing (and returns no row).
@@ -53,7 +53,7 @@ SET finished_at = now(), result = $4, duration_seconds = $5, attempts = attempts
 WHERE name = $1 AND slot = $2 AND run_id = $3
 RETURNING 1;
 
--- name: timer_slot_release
+-- name: timer_slots_release
 -- Not final: the slot stays unfinished and nobody holds it until $6 (next_attempt_at, also
 -- its lease, so the takeover path runs it then). $7 counts the attempt (a retry after a
 -- failure) or not (a hand-back on a graceful stop). Fenced on run_id like the finish.
@@ -65,7 +65,7 @@ SET result = $4, duration_seconds = $5, next_attempt_at = $6, lease_expires_at =
 WHERE name = $1 AND slot = $2 AND run_id = $3 AND finished_at IS NULL
 RETURNING 1;
 
--- name: timer_slot_prune
+-- name: timer_slots_prune
 -- Batched so a long backlog never holds one huge delete; the caller repeats until short.
 WITH doomed AS (
     SELECT name, slot FROM ops.timer_slots WHERE slot < $1 ORDER BY slot LIMIT $2
@@ -75,14 +75,3 @@ WITH doomed AS (
     RETURNING 1
 )
 SELECT count(*) FROM deleted;
-
--- name: timer_state_advance
--- Never moves backwards: a late catch-up run must not hide a newer slot.
-INSERT INTO ops.timer_state (name, last_slot, last_worker)
-VALUES ($1, $2, $3)
-ON CONFLICT (name) DO UPDATE
-SET last_slot = EXCLUDED.last_slot, last_worker = EXCLUDED.last_worker, updated_at = now()
-WHERE ops.timer_state.last_slot < EXCLUDED.last_slot;
-
--- name: timer_state_list
-SELECT name, last_slot FROM ops.timer_state WHERE name = ANY($1::text[]);

@@ -1,84 +1,7 @@
--- Profile context statements (person documents projection, expiry reminder ledger, runs).
+-- profile.document_expiry_reminders (with profile.document_expiry_prune_horizon): the
+-- expiry reminder ledger, one marker per (document, threshold).
 
--- name: profile_documents_upsert
--- Applies each document state only when its Version is newer than the stored one; returns
--- the documents that changed. Open columns only (PayloadCipher never reaches this service).
--- $12 is each state's content fingerprint, stored with it (profile_documents_version_advance).
-INSERT INTO profile.person_documents AS d (
-    document_id, owner_user_id, person_id, type, number_mask, expires_at, status, is_deleted,
-    version, occurred_at, updated_at, fingerprint)
-SELECT u.document_id, u.owner_user_id, u.person_id, u.type, u.number_mask, u.expires_at,
-       u.status, u.is_deleted, u.version, u.occurred_at, $11, u.fingerprint
-FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::date[],
-            $7::text[], $8::boolean[], $9::bigint[], $10::timestamptz[], $12::text[])
-     AS u(document_id, owner_user_id, person_id, type, number_mask, expires_at, status,
-          is_deleted, version, occurred_at, fingerprint)
-ON CONFLICT (document_id) DO UPDATE SET
-    owner_user_id = EXCLUDED.owner_user_id,
-    person_id = EXCLUDED.person_id,
-    type = EXCLUDED.type,
-    number_mask = EXCLUDED.number_mask,
-    expires_at = EXCLUDED.expires_at,
-    status = EXCLUDED.status,
-    is_deleted = EXCLUDED.is_deleted,
-    version = EXCLUDED.version,
-    occurred_at = EXCLUDED.occurred_at,
-    updated_at = EXCLUDED.updated_at,
-    fingerprint = EXCLUDED.fingerprint
-WHERE d.version < EXCLUDED.version
-RETURNING d.document_id;
-
--- name: profile_documents_version_advance
--- States the cache believes unchanged or stale; the stored row decides, as in
--- calendar_events_version_advance: same STORED fingerprint ($4) and newer → only Version and
--- OccurredAt move ('advanced'); not newer than stored → 'stale' (with the stored Version and
--- fingerprint); anything else comes back as nothing, for profile_documents_upsert.
-WITH u AS (
-    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[], $4::text[])
-        AS u(document_id, version, occurred_at, fingerprint)
-), advanced AS (
-    UPDATE profile.person_documents d
-    SET version = u.version, occurred_at = u.occurred_at, updated_at = $5
-    FROM u
-    WHERE d.document_id = u.document_id AND d.version < u.version
-      AND d.fingerprint = u.fingerprint
-    RETURNING d.document_id
-)
-SELECT document_id, 'advanced' AS status, NULL::bigint AS version, NULL::text AS fingerprint
-FROM advanced
-UNION ALL
-SELECT d.document_id, 'stale', d.version, d.fingerprint
-FROM profile.person_documents d JOIN u ON u.document_id = d.document_id
-WHERE d.version >= u.version;
-
--- name: profile_documents_scan
--- One batch of the run's read-only scan: active, undeleted documents with ExpiresAt in
--- [$1, $2] (the lower bound never below the prune horizon, as in every statement that reads
--- the window: markers below it are gone), in (ExpiresAt, DocumentId) order after the keyset ($3, $4), at most $5. No
--- lock: the worker never changes documents and never holds up an investor's own edit.
--- One row back: how many documents, the last one's keyset, and their owners in the order
--- of their first document (a million documents need not cross the wire one by one).
-WITH batch AS (
-    SELECT d.expires_at, d.document_id, d.owner_user_id,
-           row_number() OVER (ORDER BY d.expires_at, d.document_id) AS n
-    FROM profile.person_documents d
-    WHERE d.expires_at IS NOT NULL
-      AND d.expires_at BETWEEN greatest($1::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $2
-      AND (d.expires_at, d.document_id) > ($3::date, $4::uuid)
-      AND d.status = 'Active' AND NOT d.is_deleted
-    ORDER BY d.expires_at, d.document_id
-    LIMIT $5
-), owners AS (
-    SELECT owner_user_id, min(n) AS first FROM batch GROUP BY owner_user_id
-), last AS (
-    SELECT expires_at, document_id FROM batch ORDER BY n DESC LIMIT 1
-)
-SELECT (SELECT count(*) FROM batch)::int,
-       (SELECT expires_at FROM last),
-       (SELECT document_id FROM last),
-       coalesce((SELECT array_agg(owner_user_id ORDER BY first) FROM owners), '{}'::uuid[]);
-
--- name: profile_expiry_marks_check
+-- name: document_expiry_reminders_check
 -- Read-only, for owners ($1) a cache says are fully marked: each of their active documents
 -- with ExpiresAt in [$2, $3], its DaysLeft as of $4 and how many of its crossed thresholds
 -- (DaysLeft <= t, t in $5) have no marker in the ledger. Zero for every document: the owner
@@ -105,7 +28,7 @@ CROSS JOIN LATERAL (
     LIMIT o.most
 ) d;
 
--- name: profile_expiry_marks_claim
+-- name: document_expiry_reminders_claim
 -- One chunk of one transaction's owners ($1): their active documents with ExpiresAt in
 -- [$2, $3] after the keyset ($7 OwnerUserId, $8 DocumentId) in that order, at most $9 (so
 -- no statement, however large an owner, covers more than a chunk; the caller goes on from
@@ -166,7 +89,7 @@ FROM outcome o
 GROUP BY o.document_id, o.owner_user_id
 ORDER BY o.owner_user_id, max(o.expires_at), o.document_id;
 
--- name: profile_expiry_marks_prune
+-- name: document_expiry_reminders_prune
 -- Markers of documents that expired before $1, at most $2 per call (the caller repeats),
 -- and the prune horizon raised to $1 in the same transaction (never lowered: a replayed
 -- day prunes below an older date), so no statement reads the window below it again.
@@ -188,7 +111,7 @@ WITH horizon AS (
 )
 SELECT count(*) FROM deleted;
 
--- name: profile_expiry_backlog_count
+-- name: document_expiry_reminders_backlog_count
 -- Active documents in the window [$1, $2] with a crossed threshold (DaysLeft as of $3 <= t,
 -- t in $4) that has no marker yet: reminders still owed (the seed's backlog gauge). An anti
 -- join of the crossed (document, threshold) pairs with the ledger: hashed (and parallel)
@@ -206,45 +129,6 @@ SELECT count(*) FROM (
           WHERE r.document_id = d.document_id AND r.threshold_days = t.days)
 ) AS owed;
 
--- name: profile_expiry_runs_start
-INSERT INTO profile.document_expiry_runs (run_id, slot, as_of_date, thresholds, started_at)
-VALUES ($1, $2, $3, $4, $5);
-
--- name: profile_expiry_runs_total_set
--- The number of owners the run handed out (known once its scan is over).
-UPDATE profile.document_expiry_runs SET owners_total = $2 WHERE run_id = $1;
-
--- name: profile_expiry_runs_progress
--- Per-owner workers add what they did, for one or several runs at once.
-UPDATE profile.document_expiry_runs r
-SET owners_done = r.owners_done + p.done,
-    owners_failed = r.owners_failed + p.failed,
-    owners_notified = r.owners_notified + p.notified,
-    reminders_sent = r.reminders_sent + p.sent,
-    skipped_already_marked = r.skipped_already_marked + p.skipped
-FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::int[], $6::int[])
-     AS p(run_id, done, failed, notified, sent, skipped)
-WHERE r.run_id = p.run_id;
-
--- name: profile_expiry_runs_get
-SELECT run_id, slot, as_of_date, thresholds, started_at, owners_total, owners_done,
-       owners_failed, owners_notified, reminders_sent, skipped_already_marked, pruned, backlog,
-       finished_at, duration_ms
-FROM profile.document_expiry_runs WHERE run_id = $1;
-
--- name: profile_expiry_runs_finish
-UPDATE profile.document_expiry_runs
-SET pruned = $2, backlog = $3, finished_at = $4, duration_ms = $5
-WHERE run_id = $1;
-
--- name: profile_expiry_runs_prune
--- Run rows are history for operators; kept as long as the markers.
-DELETE FROM profile.document_expiry_runs WHERE started_at < $1;
-
--- name: profile_documents_owners_count
--- Documents in the projection for the given owners (demo and operators' checks).
-SELECT count(*) FROM profile.person_documents WHERE owner_user_id = ANY($1::uuid[]);
-
--- name: profile_expiry_marks_owners_count
+-- name: document_expiry_reminders_owners_count
 -- Markers of the given owners (demo and operators' checks).
 SELECT count(*) FROM profile.document_expiry_reminders WHERE owner_user_id = ANY($1::uuid[]);

@@ -1,6 +1,10 @@
--- Calendar context statements (events projection, reminder rows, dispatch).
+-- calendar.events with its retention tables calendar.event_tombstones and
+-- calendar.event_prune_horizon: the events projection (and the reminder rows an event
+-- state makes), seeding, explain, retention. Retention runs one bounded batch per
+-- statement (the caller repeats until a batch is short), SKIP LOCKED so two runs, or a
+-- run and the live path, never wait on each other.
 
--- name: calendar_events_apply
+-- name: events_apply
 -- One batch of event states in one statement. Each state is stored only when its Version
 -- is newer than the stored one (stale and replayed states change nothing). For the events
 -- stored, and only those: their Pending reminders that the new state no longer wants become
@@ -16,7 +20,7 @@
 -- event, by foreign key): the probe is for updated events, not inserted ones (xmax = 0 on
 -- the row an INSERT ... ON CONFLICT inserted; the updated row carries its updater's lock).
 -- Offsets come as an array literal ($9: '{15,60}', sorted and distinct). $22 is each state's
--- content fingerprint, stored with it (calendar_events_version_advance compares it).
+-- content fingerprint, stored with it (events_version_advance compares it).
 -- An event retention pruned is stored again only for a Version newer than its tombstone.
 -- Returns one row per stored event (event_id), one per reminder made Pending (due_at, to
 -- wake the dispatcher) and one with the number of reminders Skipped.
@@ -98,13 +102,13 @@ SELECT NULL, due_at, NULL FROM made
 UNION ALL
 SELECT NULL, NULL, count(*) FROM skipped;
 
--- name: calendar_events_version_advance
+-- name: events_version_advance
 -- States the cache believes unchanged or stale. The stored row decides, never the cache:
 -- a state whose fingerprint ($4) equals the STORED one and whose Version is newer only moves
 -- Version and OccurredAt forward (status 'advanced'); one not newer than the stored Version
 -- is stale (status 'stale', with the stored Version and fingerprint, so the caller can
 -- correct its cache). Every other state (no row, a different stored fingerprint, a stored
--- NULL fingerprint) is returned as nothing: the caller stores it with calendar_events_apply
+-- NULL fingerprint) is returned as nothing: the caller stores it with events_apply
 -- in the same transaction. The 'stale' probe reads the statement's snapshot, so it never
 -- sees a row the UPDATE moved here; Versions only go up, so stale stays stale.
 WITH u AS (
@@ -124,120 +128,11 @@ SELECT e.event_id, 'stale', e.version, e.fingerprint
 FROM calendar.events e JOIN u ON u.event_id = e.event_id
 WHERE e.version >= u.version;
 
--- name: calendar_reminders_claim_due
--- Claimable reminders (Pending, due, not backing off after a failed attempt), oldest first
--- (ties by id: a total order), with their parent event, locked for this transaction.
--- SKIP LOCKED passes over rows another instance holds and events an in-flight change
--- (reschedule/cancel) holds; FOR SHARE on the event lets two dispatchers work on reminders
--- of the same event.
--- ``seen_due`` counts (lock-free, same snapshot) the claimable rows the claim's scan went
--- through: all of them when the batch came back short, else those up to its last claimed
--- key. ``seen_due`` minus the rows claimed is what SKIP LOCKED passed over, also when the
--- batch is full (a count capped at the batch size is then always the batch size).
--- ``waiting``/``waiting_oldest``: due rows backing off (not claimable at $1).
--- ``next_wake`` is the earliest time after $1 at which a Pending row becomes claimable (its
--- DueAt, or its retry time): when the batch took every due row it saw (none passed over,
--- no poison, not full), the dispatcher wakes there without asking
--- calendar_reminders_due_state after the run.
--- $1 as_of, $2 batch size, $3 reminder ids to leave out (poison rows seen this run).
-WITH claimed AS (
-    SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.attempts,
-           e.tenant_id, e.owner_user_id, e.client_user_id, e.kind, e.start_at, e.time_zone,
-           e.status AS event_status, e.appointment_id
-    FROM calendar.event_reminders r
-    JOIN calendar.events e ON e.event_id = r.event_id
-    WHERE r.status = 'Pending' AND r.due_at < $1 AND r.next_attempt_at <= $1
-      AND r.reminder_id <> ALL($3::uuid[])
-    ORDER BY r.due_at, r.reminder_id
-    LIMIT $2
-    FOR NO KEY UPDATE OF r SKIP LOCKED
-    FOR SHARE OF e SKIP LOCKED
-), bound AS (
-    -- The last key the scan reached: the last claimed one when the batch is full, else
-    -- past every due row.
-    SELECT CASE WHEN count(*) < $2 THEN $1::timestamptz ELSE max(due_at) END AS due_at,
-           CASE WHEN count(*) < $2 THEN 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid
-                ELSE (SELECT reminder_id FROM claimed
-                      ORDER BY due_at DESC, reminder_id DESC LIMIT 1) END AS reminder_id
-    FROM claimed
-), seen AS (
-    SELECT count(*) AS n FROM calendar.event_reminders
-    WHERE status = 'Pending' AND due_at < $1 AND next_attempt_at <= $1
-      AND reminder_id <> ALL($3::uuid[])
-      AND (due_at, reminder_id) <= ((SELECT due_at FROM bound), (SELECT reminder_id FROM bound))
-), waiting AS (
-    SELECT count(*) AS n, min(due_at) AS oldest FROM calendar.event_reminders
-    WHERE status = 'Pending' AND attempts > 0 AND next_attempt_at > $1 AND due_at < $1
-)
-SELECT c.*, s.n AS seen_due, w.n AS waiting, w.oldest AS waiting_oldest,
-       least((SELECT min(due_at) FROM calendar.event_reminders
-              WHERE status = 'Pending' AND due_at >= $1 AND attempts = 0),
-             (SELECT min(greatest(due_at, next_attempt_at)) FROM calendar.event_reminders
-              WHERE status = 'Pending' AND attempts > 0 AND next_attempt_at > $1)) AS next_wake
-FROM seen s CROSS JOIN waiting w LEFT JOIN claimed c ON true
-ORDER BY c.due_at, c.reminder_id;
-
--- name: calendar_reminders_mark_dispatched
--- One claimed batch, one round trip: Sent (SentAt = AsOf) or Skipped with reason ($1..$3,
--- $4 AsOf), its ReminderDueEvents on the outbox ($5..$8 column-wise, as outbox_insert_many;
--- ids follow the input order), and its poison rows' retry state ($9..$11: id, retry time,
--- error code; they stay Pending). Keep "INSERT INTO ops.outbox" within the first 1024
--- bytes: pg_stat_activity shows no more, and tests find a held batch by it.
-WITH marked AS (
-    UPDATE calendar.event_reminders r
-    SET status = m.status,
-        sent_at = CASE WHEN m.status = 'Sent' THEN $4::timestamptz END,
-        skip_reason = m.reason,
-        updated_at = $4
-    FROM unnest($1::uuid[], $2::text[], $3::text[]) AS m(reminder_id, status, reason)
-    WHERE r.reminder_id = m.reminder_id AND r.status = 'Pending'
-    RETURNING 1
-), queued AS (
-    INSERT INTO ops.outbox (topic, key, payload, headers)
-    SELECT o.topic, o.key, o.payload::json, o.headers::jsonb
-    FROM unnest($5::text[], $6::text[], $7::text[], $8::text[])
-        WITH ORDINALITY AS o(topic, key, payload, headers, ord)
-    ORDER BY o.ord
-    RETURNING 1
-), failed AS (
-    UPDATE calendar.event_reminders r
-    SET attempts = r.attempts + 1, next_attempt_at = f.retry_at, last_error_code = f.code,
-        updated_at = $4
-    FROM unnest($9::uuid[], $10::timestamptz[], $11::text[]) AS f(reminder_id, retry_at, code)
-    WHERE r.reminder_id = f.reminder_id AND r.status = 'Pending'
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM marked)::int AS marked,
-       (SELECT count(*) FROM queued)::int AS queued,
-       (SELECT count(*) FROM failed)::int AS failed;
-
--- name: calendar_reminders_due_state
--- After a dispatch run, in one round trip: the due and still Pending rows (the seed's backlog
--- gauge; a range scan on the partial index), how many of them are claimable at $1 (not
--- backing off: left by this run, i.e. locked elsewhere or beyond its budget), the earliest
--- Pending DueAt (the oldest-due-age gauge) and the earliest time after $1 at which a Pending
--- row becomes claimable (its DueAt, or its retry time: where the dispatcher wakes next, as
--- in calendar_reminders_claim_due). $1 as_of.
-SELECT b.backlog, b.ready,
-       (SELECT min(due_at) FROM calendar.event_reminders WHERE status = 'Pending') AS oldest_due,
-       least((SELECT min(due_at) FROM calendar.event_reminders
-              WHERE status = 'Pending' AND due_at >= $1 AND attempts = 0),
-             (SELECT min(greatest(due_at, next_attempt_at)) FROM calendar.event_reminders
-              WHERE status = 'Pending' AND attempts > 0 AND next_attempt_at > $1)) AS next_wake
-FROM (SELECT count(*) AS backlog, count(*) FILTER (WHERE next_attempt_at <= $1) AS ready
-      FROM calendar.event_reminders WHERE status = 'Pending' AND due_at < $1) b;
-
--- name: calendar_events_count
+-- name: events_count
 -- How many of the given events are in the projection (demo and operators' checks).
 SELECT count(*) FROM calendar.events WHERE event_id = ANY($1::uuid[]);
 
--- name: calendar_reminders_status_count
--- Reminder rows of the given events by status.
-SELECT status, count(*) AS n FROM calendar.event_reminders
-WHERE event_id = ANY($1::uuid[])
-GROUP BY status;
-
--- name: calendar_reminders_seed
+-- name: events_seed
 -- Bulk seeding for benchmarks and tests: $4 Planned events starting at $1 (spread by $3 ms)
 -- with one Pending reminder per offset in $2. Returns how many reminder rows were made.
 WITH ev AS (
@@ -255,23 +150,11 @@ WITH ev AS (
                 RETURNING 1
             ) SELECT count(*) FROM ins;
 
--- name: calendar_tables_analyze
+-- name: events_analyze
 -- After a bulk load (benchmarks, tests): fresh planner statistics and visibility map.
 VACUUM ANALYZE calendar.events, calendar.event_reminders;
 
--- name: calendar_reminder_explain
--- One reminder with its event's current state and the input that made it (explain).
-SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.skip_reason,
-       r.sent_at, r.created_at, r.updated_at, r.source_partition, r.source_offset,
-       r.source_version, r.attempts, r.last_error_code,
-       CASE WHEN r.next_attempt_at > '-infinity' THEN r.next_attempt_at END AS next_attempt_at,
-       e.version AS event_version, e.status AS event_status,
-       e.source_partition AS event_source_partition, e.source_offset AS event_source_offset
-FROM calendar.event_reminders r
-JOIN calendar.events e ON e.event_id = r.event_id
-WHERE r.reminder_id = $1;
-
--- name: calendar_event_explain
+-- name: events_explain
 -- One event and the reminder ids it has (explain).
 SELECT e.event_id, e.version, e.status, e.start_at, e.occurred_at, e.updated_at,
        e.source_partition, e.source_offset,
@@ -281,3 +164,63 @@ FROM calendar.events e
 LEFT JOIN calendar.event_reminders r ON r.event_id = e.event_id
 WHERE e.event_id = $1
 GROUP BY e.event_id;
+
+-- name: events_prune
+-- Up to $2 events that started before $1 and have no Pending reminder (a poison row backing
+-- off is still live work): their reminders and the events are deleted, and each leaves a
+-- tombstone of its Version (pruned at $3) that events_apply checks. The event row
+-- is locked first (FOR UPDATE: an ingest writing the event waits or is passed over), so a
+-- new Version cannot slip in between the tombstone and the delete.
+WITH doomed AS (
+    SELECT e.event_id, e.version, e.occurred_at
+    FROM calendar.events e
+    WHERE e.start_at < $1
+      AND NOT EXISTS (
+          SELECT 1 FROM calendar.event_reminders r
+          WHERE r.event_id = e.event_id AND r.status = 'Pending')
+    ORDER BY e.start_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), tombstoned AS (
+    INSERT INTO calendar.event_tombstones AS t (event_id, version, occurred_at, pruned_at)
+    SELECT event_id, version, occurred_at, $3 FROM doomed
+    ON CONFLICT (event_id) DO UPDATE SET
+        version = GREATEST(t.version, EXCLUDED.version),
+        occurred_at = GREATEST(t.occurred_at, EXCLUDED.occurred_at),
+        pruned_at = EXCLUDED.pruned_at
+    RETURNING 1
+), reminders AS (
+    DELETE FROM calendar.event_reminders r USING doomed d
+    WHERE r.event_id = d.event_id
+    RETURNING 1
+), events AS (
+    DELETE FROM calendar.events e USING doomed d
+    WHERE e.event_id = d.event_id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM events) AS events,
+       (SELECT count(*) FROM reminders) AS reminders,
+       (SELECT count(*) FROM tombstoned) AS tombstones;
+
+-- name: events_tombstones_prune
+-- Up to $2 tombstones written before $1 are deleted, and the prune horizon is raised (never
+-- lowered) to the latest OccurredAt they held, in the same statement: from then on an input
+-- that happened before the horizon is stale.
+WITH doomed AS (
+    SELECT event_id FROM calendar.event_tombstones
+    WHERE pruned_at < $1
+    ORDER BY pruned_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM calendar.event_tombstones t USING doomed d
+    WHERE t.event_id = d.event_id
+    RETURNING t.occurred_at
+), raised AS (
+    INSERT INTO calendar.event_prune_horizon AS h (singleton, occurred_before)
+    SELECT true, max(occurred_at) FROM deleted HAVING count(*) > 0
+    ON CONFLICT (singleton) DO UPDATE SET
+        occurred_before = GREATEST(h.occurred_before, EXCLUDED.occurred_before)
+    RETURNING 1
+)
+SELECT count(*) FROM deleted;

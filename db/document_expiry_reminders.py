@@ -1,0 +1,111 @@
+"""Repository of ``profile.document_expiry_reminders``: one function per statement in
+``db/queries/document_expiry_reminders.sql`` (the expiry
+reminder ledger; pruning raises ``profile.document_expiry_prune_horizon``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from uuid import UUID
+
+from db.connector import Connection, Executor
+from db.queries import sql
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedDocument:
+    """A document of an owner whose marks are checked: DaysLeft and how many of its crossed
+    thresholds have no marker."""
+
+    document_id: UUID
+    owner_user_id: UUID
+    days_left: int
+    unmarked: int
+
+
+async def check(
+    db: Executor,
+    owners: Mapping[UUID, int],
+    lo: date,
+    hi: date,
+    today: date,
+    thresholds: Sequence[int],
+) -> list[CheckedDocument]:
+    """``owners``: owner -> the most documents to read of it (one statement, bounded)."""
+    if not owners:
+        return []
+    rows = await db.fetch(
+        sql("document_expiry_reminders_check"),
+        list(owners),
+        lo,
+        hi,
+        today,
+        list(thresholds),
+        list(owners.values()),
+    )
+    return [CheckedDocument(*r) for r in rows]  # columns in the dataclass's order
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedDocument:
+    """One document of an owner's claim: its open columns, DaysLeft, the threshold the claim
+    won for it (t*, None when it inserted no marker) and how many crossed thresholds were
+    already marked."""
+
+    document_id: UUID
+    owner_user_id: UUID
+    type: str
+    number_mask: str | None
+    expires_at: date
+    days_left: int
+    t_star: int | None
+    skipped: int
+
+
+async def claim(
+    conn: Connection,
+    owners: Sequence[UUID],
+    lo: date,
+    hi: date,
+    today: date,
+    thresholds: Sequence[int],
+    reminded_at: datetime,
+    after: tuple[UUID, UUID],
+    limit: int,
+) -> list[ClaimedDocument]:
+    """Insert-wins for up to ``limit`` of the owners' documents in [lo, hi] after the keyset
+    ``after`` (OwnerUserId, DocumentId), on the caller's transaction; one row per document."""
+    if not owners:
+        return []
+    rows = await conn.fetch(
+        sql("document_expiry_reminders_claim"),
+        list(owners),
+        lo,
+        hi,
+        today,
+        list(thresholds),
+        reminded_at,
+        after[0],
+        after[1],
+        limit,
+    )
+    return [ClaimedDocument(*r) for r in rows]  # columns in the dataclass's order
+
+
+async def prune(db: Executor, before: date, limit: int) -> int:
+    return int(await db.fetchval(sql("document_expiry_reminders_prune"), before, limit))
+
+
+async def backlog_count(
+    db: Executor, lo: date, hi: date, today: date, thresholds: Sequence[int]
+) -> int:
+    return int(
+        await db.fetchval(
+            sql("document_expiry_reminders_backlog_count"), lo, hi, today, list(thresholds)
+        )
+    )
+
+
+async def owners_count(db: Executor, owners: Sequence[UUID]) -> int:
+    return int(await db.fetchval(sql("document_expiry_reminders_owners_count"), list(owners)))

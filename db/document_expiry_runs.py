@@ -1,0 +1,98 @@
+"""Repository of ``profile.document_expiry_runs``: one function per statement in
+``db/queries/document_expiry_runs.sql`` (one row per run)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from db.connector import Executor
+from db.queries import sql
+
+
+async def start(
+    db: Executor,
+    run_id: str,
+    slot: datetime,
+    as_of_date: date,
+    thresholds: Sequence[int],
+    started_at: datetime,
+) -> None:
+    await db.execute(
+        sql("document_expiry_runs_start"), run_id, slot, as_of_date, list(thresholds), started_at
+    )
+
+
+async def total_set(db: Executor, run_id: str, owners_total: int) -> None:
+    await db.execute(sql("document_expiry_runs_total_set"), run_id, owners_total)
+
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """What per-owner workers did for one run in one batch."""
+
+    run_id: str
+    done: int = 0
+    failed: int = 0
+    notified: int = 0
+    sent: int = 0
+    skipped: int = 0
+
+
+async def progress(db: Executor, progress: Sequence[RunProgress]) -> None:
+    if not progress:
+        return
+    await db.execute(
+        sql("document_expiry_runs_progress"),
+        [p.run_id for p in progress],
+        [p.done for p in progress],
+        [p.failed for p in progress],
+        [p.notified for p in progress],
+        [p.sent for p in progress],
+        [p.skipped for p in progress],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    run_id: str
+    slot: datetime
+    as_of_date: date
+    thresholds: tuple[int, ...]
+    started_at: datetime
+    owners_total: int | None
+    owners_done: int
+    owners_failed: int
+    owners_notified: int
+    reminders_sent: int
+    skipped_already_marked: int
+    pruned: int | None
+    backlog: int | None
+    finished_at: datetime | None
+    duration_ms: float | None
+
+
+async def get(db: Executor, run_id: str) -> RunRow | None:
+    r = await db.fetchrow(sql("document_expiry_runs_get"), run_id)
+    if r is None:
+        return None
+    return RunRow(**{**dict(r), "thresholds": tuple(r["thresholds"])})
+
+
+async def finish(
+    db: Executor,
+    run_id: str,
+    pruned: int,
+    backlog: int | None,
+    finished_at: datetime,
+    duration_ms: float,
+) -> None:
+    await db.execute(
+        sql("document_expiry_runs_finish"), run_id, pruned, backlog, finished_at, duration_ms
+    )
+
+
+async def prune(db: Executor, before: datetime) -> int:
+    status = await db.execute(sql("document_expiry_runs_prune"), before)
+    return int(status.split()[-1])

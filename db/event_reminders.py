@@ -1,0 +1,135 @@
+"""Repository of ``calendar.event_reminders``: one function per statement in
+``db/queries/event_reminders.sql`` (the dispatch claim, its marks, the due state)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from db.connector import Connection
+from db.outbox import OutboxColumns
+from db.queries import sql
+
+
+@dataclass(frozen=True, slots=True)
+class DueState:
+    """Pending reminders after a dispatch run, as of its AsOf."""
+
+    backlog: int
+    """Due Pending rows (claimable or backing off after a failed attempt)."""
+    ready: int
+    """Of those, the rows claimable at AsOf (locked elsewhere, or beyond the run's budget)."""
+    oldest_due: datetime | None
+    """The earliest Pending DueAt."""
+    next_wake: datetime | None
+    """The earliest time after AsOf at which a Pending row becomes claimable."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedReminder:
+    """A due Pending reminder locked by a dispatch batch, with its event's state."""
+
+    reminder_id: UUID
+    event_id: UUID
+    offset_minutes: int
+    due_at: datetime
+    attempts: int
+    """Failed dispatch attempts before this claim (poison rows)."""
+    tenant_id: UUID
+    owner_user_id: UUID
+    client_user_id: UUID | None
+    kind: str
+    start_at: datetime
+    time_zone: str
+    event_status: str
+    appointment_id: UUID | None
+
+
+_CLAIMED = [f.name for f in fields(ClaimedReminder)]
+
+
+@dataclass(frozen=True, slots=True)
+class DueClaim:
+    """What one dispatch claim locked, and what it saw around it."""
+
+    rows: list[ClaimedReminder]
+    seen: int
+    """Claimable rows the claim's scan went through (claimed, or locked elsewhere)."""
+    waiting: int
+    """Due rows backing off (not claimable at the claim's AsOf)."""
+    waiting_oldest: datetime | None
+    next_wake: datetime | None
+    """The earliest time after AsOf at which a Pending row becomes claimable."""
+
+    @property
+    def passed_over(self) -> int:
+        """Rows SKIP LOCKED passed over: held by another transaction (row or its event)."""
+        return max(0, self.seen - len(self.rows))
+
+
+async def claim_due(
+    conn: Connection, as_of: datetime, batch_size: int, exclude: Sequence[UUID]
+) -> DueClaim:
+    """Lock up to ``batch_size`` claimable reminders (with their event)."""
+    rows = await conn.fetch(sql("event_reminders_claim_due"), as_of, batch_size, list(exclude))
+    claimed = [
+        ClaimedReminder(*(r[f] for f in _CLAIMED)) for r in rows if r["reminder_id"] is not None
+    ]
+    head = rows[0]  # the statement always returns a row (an empty claim: reminder_id NULL)
+    return DueClaim(
+        claimed,
+        int(head["seen_due"]),
+        int(head["waiting"]),
+        head["waiting_oldest"],
+        head["next_wake"],
+    )
+
+
+async def mark_dispatched(
+    conn: Connection,
+    transitions: Sequence[tuple[UUID, str, str | None]],
+    as_of: datetime,
+    outbox: OutboxColumns = ((), (), (), ()),
+    failures: Sequence[tuple[UUID, datetime, str]] = (),
+) -> tuple[int, int]:
+    """Apply (reminder_id, 'Sent'|'Skipped', reason) to claimed rows, insert the batch's
+    outbox rows (topics, keys, payloads, headers JSON) and record the failed attempts of
+    its poison rows (reminder_id, retry time, error code; they stay Pending), in one
+    statement; returns (rows changed, outbox rows inserted)."""
+    if not transitions and not outbox[0] and not failures:
+        return 0, 0
+    row = await conn.fetchrow(
+        sql("event_reminders_mark_dispatched"),
+        [t[0] for t in transitions],
+        [t[1] for t in transitions],
+        [t[2] for t in transitions],
+        as_of,
+        *(list(column) for column in outbox),
+        [f[0] for f in failures],
+        [f[1] for f in failures],
+        [f[2] for f in failures],
+    )
+    return int(row["marked"]), int(row["queued"])
+
+
+async def due_state(conn: Connection, as_of: datetime) -> DueState:
+    row = await conn.fetchrow(sql("event_reminders_due_state"), as_of)
+    return DueState(
+        backlog=int(row["backlog"]),
+        ready=int(row["ready"]),
+        oldest_due=row["oldest_due"],
+        next_wake=row["next_wake"],
+    )
+
+
+async def status_count(conn: Connection, event_ids: Sequence[UUID]) -> dict[str, int]:
+    rows = await conn.fetch(sql("event_reminders_status_count"), list(event_ids))
+    return {str(r["status"]): int(r["n"]) for r in rows}
+
+
+async def explain(conn: Connection, reminder_id: UUID) -> dict[str, Any] | None:
+    row = await conn.fetchrow(sql("event_reminders_explain"), reminder_id)
+    return dict(row) if row is not None else None

@@ -1,0 +1,122 @@
+-- calendar.event_reminders: the reminder rows of events (dispatch claim and marks).
+
+-- name: event_reminders_claim_due
+-- Claimable reminders (Pending, due, not backing off after a failed attempt), oldest first
+-- (ties by id: a total order), with their parent event, locked for this transaction.
+-- SKIP LOCKED passes over rows another instance holds and events an in-flight change
+-- (reschedule/cancel) holds; FOR SHARE on the event lets two dispatchers work on reminders
+-- of the same event.
+-- ``seen_due`` counts (lock-free, same snapshot) the claimable rows the claim's scan went
+-- through: all of them when the batch came back short, else those up to its last claimed
+-- key. ``seen_due`` minus the rows claimed is what SKIP LOCKED passed over, also when the
+-- batch is full (a count capped at the batch size is then always the batch size).
+-- ``waiting``/``waiting_oldest``: due rows backing off (not claimable at $1).
+-- ``next_wake`` is the earliest time after $1 at which a Pending row becomes claimable (its
+-- DueAt, or its retry time): when the batch took every due row it saw (none passed over,
+-- no poison, not full), the dispatcher wakes there without asking
+-- event_reminders_due_state after the run.
+-- $1 as_of, $2 batch size, $3 reminder ids to leave out (poison rows seen this run).
+WITH claimed AS (
+    SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.attempts,
+           e.tenant_id, e.owner_user_id, e.client_user_id, e.kind, e.start_at, e.time_zone,
+           e.status AS event_status, e.appointment_id
+    FROM calendar.event_reminders r
+    JOIN calendar.events e ON e.event_id = r.event_id
+    WHERE r.status = 'Pending' AND r.due_at < $1 AND r.next_attempt_at <= $1
+      AND r.reminder_id <> ALL($3::uuid[])
+    ORDER BY r.due_at, r.reminder_id
+    LIMIT $2
+    FOR NO KEY UPDATE OF r SKIP LOCKED
+    FOR SHARE OF e SKIP LOCKED
+), bound AS (
+    -- The last key the scan reached: the last claimed one when the batch is full, else
+    -- past every due row.
+    SELECT CASE WHEN count(*) < $2 THEN $1::timestamptz ELSE max(due_at) END AS due_at,
+           CASE WHEN count(*) < $2 THEN 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid
+                ELSE (SELECT reminder_id FROM claimed
+                      ORDER BY due_at DESC, reminder_id DESC LIMIT 1) END AS reminder_id
+    FROM claimed
+), seen AS (
+    SELECT count(*) AS n FROM calendar.event_reminders
+    WHERE status = 'Pending' AND due_at < $1 AND next_attempt_at <= $1
+      AND reminder_id <> ALL($3::uuid[])
+      AND (due_at, reminder_id) <= ((SELECT due_at FROM bound), (SELECT reminder_id FROM bound))
+), waiting AS (
+    SELECT count(*) AS n, min(due_at) AS oldest FROM calendar.event_reminders
+    WHERE status = 'Pending' AND attempts > 0 AND next_attempt_at > $1 AND due_at < $1
+)
+SELECT c.*, s.n AS seen_due, w.n AS waiting, w.oldest AS waiting_oldest,
+       least((SELECT min(due_at) FROM calendar.event_reminders
+              WHERE status = 'Pending' AND due_at >= $1 AND attempts = 0),
+             (SELECT min(greatest(due_at, next_attempt_at)) FROM calendar.event_reminders
+              WHERE status = 'Pending' AND attempts > 0 AND next_attempt_at > $1)) AS next_wake
+FROM seen s CROSS JOIN waiting w LEFT JOIN claimed c ON true
+ORDER BY c.due_at, c.reminder_id;
+
+-- name: event_reminders_mark_dispatched
+-- One claimed batch, one round trip: Sent (SentAt = AsOf) or Skipped with reason ($1..$3,
+-- $4 AsOf), its ReminderDueEvents on the outbox ($5..$8 column-wise, as outbox_insert_many;
+-- ids follow the input order), and its poison rows' retry state ($9..$11: id, retry time,
+-- error code; they stay Pending). Keep "INSERT INTO ops.outbox" within the first 1024
+-- bytes: pg_stat_activity shows no more, and tests find a held batch by it.
+WITH marked AS (
+    UPDATE calendar.event_reminders r
+    SET status = m.status,
+        sent_at = CASE WHEN m.status = 'Sent' THEN $4::timestamptz END,
+        skip_reason = m.reason,
+        updated_at = $4
+    FROM unnest($1::uuid[], $2::text[], $3::text[]) AS m(reminder_id, status, reason)
+    WHERE r.reminder_id = m.reminder_id AND r.status = 'Pending'
+    RETURNING 1
+), queued AS (
+    INSERT INTO ops.outbox (topic, key, payload, headers)
+    SELECT o.topic, o.key, o.payload::json, o.headers::jsonb
+    FROM unnest($5::text[], $6::text[], $7::text[], $8::text[])
+        WITH ORDINALITY AS o(topic, key, payload, headers, ord)
+    ORDER BY o.ord
+    RETURNING 1
+), failed AS (
+    UPDATE calendar.event_reminders r
+    SET attempts = r.attempts + 1, next_attempt_at = f.retry_at, last_error_code = f.code,
+        updated_at = $4
+    FROM unnest($9::uuid[], $10::timestamptz[], $11::text[]) AS f(reminder_id, retry_at, code)
+    WHERE r.reminder_id = f.reminder_id AND r.status = 'Pending'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM marked)::int AS marked,
+       (SELECT count(*) FROM queued)::int AS queued,
+       (SELECT count(*) FROM failed)::int AS failed;
+
+-- name: event_reminders_due_state
+-- After a dispatch run, in one round trip: the due and still Pending rows (the seed's backlog
+-- gauge; a range scan on the partial index), how many of them are claimable at $1 (not
+-- backing off: left by this run, i.e. locked elsewhere or beyond its budget), the earliest
+-- Pending DueAt (the oldest-due-age gauge) and the earliest time after $1 at which a Pending
+-- row becomes claimable (its DueAt, or its retry time: where the dispatcher wakes next, as
+-- in event_reminders_claim_due). $1 as_of.
+SELECT b.backlog, b.ready,
+       (SELECT min(due_at) FROM calendar.event_reminders WHERE status = 'Pending') AS oldest_due,
+       least((SELECT min(due_at) FROM calendar.event_reminders
+              WHERE status = 'Pending' AND due_at >= $1 AND attempts = 0),
+             (SELECT min(greatest(due_at, next_attempt_at)) FROM calendar.event_reminders
+              WHERE status = 'Pending' AND attempts > 0 AND next_attempt_at > $1)) AS next_wake
+FROM (SELECT count(*) AS backlog, count(*) FILTER (WHERE next_attempt_at <= $1) AS ready
+      FROM calendar.event_reminders WHERE status = 'Pending' AND due_at < $1) b;
+
+-- name: event_reminders_status_count
+-- Reminder rows of the given events by status.
+SELECT status, count(*) AS n FROM calendar.event_reminders
+WHERE event_id = ANY($1::uuid[])
+GROUP BY status;
+
+-- name: event_reminders_explain
+-- One reminder with its event's current state and the input that made it (explain).
+SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.skip_reason,
+       r.sent_at, r.created_at, r.updated_at, r.source_partition, r.source_offset,
+       r.source_version, r.attempts, r.last_error_code,
+       CASE WHEN r.next_attempt_at > '-infinity' THEN r.next_attempt_at END AS next_attempt_at,
+       e.version AS event_version, e.status AS event_status,
+       e.source_partition AS event_source_partition, e.source_offset AS event_source_offset
+FROM calendar.event_reminders r
+JOIN calendar.events e ON e.event_id = r.event_id
+WHERE r.reminder_id = $1;
