@@ -16,11 +16,11 @@ import asyncpg
 import pytest
 
 from db.connector import create_pool
+from devkit.harness.automation import seed
 from devkit.kafka import read_to_end
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.integration.automation_support import seed
 
 pytestmark = pytest.mark.e2e
 

@@ -19,12 +19,12 @@ from typing import Any
 import asyncpg
 import pytest
 
+from devkit.harness.profile import CIPHER, Harness, person_document
 from devkit.kafka import produce, read_to_end
 from devkit.workers import ROOT, WorkerProcess, worker_env
 from streams.domain.profile import crossed, days_left, scan_window
 from streams.kafka_admin import ensure_topics, service_topic_names
 from streams.settings import Settings
-from tests.support.profile import CIPHER, Harness, person_document
 
 pytestmark = pytest.mark.e2e
 

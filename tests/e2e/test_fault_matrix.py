@@ -1,14 +1,14 @@
 """The fault matrix: calendar, document-expiry and automation load at once on three real
 workers, every fault class in one timeline, one auditor table from the output topics alone.
 
-The run has a Kafka and a durable PostgreSQL of its own (tests/support/private_stack.py:
+The run has a Kafka and a durable PostgreSQL of its own (devkit/stacks/private_stack.py:
 fsync, synchronous_commit and full_page_writes on, so a crash cannot forget a commit and
-"nothing lost" means something). The loads (tests/support/calendar_load.py,
-tests/support/slice_loads.py) include reverts to earlier states: calendar events moved and
+"nothing lost" means something). The loads (devkit/loads/calendar_load.py,
+devkit/loads/slice_loads.py) include reverts to earlier states: calendar events moved and
 moved back, Planned → Cancelled → Planned; documents Active → Archived → Active and
 ExpiresAt moved out and back; automation sources deactivated and reactivated, their dates
 and metrics changed and reverted. Expected effects are computed from the acknowledged input
-with the pure domain rules; the auditor (tests/support/reminder_audit.py) reads
+with the pure domain rules; the auditor (devkit/loads/reminder_audit.py) reads
 pin.calendar.reminder-due.v1 (per reminder identity), pin.profile.document-expiry-reminders.v1
 (per DocumentId and threshold, across events) and pin.automation.dispatch-requested.v1 (per
 SchedulerKey) to their end and prints one table: per slice and fault, effects expected /
@@ -63,10 +63,8 @@ import asyncpg
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from devkit.workers import ROOT, WorkerProcess, worker_env
-from tests.support.calendar_load import Acked, CalendarLoad, expected_reminders, run_load
-from tests.support.private_stack import PrivateStack
-from tests.support.reminder_audit import (
+from devkit.loads.calendar_load import Acked, CalendarLoad, expected_reminders, run_load
+from devkit.loads.reminder_audit import (
     DISPATCH_TOPIC,
     DUE_TOPIC,
     EXPIRY_TOPIC,
@@ -81,13 +79,15 @@ from tests.support.reminder_audit import (
     matrix_rows,
     read_to_end,
 )
-from tests.support.slice_loads import (
+from devkit.loads.slice_loads import (
     DOCUMENTS_TOPIC,
     SOURCES_TOPIC,
     AckedSender,
     AutomationLoad,
     ExpiryLoad,
 )
+from devkit.stacks.private_stack import PrivateStack
+from devkit.workers import ROOT, WorkerProcess, worker_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

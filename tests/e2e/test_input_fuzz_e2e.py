@@ -8,7 +8,7 @@ last record of every partition. The worker must stay alive and ready, apply the 
 ones, and put every hostile record, exactly once, on the real DLQ topic with a reason.
 
 The records come from a seeded ``random.Random`` over the value pools of
-tests/support/fuzz.py (Hypothesis cannot drive one worker process per example); the seed
+devkit/messages/fuzz.py (Hypothesis cannot drive one worker process per example); the seed
 is printed, and ``FUZZ_SEED=<n>`` replays a run.
 """
 
@@ -31,12 +31,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from devkit.kafka import read_to_end
-from devkit.workers import WorkerProcess, worker_env
-from streams.contracts import CALENDAR_EVENTS, ContractError, decode
-from streams.kafka_admin import contract_topic_names, ensure_topics
-from streams.settings import Settings
-from tests.support.factories import calendar_event
-from tests.support.fuzz import (
+from devkit.messages.factories import calendar_event
+from devkit.messages.fuzz import (
     HUGE_STRINGS,
     INSTANT_EXTREMES,
     NUMBER_EXTREMES,
@@ -46,6 +42,10 @@ from tests.support.fuzz import (
     TZ_NOT_ZONES,
     encode,
 )
+from devkit.workers import WorkerProcess, worker_env
+from streams.contracts import CALENDAR_EVENTS, ContractError, decode
+from streams.kafka_admin import contract_topic_names, ensure_topics
+from streams.settings import Settings
 
 pytestmark = pytest.mark.e2e
 

@@ -36,13 +36,13 @@ from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import ConsumerRecord
 
 from db.outbox import LANE_LOCK_SPACE
+from devkit.loads.calendar_load import calendar_message
+from devkit.loads.reminder_audit import DUE_TOPIC, assigned, audit, read_to_end
 from devkit.seed import seed_reminders
+from devkit.stacks.pause import cont, process_state, stop_when
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.calendar_load import calendar_message
-from tests.support.pause import cont, process_state, stop_when
-from tests.support.reminder_audit import DUE_TOPIC, assigned, audit, read_to_end
 
 pytestmark = pytest.mark.e2e
 

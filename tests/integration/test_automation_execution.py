@@ -13,6 +13,19 @@ import pytest
 from db import automation as repo
 from db import automation_inputs as inputs_repo
 from db.connector import DatabaseUnavailable, transaction
+from devkit.harness.automation import (
+    T0,
+    make_runtime,
+    metric,
+    outbox,
+    reminder,
+    row,
+    runner,
+    seed,
+    setting_msg,
+    source_msg,
+    subscription_msg,
+)
 from streams.clock import ManualClock
 from streams.contracts import DISPATCH_REQUESTED
 from streams.contracts.automation import (
@@ -34,19 +47,6 @@ from streams.slices.automation.handlers import default_handlers
 from streams.slices.automation.metrics import AutomationMetrics
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
 from streams.slices.automation.support import status_section
-from tests.integration.automation_support import (
-    T0,
-    make_runtime,
-    metric,
-    outbox,
-    reminder,
-    row,
-    runner,
-    seed,
-    setting_msg,
-    source_msg,
-    subscription_msg,
-)
 
 pytestmark = pytest.mark.integration
 

@@ -17,6 +17,15 @@ from db import automation_inputs as projections
 from db import automation_planning as repo
 from db.connector import transaction
 from db.queries import sql
+from devkit.harness.automation import (
+    T0,
+    TARGET,
+    make_runtime,
+    setting_msg,
+    source_msg,
+    subscription_msg,
+)
+from devkit.harness.automation_inputs import BU, Inputs, by_status, rows, unit_msg
 from streams.runtime import Runtime
 from streams.slices.automation.planning import Planner
 from streams.slices.automation.reconcile import (
@@ -24,15 +33,6 @@ from streams.slices.automation.reconcile import (
     SOURCES_PROVIDER,
     ReconcileConfig,
     Reconciliation,
-)
-from tests.integration.automation_inputs_support import BU, Inputs, by_status, rows, unit_msg
-from tests.integration.automation_support import (
-    T0,
-    TARGET,
-    make_runtime,
-    setting_msg,
-    source_msg,
-    subscription_msg,
 )
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,7 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, decode
-from tests.support.profile import (
+from devkit.harness.profile import (
     CIPHER,
     MASK,
     SLOT,
@@ -25,6 +24,7 @@ from tests.support.profile import (
     person_document,
     reminder_events,
 )
+from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, decode
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ from typing import TypeVar, cast
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from tests.support.calendar_load import Identity, parse_time
+from devkit.loads.calendar_load import Identity, parse_time
 
 DUE_TOPIC = "pin.calendar.reminder-due.v1"
 
