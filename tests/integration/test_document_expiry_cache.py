@@ -13,6 +13,7 @@ from unittest.mock import MagicMock
 import asyncpg
 import pytest
 
+from devkit.database import with_database
 from devkit.harness.profile import (
     SLOT,
     TODAY,
@@ -27,7 +28,7 @@ from devkit.harness.profile import (
 from streams.agents.consumer import Decoded
 from streams.domain.profile import encode_marks
 from streams.slices.profile.work import RunOrder
-from tests.conftest import DATABASE_URL, _admin, with_database
+from tests.conftest import DATABASE_URL, _admin
 
 pytestmark = pytest.mark.integration
 
