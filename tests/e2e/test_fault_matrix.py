@@ -87,6 +87,7 @@ from devkit.loads.slice_loads import (
     ExpiryLoad,
 )
 from devkit.stacks.private_stack import PrivateStack
+from devkit.wait import eventually
 from devkit.workers import ROOT, WorkerProcess, worker_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -323,8 +324,8 @@ PG_DOWN = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 async def applied(db: str, table: str, key: str, want: dict[str, int], timeout: float) -> None:
     """Until every acknowledged Version of ``want`` is in the projection (sequencing only: the
     run of a day must see the states that day's expectation assumes)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    async def caught_up() -> bool:
         with contextlib.suppress(*PG_DOWN):
             conn = await asyncpg.connect(db, timeout=5)
             try:
@@ -332,10 +333,10 @@ async def applied(db: str, table: str, key: str, want: dict[str, int], timeout: 
             finally:
                 await conn.close()
             stored = {r["k"]: r["version"] for r in rows}
-            if all(stored.get(k, -1) >= v for k, v in want.items()):
-                return
-        assert time.monotonic() < deadline, f"{table} did not catch up in {timeout}s"
-        await asyncio.sleep(0.3)
+            return all(stored.get(k, -1) >= v for k, v in want.items())
+        return False
+
+    await eventually(caught_up, timeout=timeout, what=f"{table} caught up", interval=0.3)
 
 
 async def locked_runs_table(db: str, release: asyncio.Event, tl: Timeline) -> None:
@@ -478,16 +479,16 @@ async def expiry_day(
 
 
 async def postgres_accepts(db: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+
+    async def accepts() -> bool:
         try:
             conn = await asyncpg.connect(db, timeout=5)
         except PG_DOWN:
-            assert time.monotonic() < deadline, f"PostgreSQL not back in {timeout}s"
-            await asyncio.sleep(0.5)
-            continue
+            return False
         await conn.close()
-        return
+        return True
+
+    await eventually(accepts, timeout=timeout, what="PostgreSQL back", interval=0.5)
 
 
 def last_line(out: str) -> str:
@@ -591,10 +592,13 @@ async def first_failure(tasks: list[asyncio.Task[Any]]) -> None:
 async def settled(db: str, query: str, want: Callable[[Any], bool], timeout: float) -> None:
     conn = await asyncpg.connect(db)
     try:
-        deadline = time.monotonic() + timeout
-        while not want(await conn.fetchval(query)):
-            assert time.monotonic() < deadline, f"{query} not settled in {timeout}s"
-            await asyncio.sleep(0.3)
+        await eventually(
+            lambda: conn.fetchval(query),
+            timeout=timeout,
+            what=f"{query} settled",
+            until=want,
+            interval=0.3,
+        )
     finally:
         await conn.close()
 
