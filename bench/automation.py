@@ -10,22 +10,20 @@ Self-contained (no import from tests/): seeding is bulk SQL here.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from bench import common
 from bench.progress import spin
 from bench.report import Measure, Target, measure
 from db import scheduler as repo
 from db.connector import Connection
-from db.migrate import migrate
 from db.scheduler import ClaimedRow
 from streams.clock import SystemClock
 from streams.contracts.automation import AutomationType
@@ -35,7 +33,6 @@ from streams.settings import Settings
 from streams.slices.automation.handlers import HandlerRegistry, Outcome
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
 
-DATABASE_URL = os.environ.get("DATABASE_URL", "postgresql://reminders@127.0.0.1:55432/reminders")
 LEASE_SECONDS = 120.0
 
 SEED = """
@@ -105,28 +102,9 @@ class NoopHandler:
         return {r.scheduler_id: VALID for r in rows}
 
 
-def url_for(name: str) -> str:
-    return urlunsplit(urlsplit(DATABASE_URL)._replace(path=f"/{name}"))
-
-
-async def admin(sql: str) -> None:
-    conn = await asyncpg.connect(url_for("postgres"))
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
-@asynccontextmanager
-async def database(template: str | None = None) -> AsyncIterator[str]:
-    name = f"bench_auto_{uuid.uuid4().hex[:10]}"
-    await admin(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
-    try:
-        if template is None:
-            await migrate(url_for(name))
-        yield url_for(name)
-    finally:
-        await admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def database(template: str | None = None) -> AbstractAsyncContextManager[str]:
+    """A fresh database (migrated, or a copy of ``template``), dropped afterwards."""
+    return common.database(template, prefix="bench_auto")
 
 
 async def seed(url: str, start: datetime, rows: int) -> None:
@@ -191,7 +169,7 @@ async def throughput(rows: int = 100_000, batch: int = 200) -> dict[str, float]:
     async with database() as seed_url:
         await seed(seed_url, start, rows)
         name = seed_url.rsplit("/", 1)[1]
-        await admin(
+        await common.admin(
             f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
         )
         as_of = start + timedelta(days=1)

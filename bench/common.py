@@ -12,14 +12,12 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.progress import Progress
-from db.migrate import migrate
+from devkit import database as database_module
 from devkit.seed import seed_reminders
 from devkit.workers import process_tree
 
@@ -30,15 +28,12 @@ KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:19092")
 
 
 def url_for(name: str) -> str:
-    return urlunsplit(urlsplit(DATABASE_URL)._replace(path=f"/{name}"))
+    return database_module.with_database(DATABASE_URL, name)
 
 
 async def admin(sql: str) -> None:
-    conn = await asyncpg.connect(url_for("postgres"))
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
+    """``sql`` on the admin database of the bench's server."""
+    await database_module.admin(DATABASE_URL, sql)
 
 
 @asynccontextmanager
@@ -46,18 +41,9 @@ async def database(template: str | None = None, prefix: str = "bench") -> AsyncI
     """A fresh database (migrated, or a copy of ``template``), dropped afterwards."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     if template is not None:
-        # No connection may stay on a template while it is copied.
-        await admin(
-            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{template}'"
-        )
-    await admin(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
-    try:
-        url = url_for(name)
-        if template is None:
-            await migrate(url)
+        await database_module.release(DATABASE_URL, template)
+    async with database_module.scratch_database(DATABASE_URL, name, template=template) as url:
         yield url
-    finally:
-        await admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def drop_topics(prefix: str) -> None:

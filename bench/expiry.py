@@ -25,7 +25,6 @@ from bench.expiry_support import (
     seed_documents,
     wait_ready,
     worker,
-    worker_process,
 )
 from bench.report import Measure, Target, measure
 from streams.domain.profile import DEFAULT_THRESHOLDS, scan_window, utc_date
@@ -169,9 +168,9 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
             prefix = f"bx{uuid.uuid4().hex[:8]}."
             env = worker_settings(url, prefix, tmp / "warm")
             await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
-            with worker_process(env, tmp / "warm.log") as (port, pid):
-                await wait_ready(port)
-                first, wall, cpu_one = await measured_run(url, env, as_of, [pid])
+            with worker(env, tmp, "warm") as warm_worker:
+                await wait_ready(warm_worker)
+                first, wall, cpu_one = await measured_run(url, env, as_of, warm_worker.pids[:1])
                 c = counts(first)
                 assert c["owners_done"] == owners, c
                 figures.update(real_seconds=wall, owners_per_s=owners / wall)
@@ -183,19 +182,19 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
                 figures["ratio"] = figures["bare_seconds"] / wall
                 print(f"  ratio bare/real (time) = {figures['ratio']:.2f}")
                 print(f"    {cpu_one.text('workers + run')}")
-                before = await metric(port, "db_statements_total")
+                before = await metric(warm_worker, "db_statements_total")
                 second, here = await manual_run(env, as_of, rerun=True)
-                warm = await metric(port, "db_statements_total") - before + here
+                warm = await metric(warm_worker, "db_statements_total") - before + here
                 assert counts(second)["reminders_sent"] == 0
             # A new worker: new consumer group, empty table = the run without the cache.
             prefix = f"bx{uuid.uuid4().hex[:8]}."
             env = worker_settings(url, prefix, tmp / "cold")
             await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
-            with worker(env, tmp / "cold.log") as port:
-                await wait_ready(port)
-                before = await metric(port, "db_statements_total")
+            with worker(env, tmp, "cold") as cold_worker:
+                await wait_ready(cold_worker)
+                before = await metric(cold_worker, "db_statements_total")
                 third, here = await manual_run(env, as_of, rerun=True)
-                cold = await metric(port, "db_statements_total") - before + here
+                cold = await metric(cold_worker, "db_statements_total") - before + here
                 assert counts(third)["reminders_sent"] == 0
         figures.update(statements_cache=warm, statements_no_cache=cold)
         async with database(template=seed) as url:
@@ -261,13 +260,13 @@ async def two_workers(url: str, tmp: Path, as_of: datetime, owners: int) -> tupl
     env = worker_settings(url, prefix, tmp / "two-a")
     await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
     with contextlib.ExitStack() as stack:
-        a = stack.enter_context(worker_process(env, tmp / "two-a.log"))
+        a = stack.enter_context(worker(env, tmp, "two-a"))
         b = stack.enter_context(
-            worker_process({**env, "WORKER_DATA_DIR": str(tmp / "two-b")}, tmp / "two-b.log")
+            worker({**env, "WORKER_DATA_DIR": str(tmp / "two-b")}, tmp, "two-b")
         )
-        for port, _ in (a, b):
-            await wait_ready(port)
-        record, wall, cpu = await measured_run(url, env, as_of, [a[1], b[1]])
+        for w in (a, b):
+            await wait_ready(w)
+        record, wall, cpu = await measured_run(url, env, as_of, [a.pids[0], b.pids[0]])
         assert counts(record)["owners_done"] == owners, counts(record)
         return wall, cpu
 

@@ -20,11 +20,10 @@ import asyncpg
 from bench.expiry import counts, manual_run, worker_settings
 from bench.expiry_support import (
     KAFKA_BOOTSTRAP,
-    children,
     database,
     peak_rss_mb,
     wait_ready,
-    worker_process,
+    worker,
 )
 from bench.report import Measure, Target, measure
 from streams.kafka_admin import ensure_topics
@@ -90,8 +89,9 @@ async def run(big_documents: int = 1_000_000, owners: int = 1_000) -> list[Measu
             env["TIMER_DOCUMENT_EXPIRY_MAX_DURATION_SECONDS"] = MAX_DURATION_SECONDS
             settings = Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix)
             await ensure_topics(settings)
-            with worker_process(env, tmp / "worker.log") as (port, pid):
-                await wait_ready(port)
+            with worker(env, tmp, "worker") as proc:
+                await wait_ready(proc)
+                pid, *children = proc.pids
                 conn = await asyncpg.connect(url)
                 try:
                     started_at = await conn.fetchval("SELECT clock_timestamp()")
@@ -99,7 +99,7 @@ async def run(big_documents: int = 1_000_000, owners: int = 1_000) -> list[Measu
                     record, _ = await manual_run(env, as_of, rerun=False)
                     wall = time.perf_counter() - t
                     rss = peak_rss_mb(pid)
-                    timer_rss = max((peak_rss_mb(c) for c in children(pid)), default=0.0)
+                    timer_rss = max((peak_rss_mb(c) for c in children), default=0.0)
                     rows = await conn.fetch(EVENTS)
                     distinct = int(await conn.fetchval(DISTINCT))
                 finally:

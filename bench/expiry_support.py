@@ -1,16 +1,11 @@
 """Helpers of the document expiry bench (no test code): throwaway databases, bulk seeding of
-person documents in SQL, a worker process, and reading a counter from its /metrics."""
+person documents in SQL, a worker process (devkit/workers.py), and reading a counter from its
+/metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 from datetime import date
@@ -19,8 +14,8 @@ from pathlib import Path
 import asyncpg
 
 from bench import common
+from devkit.workers import WorkerProcess
 
-ROOT = Path(__file__).resolve().parent.parent
 KAFKA_BOOTSTRAP = common.KAFKA_BOOTSTRAP
 
 
@@ -59,62 +54,25 @@ async def seed_documents(url: str, *, owners: int, per_owner: int, today: date) 
         await conn.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
-def worker(env: dict[str, str], log: Path) -> Iterator[int]:
-    """A ``python -m streams worker`` process; yields its web port, stops it afterwards."""
-    with worker_process(env, log) as (port, _):
-        yield port
-
-
-@contextlib.contextmanager
-def worker_process(env: dict[str, str], log: Path) -> Iterator[tuple[int, int]]:
-    """As ``worker``; yields its web port and its pid."""
-    port = free_port()
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streams", "worker"],
-            cwd=ROOT,
-            env={**os.environ, **env, "WEB_PORT": str(port), "PYTHONUNBUFFERED": "1"},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+def worker(env: dict[str, str], data_dir: Path, name: str) -> Iterator[WorkerProcess]:
+    """A started ``python -m streams worker`` (data under ``data_dir/name``, log
+    ``data_dir/name.log``), stopped afterwards."""
+    proc = WorkerProcess(env, data_dir, name).start()
     try:
-        yield port, proc.pid
+        yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        proc.stop(timeout=60)
 
 
-async def wait_ready(port: int, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            body = await asyncio.to_thread(_get, port, "/health")
-            if '"ready"' in body and '"assigned_partitions":0' not in body:
-                return
-        await asyncio.sleep(0.5)
-    raise RuntimeError(f"worker on port {port} not ready in {timeout}s")
+async def wait_ready(worker: WorkerProcess) -> None:
+    await worker.wait_ready(timeout=120.0)
 
 
-def _get(port: int, path: str) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-        return str(r.read().decode())
-
-
-async def metric(port: int, name: str) -> float:
+async def metric(worker: WorkerProcess, name: str) -> float:
     """The value of an unlabelled sample of the worker's /metrics."""
-    text = await asyncio.to_thread(_get, port, "/metrics")
-    for line in text.splitlines():
+    _, text = await asyncio.to_thread(worker.get, "/metrics")
+    for line in str(text).splitlines():
         if line.startswith(name + " "):
             return float(line.split()[-1])
     raise KeyError(name)
@@ -127,10 +85,3 @@ def peak_rss_mb(pid: int) -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return 0.0
-
-
-def children(pid: int) -> list[int]:
-    """The live child processes of ``pid`` (a worker's timer process)."""
-    with contextlib.suppress(OSError):
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    return []

@@ -11,69 +11,63 @@ import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
 from db.connector import create_pool
 from db.migrate import migrate
+from devkit import database
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "postgresql://reminders@127.0.0.1:55432/reminders")
 KAFKA_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:19092")
 HOW_TO_START = "start the local stack first: `make stack-up` (or run the tests with `make test`)"
 
 
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{name}"))
+@contextlib.contextmanager
+def reachable() -> Iterator[None]:
+    """Fail the test (never skip) when PostgreSQL's admin database cannot be reached."""
+    try:
+        yield
+    except database.Unreachable as exc:
+        pytest.fail(f"{exc}; {HOW_TO_START}")
 
 
 async def _admin(sql: str) -> None:
-    try:
-        conn = await asyncpg.connect(with_database(DATABASE_URL, "postgres"), timeout=10)
-    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
-        pytest.fail(f"PostgreSQL at {DATABASE_URL} is not reachable ({exc}); {HOW_TO_START}")
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
+    with reachable():
+        await database.admin(DATABASE_URL, sql, timeout=10)
 
 
 @pytest.fixture(scope="session")
 def template_database() -> Iterator[str]:
     """A database migrated once per session; each test clones it (CREATE DATABASE ... TEMPLATE)."""
     name = f"tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-
-    async def create() -> None:
-        await _admin(f'CREATE DATABASE "{name}"')
-        await migrate(with_database(DATABASE_URL, name))
-
-    asyncio.run(create())
+    with reachable():
+        url = asyncio.run(database.create_database(DATABASE_URL, name, timeout=10))
+    asyncio.run(migrate(url))
     yield name
-    asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with reachable():
+        asyncio.run(database.drop_database(DATABASE_URL, name, timeout=10))
 
 
 @pytest.fixture
 async def database_url(template_database: str) -> AsyncIterator[str]:
     """URL of a fresh, fully migrated database that only this test uses."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    await _admin(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
-    try:
-        yield with_database(DATABASE_URL, name)
-    finally:
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with reachable():
+        async with database.scratch_database(
+            DATABASE_URL, name, template=template_database, timeout=10
+        ) as url:
+            yield url
 
 
 @pytest.fixture
 async def empty_database_url() -> AsyncIterator[str]:
     """URL of a fresh database with no migrations applied (for migration tests)."""
     name = f"e_{uuid.uuid4().hex[:12]}"
-    await _admin(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_database(DATABASE_URL, name)
-    finally:
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with reachable():
+        async with database.scratch_database(DATABASE_URL, name, migrated=False, timeout=10) as url:
+            yield url
 
 
 @pytest.fixture

@@ -9,15 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATABASE_URL, _admin, forget_topics, with_database
+from devkit import database
+from tests.conftest import DATABASE_URL, forget_topics, reachable
 
 
 @pytest.fixture(scope="module")
 def module_database_url(template_database: str) -> Iterator[str]:
     name = f"m_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"'))
-    yield with_database(DATABASE_URL, name)
-    asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with reachable():
+        url = asyncio.run(
+            database.create_database(DATABASE_URL, name, template=template_database, timeout=10)
+        )
+    yield url
+    with reachable():
+        asyncio.run(database.drop_database(DATABASE_URL, name, timeout=10))
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,11 +15,12 @@ import asyncpg
 import pytest
 
 from db.connector import create_pool
+from devkit.harness.automation import seed
 from devkit.kafka import read_to_end
+from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.integration.automation_support import seed
 
 pytestmark = pytest.mark.e2e
 
@@ -44,16 +44,21 @@ async def wait_until(
     workers: list[WorkerProcess],
     *args: Any,
 ) -> None:
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
+
+    async def probe() -> Any:
         value = await pool.fetchval(sql, *args)
-        if value == expect:
-            return
-        for w in workers:
-            assert w.proc is not None and w.proc.poll() is None, f"{w.name} died:\n{w.tail()}"
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{sql} = {value!r}, expected {expect!r} within {timeout}s")
+        if value != expect:
+            for w in workers:
+                assert w.proc is not None and w.proc.poll() is None, f"{w.name} died:\n{w.tail()}"
+        return value
+
+    await eventually(
+        probe,
+        timeout=timeout,
+        what=f"{sql} = {expect!r}",
+        until=lambda v: v == expect,
+        interval=0.1,
+    )
 
 
 async def topics(kafka_bootstrap: str, prefix: str) -> None:

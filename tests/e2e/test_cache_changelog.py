@@ -11,14 +11,14 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from devkit.database import scalar
 from devkit.kafka import produce, read_to_end
+from devkit.messages.factories import calendar_event, encode
+from devkit.observe.metrics import sample
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.db import scalar
-from tests.support.factories import calendar_event, encode
-from tests.support.metrics import sample
 
 pytestmark = pytest.mark.e2e
 

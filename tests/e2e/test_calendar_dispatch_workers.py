@@ -13,15 +13,15 @@ from typing import Any
 import asyncpg
 import pytest
 
+from devkit.database import scalar
 from devkit.kafka import read_to_end
+from devkit.observe.metrics import sample
 from devkit.seed import seed_reminders
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from streams.slices.calendar.dispatch import DispatchConfig
-from tests.support.db import scalar
-from tests.support.metrics import sample
 
 pytestmark = pytest.mark.e2e
 

@@ -17,12 +17,12 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from devkit.harness.profile import person_document
 from devkit.kafka import read_to_end
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.profile import person_document
 
 pytestmark = pytest.mark.e2e
 

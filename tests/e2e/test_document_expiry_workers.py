@@ -9,7 +9,6 @@ import json
 import os
 import random
 import sys
-import time
 import uuid
 from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
@@ -19,12 +18,13 @@ from typing import Any
 import asyncpg
 import pytest
 
+from devkit.harness.profile import CIPHER, Harness, person_document
 from devkit.kafka import produce, read_to_end
+from devkit.wait import eventually
 from devkit.workers import ROOT, WorkerProcess, worker_env
 from streams.domain.profile import crossed, days_left, scan_window
 from streams.kafka_admin import ensure_topics, service_topic_names
 from streams.settings import Settings
-from tests.support.profile import CIPHER, Harness, person_document
 
 pytestmark = pytest.mark.e2e
 
@@ -37,16 +37,17 @@ async def poll(db: str, query: str, ok: Any, timeout: float, workers: list[Worke
     """Poll ``query`` until ``ok(value)``; fails on the deadline or when a worker died."""
     conn = await asyncpg.connect(db)
     try:
-        deadline = time.monotonic() + timeout
-        value = None
-        while time.monotonic() < deadline:
+
+        async def probe() -> Any:
             value = await conn.fetchval(query)
-            if ok(value):
-                return value
-            for w in workers:
-                assert w.proc is not None and w.proc.poll() is None, f"{w.name} died:\n{w.tail()}"
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"{query} -> {value!r} within {timeout}s")
+            if not ok(value):
+                for w in workers:
+                    assert w.proc is not None and w.proc.poll() is None, (
+                        f"{w.name} died:\n{w.tail()}"
+                    )
+            return value
+
+        return await eventually(probe, timeout=timeout, what=query, until=ok, interval=0.2)
     finally:
         await conn.close()
 

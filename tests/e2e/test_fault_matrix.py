@@ -1,14 +1,14 @@
 """The fault matrix: calendar, document-expiry and automation load at once on three real
 workers, every fault class in one timeline, one auditor table from the output topics alone.
 
-The run has a Kafka and a durable PostgreSQL of its own (tests/support/private_stack.py:
+The run has a Kafka and a durable PostgreSQL of its own (devkit/stacks/private_stack.py:
 fsync, synchronous_commit and full_page_writes on, so a crash cannot forget a commit and
-"nothing lost" means something). The loads (tests/support/calendar_load.py,
-tests/support/slice_loads.py) include reverts to earlier states: calendar events moved and
+"nothing lost" means something). The loads (devkit/loads/calendar_load.py,
+devkit/loads/slice_loads.py) include reverts to earlier states: calendar events moved and
 moved back, Planned → Cancelled → Planned; documents Active → Archived → Active and
 ExpiresAt moved out and back; automation sources deactivated and reactivated, their dates
 and metrics changed and reverted. Expected effects are computed from the acknowledged input
-with the pure domain rules; the auditor (tests/support/reminder_audit.py) reads
+with the pure domain rules; the auditor (devkit/loads/reminder_audit.py) reads
 pin.calendar.reminder-due.v1 (per reminder identity), pin.profile.document-expiry-reminders.v1
 (per DocumentId and threshold, across events) and pin.automation.dispatch-requested.v1 (per
 SchedulerKey) to their end and prints one table: per slice and fault, effects expected /
@@ -63,10 +63,8 @@ import asyncpg
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from devkit.workers import ROOT, WorkerProcess, worker_env
-from tests.support.calendar_load import Acked, CalendarLoad, expected_reminders, run_load
-from tests.support.private_stack import PrivateStack
-from tests.support.reminder_audit import (
+from devkit.loads.calendar_load import Acked, CalendarLoad, expected_reminders, run_load
+from devkit.loads.reminder_audit import (
     DISPATCH_TOPIC,
     DUE_TOPIC,
     EXPIRY_TOPIC,
@@ -81,13 +79,16 @@ from tests.support.reminder_audit import (
     matrix_rows,
     read_to_end,
 )
-from tests.support.slice_loads import (
+from devkit.loads.slice_loads import (
     DOCUMENTS_TOPIC,
     SOURCES_TOPIC,
     AckedSender,
     AutomationLoad,
     ExpiryLoad,
 )
+from devkit.stacks.private_stack import PrivateStack
+from devkit.wait import eventually
+from devkit.workers import ROOT, WorkerProcess, worker_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -323,8 +324,8 @@ PG_DOWN = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 async def applied(db: str, table: str, key: str, want: dict[str, int], timeout: float) -> None:
     """Until every acknowledged Version of ``want`` is in the projection (sequencing only: the
     run of a day must see the states that day's expectation assumes)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    async def caught_up() -> bool:
         with contextlib.suppress(*PG_DOWN):
             conn = await asyncpg.connect(db, timeout=5)
             try:
@@ -332,10 +333,10 @@ async def applied(db: str, table: str, key: str, want: dict[str, int], timeout: 
             finally:
                 await conn.close()
             stored = {r["k"]: r["version"] for r in rows}
-            if all(stored.get(k, -1) >= v for k, v in want.items()):
-                return
-        assert time.monotonic() < deadline, f"{table} did not catch up in {timeout}s"
-        await asyncio.sleep(0.3)
+            return all(stored.get(k, -1) >= v for k, v in want.items())
+        return False
+
+    await eventually(caught_up, timeout=timeout, what=f"{table} caught up", interval=0.3)
 
 
 async def locked_runs_table(db: str, release: asyncio.Event, tl: Timeline) -> None:
@@ -478,16 +479,16 @@ async def expiry_day(
 
 
 async def postgres_accepts(db: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+
+    async def accepts() -> bool:
         try:
             conn = await asyncpg.connect(db, timeout=5)
         except PG_DOWN:
-            assert time.monotonic() < deadline, f"PostgreSQL not back in {timeout}s"
-            await asyncio.sleep(0.5)
-            continue
+            return False
         await conn.close()
-        return
+        return True
+
+    await eventually(accepts, timeout=timeout, what="PostgreSQL back", interval=0.5)
 
 
 def last_line(out: str) -> str:
@@ -591,10 +592,13 @@ async def first_failure(tasks: list[asyncio.Task[Any]]) -> None:
 async def settled(db: str, query: str, want: Callable[[Any], bool], timeout: float) -> None:
     conn = await asyncpg.connect(db)
     try:
-        deadline = time.monotonic() + timeout
-        while not want(await conn.fetchval(query)):
-            assert time.monotonic() < deadline, f"{query} not settled in {timeout}s"
-            await asyncio.sleep(0.3)
+        await eventually(
+            lambda: conn.fetchval(query),
+            timeout=timeout,
+            what=f"{query} settled",
+            until=want,
+            interval=0.3,
+        )
     finally:
         await conn.close()
 

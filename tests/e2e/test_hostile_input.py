@@ -14,11 +14,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from devkit.kafka import read_to_end
+from devkit.messages.factories import calendar_event, encode
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.factories import calendar_event, encode
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ last record of every partition. The worker must stay alive and ready, apply the 
 ones, and put every hostile record, exactly once, on the real DLQ topic with a reason.
 
 The records come from a seeded ``random.Random`` over the value pools of
-tests/support/fuzz.py (Hypothesis cannot drive one worker process per example); the seed
+devkit/messages/fuzz.py (Hypothesis cannot drive one worker process per example); the seed
 is printed, and ``FUZZ_SEED=<n>`` replays a run.
 """
 
@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import random
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,12 +30,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from devkit.kafka import read_to_end
-from devkit.workers import WorkerProcess, worker_env
-from streams.contracts import CALENDAR_EVENTS, ContractError, decode
-from streams.kafka_admin import contract_topic_names, ensure_topics
-from streams.settings import Settings
-from tests.support.factories import calendar_event
-from tests.support.fuzz import (
+from devkit.messages.factories import calendar_event
+from devkit.messages.fuzz import (
     HUGE_STRINGS,
     INSTANT_EXTREMES,
     NUMBER_EXTREMES,
@@ -46,6 +41,11 @@ from tests.support.fuzz import (
     TZ_NOT_ZONES,
     encode,
 )
+from devkit.wait import NotWithin, eventually
+from devkit.workers import WorkerProcess, worker_env
+from streams.contracts import CALENDAR_EVENTS, ContractError, decode
+from streams.kafka_admin import contract_topic_names, ensure_topics
+from streams.settings import Settings
 
 pytestmark = pytest.mark.e2e
 
@@ -293,17 +293,6 @@ async def produce_all(bootstrap: str, topic: str, records: list[Produced]) -> No
         await producer.stop()
 
 
-async def eventually(probe: Any, *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
-
-
 async def test_hostile_records_are_dead_lettered_and_valid_ones_applied(
     stack: dict[str, Any], request: pytest.FixtureRequest
 ) -> None:
@@ -338,13 +327,16 @@ async def test_hostile_records_are_dead_lettered_and_valid_ones_applied(
             health.append((status, body))
             return bool(n == len(sentinels))
 
-        await eventually(sentinels_applied, timeout=120, what="every partition's sentinel")
+        await eventually(
+            sentinels_applied, timeout=120, what="every partition's sentinel", interval=0.25
+        )
         # A sentinel can be stored while an earlier batch is still applying (two batches in
         # flight); the committed offsets reaching the end say every record was handled.
         await eventually(
             lambda: everything_committed(stack["kafka"], stack["group"], stack["topic"]),
             timeout=60,
             what="offsets committed to the end of every partition",
+            interval=0.25,
         )
         stored = {
             str(r["event_id"]): (r["version"], r["kind"])
@@ -375,11 +367,19 @@ async def test_hostile_records_are_dead_lettered_and_valid_ones_applied(
 
     # Each DLQ write is acknowledged before its input is, and the sentinels came last on
     # every partition: the DLQ is complete now. A short grace only guards the read.
-    deadline = time.monotonic() + 15
-    dead = ours(await read_to_end(stack["kafka"], stack["dlq"]))
-    while len(dead) < len(want) and time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
-        dead = ours(await read_to_end(stack["kafka"], stack["dlq"]))
+    async def dead_letters() -> list[Any]:
+        return ours(await read_to_end(stack["kafka"], stack["dlq"]))
+
+    try:
+        dead = await eventually(
+            dead_letters,
+            timeout=15,
+            what="every hostile record on the DLQ",
+            until=lambda d: len(d) >= len(want),
+            interval=0.5,
+        )
+    except NotWithin:
+        dead = await dead_letters()  # the checks below name what is missing
     got: dict[tuple[int, int], Any] = {}
     for d in dead:
         h = dict(d.headers)

@@ -1,7 +1,7 @@
 """Offsets that never reach the stream, on a real worker and real Kafka.
 
 Two kinds of skipped offsets reach the gap guard: records Faust fetched and then lost
-(faust-streaming 0.15 after a rebalance; re-created here by ``tests/e2e/gap_worker.py``)
+(faust-streaming 0.15 after a rebalance; re-created here by ``devkit/procs/gap_worker.py``)
 and offsets that hold no record at all (transaction markers, compaction). The first must be
 read again and never be committed past before they are processed; the second must cost
 next to nothing.
@@ -25,11 +25,11 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from devkit.messages.factories import calendar_event, encode
 from devkit.wait import NotWithin, eventually
 from devkit.workers import ROOT, WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.factories import calendar_event, encode
 
 pytestmark = pytest.mark.e2e
 
@@ -37,12 +37,12 @@ EVENTS = "pin.calendar.events.v1"
 
 
 class GapWorker(WorkerProcess):
-    """The real worker with the test hooks of tests/e2e/gap_worker.py."""
+    """The real worker with the test hooks of devkit/procs/gap_worker.py."""
 
     def start(self) -> GapWorker:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.e2e.gap_worker"],
+            [sys.executable, "-m", "devkit.procs.gap_worker"],
             cwd=ROOT,
             env=self.env,
             stdout=log,

@@ -23,12 +23,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
 from devkit.kafka import produce, read_to_end
+from devkit.messages.factories import calendar_event, encode
+from devkit.observe.metrics import sample
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.factories import calendar_event, encode
-from tests.support.metrics import sample
 
 pytestmark = pytest.mark.e2e
 

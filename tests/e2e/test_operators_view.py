@@ -17,15 +17,15 @@ import asyncpg
 import pytest
 
 from devkit.kafka import produce
+from devkit.messages.factories import calendar_event, encode
+from devkit.observe.metrics import sample
+from devkit.observe.promql import SHARED, dashboard_uses, exported_names, metric_names, rule_uses
 from devkit.seed import seed_reminders
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from streams.slices import SLICES
-from tests.support.factories import calendar_event, encode
-from tests.support.metrics import sample
-from tests.support.promql import SHARED, dashboard_uses, exported_names, metric_names, rule_uses
 from tests.unit.test_operators_files import tool
 
 pytestmark = pytest.mark.e2e

@@ -36,13 +36,14 @@ from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import ConsumerRecord
 
 from db.outbox import LANE_LOCK_SPACE
+from devkit.loads.calendar_load import calendar_message
+from devkit.loads.reminder_audit import DUE_TOPIC, assigned, audit, read_to_end
 from devkit.seed import seed_reminders
+from devkit.stacks.pause import cont, process_state, stop_when
+from devkit.wait import NotWithin, eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.calendar_load import calendar_message
-from tests.support.pause import cont, process_state, stop_when
-from tests.support.reminder_audit import DUE_TOPIC, assigned, audit, read_to_end
 
 pytestmark = pytest.mark.e2e
 
@@ -165,11 +166,12 @@ class TopicWatch:
 
     async def wait_for(self, reminder_id: str, timeout: float) -> float:
         """When ``reminder_id`` first reached the topic (monotonic clock)."""
-        deadline = time.monotonic() + timeout
-        while reminder_id not in self.first_seen:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"reminder {reminder_id} not on {self.topic} in {timeout}s")
-            await asyncio.sleep(0.1)
+        await eventually(
+            lambda: reminder_id in self.first_seen,
+            timeout=timeout,
+            what=f"reminder {reminder_id} on {self.topic}",
+            interval=0.1,
+        )
         return self.first_seen[reminder_id]
 
 
@@ -267,15 +269,18 @@ async def nudge_report(
         )
     finally:
         await producer.stop()
-    deadline = time.monotonic() + 20
-    version = None
-    while time.monotonic() < deadline:
-        version = await conn.fetchval(
-            "SELECT version FROM calendar.events WHERE event_id = $1", event_id
+    try:
+        version = await eventually(
+            lambda: conn.fetchval(
+                "SELECT version FROM calendar.events WHERE event_id = $1", event_id
+            ),
+            timeout=20,
+            what="the reschedule applied",
+            until=lambda v: v == 2,
+            interval=0.2,
         )
-        if version == 2:
-            break
-        await asyncio.sleep(0.2)
+    except NotWithin:
+        version = None  # reported below, not failed here: this is the diagnosis
     seen = await conn.fetchval(
         "SELECT count(*) FROM calendar.events WHERE event_id = $1", uuid.UUID(other)
     )
@@ -329,14 +334,9 @@ async def input_report(pair: Pair, partition: int) -> str:
 
 
 async def poll(conn: asyncpg.Connection, sql: str, *args: Any, until: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = await conn.fetchval(sql, *args)
-        if until(value):
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{sql} = {value!r} after {timeout}s")
+    return await eventually(
+        lambda: conn.fetchval(sql, *args), timeout=timeout, what=sql, until=until, interval=0.1
+    )
 
 
 async def session_report(conn: asyncpg.Connection, backends: list[int]) -> str:

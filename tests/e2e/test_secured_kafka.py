@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from devkit.database import scalar
 from devkit.kafka import produce, read_to_end
+from devkit.messages.factories import calendar_event, encode
+from devkit.stacks.private_stack import PrivateStack
+from devkit.stacks.stack_shapes import service_env, shaped_stack, streams_cli
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess
 from streams.kafka_client import security_options
 from streams.settings import Settings
-from tests.support.db import scalar
-from tests.support.factories import calendar_event, encode
-from tests.support.private_stack import PrivateStack
-from tests.support.stack_shapes import service_env, shaped_stack, streams_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.deployment]
 

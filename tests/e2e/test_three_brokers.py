@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
+from devkit.database import scalar
+from devkit.harness.profile import person_document
 from devkit.kafka import produce, read_to_end
+from devkit.messages.factories import calendar_event, encode
+from devkit.stacks.private_stack import PrivateStack
+from devkit.stacks.stack_shapes import service_env, shaped_stack, streams_cli
 from devkit.wait import eventually
 from devkit.workers import ROOT, WorkerProcess
-from tests.support.db import scalar
-from tests.support.factories import calendar_event, encode
-from tests.support.private_stack import PrivateStack
-from tests.support.profile import person_document
-from tests.support.stack_shapes import service_env, shaped_stack, streams_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.deployment]
 

@@ -12,9 +12,9 @@ import sys
 import asyncpg
 import pytest
 
+from devkit.database import scalar
 from devkit.wait import eventually
 from devkit.workers import ROOT, worker_env
-from tests.support.db import scalar
 
 pytestmark = pytest.mark.e2e
 

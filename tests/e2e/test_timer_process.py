@@ -24,15 +24,15 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from devkit.database import scalar
 from devkit.kafka import read_to_end
+from devkit.loads.calendar_load import calendar_message
+from devkit.observe.metrics import sample
+from devkit.stacks.pause import process_state
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, process_tree, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.support.calendar_load import calendar_message
-from tests.support.db import scalar
-from tests.support.metrics import sample
-from tests.support.pause import process_state
 
 pytestmark = pytest.mark.e2e
 

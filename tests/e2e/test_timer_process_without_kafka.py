@@ -17,7 +17,11 @@ from unittest.mock import MagicMock
 import pytest
 
 from db.migrate import migrate
+from devkit.database import scalar
 from devkit.kafka import read_to_end
+from devkit.loads.calendar_load import calendar_message
+from devkit.messages.factories import parsed
+from devkit.stacks.private_stack import PrivateStack
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.agents.consumer import Decoded
@@ -25,10 +29,6 @@ from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices.calendar.events import CalendarEventsApplier
-from tests.support.calendar_load import calendar_message
-from tests.support.db import scalar
-from tests.support.factories import parsed
-from tests.support.private_stack import PrivateStack
 
 pytestmark = pytest.mark.e2e
 

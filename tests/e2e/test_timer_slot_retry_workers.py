@@ -16,6 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from devkit.harness.profile import Harness, person_document
 from devkit.kafka import read_to_end
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import ensure_topics, service_topic_names
@@ -29,7 +30,6 @@ from tests.e2e.test_document_expiry_workers import (
     poll,
     published,
 )
-from tests.support.profile import Harness, person_document
 
 pytestmark = pytest.mark.e2e
 

@@ -50,7 +50,7 @@ async def _spawn(
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "tests.e2e.timer_worker",
+        "devkit.procs.timer_worker",
         cwd=ROOT,
         env=env,
         stdout=log,

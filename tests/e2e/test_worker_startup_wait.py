@@ -13,13 +13,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from devkit.database import with_database
+from devkit.stacks.pause import process_state
+from devkit.stacks.proxy import TcpProxy
 from devkit.wait import NotWithin, eventually
 from devkit.workers import ROOT, WorkerProcess, free_port, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from tests.conftest import with_database
-from tests.support.pause import process_state
-from tests.support.proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
 

@@ -13,13 +13,7 @@ import pytest
 from db import scheduler as repo
 from db.connector import transaction
 from db.scheduler import ClaimedRow
-from streams.contracts.automation import AutomationType
-from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
-from streams.domain.automation_revalidation import VALID
-from streams.runtime import Runtime
-from streams.slices.automation.handlers import HandlerRegistry, Outcome
-from streams.slices.automation.support import SupportAction, put_back
-from tests.integration.automation_support import (
+from devkit.harness.automation import (
     LEASE,
     T0,
     cleanup,
@@ -30,6 +24,12 @@ from tests.integration.automation_support import (
     runner,
     seed,
 )
+from streams.contracts.automation import AutomationType
+from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
+from streams.domain.automation_revalidation import VALID
+from streams.runtime import Runtime
+from streams.slices.automation.handlers import HandlerRegistry, Outcome
+from streams.slices.automation.support import SupportAction, put_back
 
 pytestmark = pytest.mark.integration
 

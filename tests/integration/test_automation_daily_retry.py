@@ -16,6 +16,16 @@ import pytest
 from db import report_subscriptions as subscriptions_repo
 from db import scheduler as repo
 from db.connector import transaction
+from devkit.harness.automation import (
+    LEASE,
+    T0,
+    cleanup,
+    make_runtime,
+    row,
+    runner,
+    seed,
+    subscription_msg,
+)
 from streams.clock import ManualClock
 from streams.domain.automation import (
     DAILY_RETRY,
@@ -33,16 +43,6 @@ from streams.slices.automation.config import AutomationConfig
 from streams.slices.automation.handlers import HandlerRegistry, PgAutomationInputs, default_handlers
 from streams.timers.jobs import build_registry
 from streams.topics import Topics
-from tests.integration.automation_support import (
-    LEASE,
-    T0,
-    cleanup,
-    make_runtime,
-    row,
-    runner,
-    seed,
-    subscription_msg,
-)
 
 pytestmark = pytest.mark.integration
 

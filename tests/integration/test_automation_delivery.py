@@ -13,16 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from devkit.kafka import create_topics
-from streams.clock import ManualClock
-from streams.contracts import DISPATCH_REQUESTED
-from streams.contracts.automation import DeliveryChannel, DispatchRequested
-from streams.metrics import Metrics
-from streams.runtime import Runtime
-from streams.settings import Settings
-from tests.integration.automation_inputs_support import Inputs, rows, unit_msg
-from tests.integration.automation_kafka_support import PARTITIONS, read_topic, relay_all
-from tests.integration.automation_support import (
+from devkit.harness.automation import (
     T0,
     TARGET,
     make_runtime,
@@ -31,6 +22,15 @@ from tests.integration.automation_support import (
     setting_msg,
     source_msg,
 )
+from devkit.harness.automation_inputs import Inputs, rows, unit_msg
+from devkit.harness.automation_kafka import PARTITIONS, read_topic, relay_all
+from devkit.kafka import create_topics
+from streams.clock import ManualClock
+from streams.contracts import DISPATCH_REQUESTED
+from streams.contracts.automation import DeliveryChannel, DispatchRequested
+from streams.metrics import Metrics
+from streams.runtime import Runtime
+from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -13,6 +13,14 @@ import pytest
 
 from db import scheduler as repo
 from db.connector import transaction
+from devkit.harness.automation import (
+    T0,
+    TARGET,
+    make_runtime,
+    reminder,
+    row,
+    scheduler_rows,
+)
 from streams.domain.automation import (
     ReminderDateInput,
     RowState,
@@ -21,14 +29,6 @@ from streams.domain.automation import (
     ensure_decision,
 )
 from streams.runtime import Runtime
-from tests.integration.automation_support import (
-    T0,
-    TARGET,
-    make_runtime,
-    reminder,
-    row,
-    scheduler_rows,
-)
 
 pytestmark = pytest.mark.integration
 

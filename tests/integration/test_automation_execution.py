@@ -15,6 +15,19 @@ from db import report_subscriptions as subscriptions_repo
 from db import scheduler as repo
 from db import sources as sources_repo
 from db.connector import DatabaseUnavailable, transaction
+from devkit.harness.automation import (
+    T0,
+    make_runtime,
+    metric,
+    outbox,
+    reminder,
+    row,
+    runner,
+    seed,
+    setting_msg,
+    source_msg,
+    subscription_msg,
+)
 from streams.clock import ManualClock
 from streams.contracts import DISPATCH_REQUESTED
 from streams.contracts.automation import (
@@ -36,19 +49,6 @@ from streams.slices.automation.handlers import default_handlers
 from streams.slices.automation.metrics import AutomationMetrics
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
 from streams.slices.automation.support import status_section
-from tests.integration.automation_support import (
-    T0,
-    make_runtime,
-    metric,
-    outbox,
-    reminder,
-    row,
-    runner,
-    seed,
-    setting_msg,
-    source_msg,
-    subscription_msg,
-)
 
 pytestmark = pytest.mark.integration
 

@@ -12,16 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from devkit.kafka import create_topics
-from streams.clock import ManualClock
-from streams.contracts import DISPATCH_REQUESTED
-from streams.contracts.automation import DispatchRequested
-from streams.metrics import Metrics
-from streams.runtime import Runtime
-from streams.settings import Settings
-from tests.integration.automation_inputs_support import Inputs, by_status, rows, unit_msg
-from tests.integration.automation_kafka_support import PARTITIONS, read_topic, relay_all
-from tests.integration.automation_support import (
+from devkit.harness.automation import (
     T0,
     TARGET,
     make_runtime,
@@ -30,6 +21,15 @@ from tests.integration.automation_support import (
     setting_msg,
     source_msg,
 )
+from devkit.harness.automation_inputs import Inputs, by_status, rows, unit_msg
+from devkit.harness.automation_kafka import PARTITIONS, read_topic, relay_all
+from devkit.kafka import create_topics
+from streams.clock import ManualClock
+from streams.contracts import DISPATCH_REQUESTED
+from streams.contracts.automation import DispatchRequested
+from streams.metrics import Metrics
+from streams.runtime import Runtime
+from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
 

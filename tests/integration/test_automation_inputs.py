@@ -10,6 +10,22 @@ from datetime import UTC, date, datetime, time, timedelta
 import asyncpg
 import pytest
 
+from devkit.harness.automation import (
+    T0,
+    TARGET,
+    make_runtime,
+    setting_msg,
+    source_msg,
+    subscription_msg,
+)
+from devkit.harness.automation_inputs import (
+    BU,
+    Inputs,
+    by_status,
+    complete,
+    rows,
+    unit_msg,
+)
 from streams.contracts.automation import (
     Comparator,
     FiringPolicy,
@@ -19,22 +35,6 @@ from streams.contracts.automation import (
     TriggerType,
 )
 from streams.runtime import Runtime
-from tests.integration.automation_inputs_support import (
-    BU,
-    Inputs,
-    by_status,
-    complete,
-    rows,
-    unit_msg,
-)
-from tests.integration.automation_support import (
-    T0,
-    TARGET,
-    make_runtime,
-    setting_msg,
-    source_msg,
-    subscription_msg,
-)
 
 pytestmark = pytest.mark.integration
 

@@ -24,6 +24,15 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from db.connector import transaction
+from devkit.harness.automation import make_runtime
+from devkit.harness.automation_inputs import Inputs
+from devkit.messages.fuzz import (
+    business_units,
+    encode,
+    reminder_settings,
+    report_subscriptions,
+    source_events,
+)
 from streams.agents.consumer import ContractConsumer
 from streams.contracts import (
     BUSINESS_UNITS,
@@ -35,16 +44,7 @@ from streams.contracts import (
 from streams.domain.automation import EnsureOutcome
 from streams.metrics import Metrics
 from streams.runtime import Runtime
-from tests.integration.automation_inputs_support import Inputs
-from tests.integration.automation_support import make_runtime
 from tests.integration.test_input_fuzz import Ev, Msg, RecordingDlq
-from tests.support.fuzz import (
-    business_units,
-    encode,
-    reminder_settings,
-    report_subscriptions,
-    source_events,
-)
 
 pytestmark = pytest.mark.integration
 

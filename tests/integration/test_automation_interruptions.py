@@ -15,15 +15,7 @@ import pytest
 from db import scheduler as repo
 from db.connector import DatabaseUnavailable, connection
 from db.scheduler import ClaimedRow
-from devkit.wait import eventually
-from streams.contracts.automation import AutomationType
-from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
-from streams.runtime import Runtime
-from streams.slices.automation.handlers import AutomationHandler, HandlerRegistry, Outcome
-from streams.slices.automation.metrics import AutomationMetrics
-from streams.slices.automation.runner import AutomationRunner, RunnerConfig
-from streams.slices.automation.support import SupportAction, put_back, row_view, status_section
-from tests.integration.automation_support import (
+from devkit.harness.automation import (
     LEASE,
     T0,
     cleanup,
@@ -33,9 +25,17 @@ from tests.integration.automation_support import (
     row,
     seed,
 )
-from tests.integration.automation_support import (
+from devkit.harness.automation import (
     runner as make_runner,
 )
+from devkit.wait import eventually
+from streams.contracts.automation import AutomationType
+from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
+from streams.runtime import Runtime
+from streams.slices.automation.handlers import AutomationHandler, HandlerRegistry, Outcome
+from streams.slices.automation.metrics import AutomationMetrics
+from streams.slices.automation.runner import AutomationRunner, RunnerConfig
+from streams.slices.automation.support import SupportAction, put_back, row_view, status_section
 
 pytestmark = pytest.mark.integration
 

@@ -20,6 +20,15 @@ from db import report_subscriptions as subscriptions_repo
 from db import sources as sources_repo
 from db.connector import transaction
 from db.queries import sql
+from devkit.harness.automation import (
+    T0,
+    TARGET,
+    make_runtime,
+    setting_msg,
+    source_msg,
+    subscription_msg,
+)
+from devkit.harness.automation_inputs import BU, Inputs, by_status, rows, unit_msg
 from streams.runtime import Runtime
 from streams.slices.automation.planning import Planner
 from streams.slices.automation.reconcile import (
@@ -27,15 +36,6 @@ from streams.slices.automation.reconcile import (
     SOURCES_PROVIDER,
     ReconcileConfig,
     Reconciliation,
-)
-from tests.integration.automation_inputs_support import BU, Inputs, by_status, rows, unit_msg
-from tests.integration.automation_support import (
-    T0,
-    TARGET,
-    make_runtime,
-    setting_msg,
-    source_msg,
-    subscription_msg,
 )
 
 pytestmark = pytest.mark.integration

@@ -12,16 +12,16 @@ from typing import Any
 import asyncpg
 import pytest
 
-from streams.contracts.automation import DispatchRequested, TriggerType
-from streams.runtime import Runtime
-from tests.integration.automation_inputs_support import Inputs, by_status, rows, unit_msg
-from tests.integration.automation_support import (
+from devkit.harness.automation import (
     make_runtime,
     outbox,
     runner,
     setting_msg,
     source_msg,
 )
+from devkit.harness.automation_inputs import Inputs, by_status, rows, unit_msg
+from streams.contracts.automation import DispatchRequested, TriggerType
+from streams.runtime import Runtime
 
 pytestmark = pytest.mark.integration
 

@@ -27,6 +27,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
+from devkit.harness import profile as documents
+from devkit.harness.calendar import make_runtime
+from devkit.messages import factories
 from streams.agents.applier import VersionedStateApplier
 from streams.agents.consumer import Decoded
 from streams.domain.calendar import fingerprint as event_fingerprint
@@ -37,9 +40,6 @@ from streams.slices.calendar.events import CalendarEventsApplier
 from streams.slices.profile.documents import PersonDocumentsApplier
 from streams.slices.profile.documents import fingerprint as document_fingerprint
 from streams.tables.cache import KeyCache
-from tests.integration.calendar_support import make_runtime
-from tests.support import factories
-from tests.support import profile as documents
 
 pytestmark = pytest.mark.integration
 

@@ -15,13 +15,13 @@ import pytest
 
 from db import event_reminders as repo
 from db.connector import DatabaseUnavailable
+from devkit.harness.calendar import apply, make_runtime, outbox
+from devkit.messages.factories import T0, calendar_event
 from devkit.wait import eventually
 from streams.agents.applier import Origin, StateWriter, Written
 from streams.contracts.calendar import CalendarEventChanged
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.slices.calendar.events import CalendarEventsApplier, CalendarWrite
-from tests.integration.calendar_support import apply, make_runtime, outbox
-from tests.support.factories import T0, calendar_event
 
 pytestmark = pytest.mark.integration
 

@@ -9,6 +9,8 @@ import asyncpg
 import faust
 import pytest
 
+from devkit.harness.calendar import apply, make_runtime
+from devkit.messages.factories import T0, calendar_event
 from streams.clock import ManualClock
 from streams.runtime import Runtime
 from streams.slices import SliceContext, install_all
@@ -18,8 +20,6 @@ from streams.slices.calendar.events import CalendarEventsApplier
 from streams.timers.jobs import build_registry
 from streams.timers.registry import TimerRegistry
 from streams.topics import Topics
-from tests.integration.calendar_support import apply, make_runtime
-from tests.support.factories import T0, calendar_event
 
 pytestmark = pytest.mark.integration
 

@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
+from devkit.harness.calendar import apply
+from devkit.messages.factories import calendar_event
 from streams.clock import ManualClock
 from streams.runtime import Runtime
 from streams.settings import Settings
@@ -15,8 +17,6 @@ from streams.slices.calendar.dispatch import CalendarReminderDispatcher
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.timers import Mode, Schedule, TimerRegistry
 from streams.timers.testing import InMemoryTimerStore
-from tests.integration.calendar_support import apply
-from tests.support.factories import calendar_event
 
 pytestmark = pytest.mark.integration
 

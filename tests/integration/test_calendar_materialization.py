@@ -9,12 +9,12 @@ from typing import Any
 import asyncpg
 import pytest
 
+from devkit.harness.calendar import apply, make_runtime, reminders
+from devkit.messages.factories import T0, calendar_event
 from devkit.wait import eventually
 from streams.metrics import Metrics
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.tables.cache import KeyCache
-from tests.integration.calendar_support import apply, make_runtime, reminders
-from tests.support.factories import T0, calendar_event
 
 pytestmark = pytest.mark.integration
 
@@ -215,8 +215,8 @@ async def test_empty_or_stale_cache_gives_the_same_rows_as_no_cache(
         await apply(plain, msg)
     if cache_state == "stale":
         # The cache lags behind PostgreSQL (e.g. a changelog write lost in a crash).
+        from devkit.messages.factories import parsed
         from streams.domain.calendar import fingerprint
-        from tests.support.factories import parsed
 
         table[e["EventId"]] = {"v": 1, "fp": fingerprint(parsed(e))}
     cached = CalendarEventsApplier(make_runtime(database_url), KeyCache(table, metrics.agents))  # type: ignore[arg-type]
@@ -259,8 +259,8 @@ async def test_an_unchanged_state_older_than_the_database_teaches_the_cache_the_
     e = calendar_event(StartAt=START, ReminderOffsetsMinutes=[60])
     await apply(plain, {**e, "Version": 5, "Kind": "Call"})  # another worker got further
     table = DictTable()
+    from devkit.messages.factories import parsed
     from streams.domain.calendar import fingerprint
-    from tests.support.factories import parsed
 
     table[e["EventId"]] = {"v": 1, "fp": fingerprint(parsed(e))}  # a stale cache entry
     cached = CalendarEventsApplier(make_runtime(database_url), KeyCache(table, Metrics().agents))  # type: ignore[arg-type]

@@ -13,8 +13,7 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, decode
-from tests.support.profile import (
+from devkit.harness.profile import (
     CIPHER,
     MASK,
     SLOT,
@@ -25,6 +24,8 @@ from tests.support.profile import (
     person_document,
     reminder_events,
 )
+from devkit.wait import eventually
+from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, decode
 
 pytestmark = pytest.mark.integration
 
@@ -40,15 +41,17 @@ async def h(database_url: str) -> AsyncIterator[Harness]:
 
 async def wait_for_lock_waiters(pool: asyncpg.Pool, n: int, timeout: float = 10.0) -> None:
     """Return once ``n`` sessions of this database wait for a lock (seen in pg_stat_activity)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
     query = (
         "SELECT count(*) FROM pg_stat_activity "
         "WHERE datname = current_database() AND wait_event_type = 'Lock'"
     )
-    while await pool.fetchval(query) < n:
-        assert loop.time() < deadline, f"fewer than {n} sessions waited for a lock in {timeout}s"
-        await asyncio.sleep(0.01)
+    await eventually(
+        lambda: pool.fetchval(query),
+        timeout=timeout,
+        what=f"{n} sessions waiting for a lock",
+        until=lambda waiting: waiting >= n,
+        interval=0.01,
+    )
 
 
 # 1. Empty batch

@@ -12,9 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from streams.agents.consumer import Decoded
-from streams.slices.profile.work import RunOrder
-from tests.support.profile import (
+from devkit.harness.profile import (
     MASK,
     SLOT,
     TODAY,
@@ -25,6 +23,8 @@ from tests.support.profile import (
     person_document,
     reminder_events,
 )
+from streams.agents.consumer import Decoded
+from streams.slices.profile.work import RunOrder
 
 pytestmark = pytest.mark.integration
 

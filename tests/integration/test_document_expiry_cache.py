@@ -13,11 +13,8 @@ from unittest.mock import MagicMock
 import asyncpg
 import pytest
 
-from streams.agents.consumer import Decoded
-from streams.domain.profile import encode_marks
-from streams.slices.profile.work import RunOrder
-from tests.conftest import DATABASE_URL, _admin, with_database
-from tests.support.profile import (
+from devkit.database import with_database
+from devkit.harness.profile import (
     SLOT,
     TODAY,
     Harness,
@@ -28,6 +25,10 @@ from tests.support.profile import (
     person_document,
     reminder_events,
 )
+from streams.agents.consumer import Decoded
+from streams.domain.profile import encode_marks
+from streams.slices.profile.work import RunOrder
+from tests.conftest import DATABASE_URL, _admin
 
 pytestmark = pytest.mark.integration
 

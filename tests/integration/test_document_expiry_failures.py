@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from db.connector import DatabaseUnavailable
-from tests.support.profile import (
+from devkit.harness.profile import (
     MASK,
     SLOT,
     TODAY,

@@ -17,13 +17,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
 
+from devkit.harness.profile import SLOT, Harness, items, person_document, reminder_events
 from devkit.kafka import read_to_end
 from streams.agents.consumer import Decoded
 from streams.clock import ManualClock
 from streams.contracts import decode
 from streams.slices.profile.work import OWNER_WORK, KafkaFanout, partition_of
 from streams.timers.slots import fanout_key
-from tests.support.profile import SLOT, Harness, items, person_document, reminder_events
 
 pytestmark = pytest.mark.integration
 

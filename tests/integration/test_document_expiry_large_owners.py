@@ -20,12 +20,7 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams import faults
-from streams.agents.consumer import Decoded
-from streams.contracts import decode
-from streams.slices.profile.owners import CACHE_MAX_DOCUMENTS, OwnerWorker
-from streams.slices.profile.work import OWNER_WORK, KafkaFanout, RunOrder, TopicContinuations
-from tests.support.profile import (
+from devkit.harness.profile import (
     MASK,
     REMINDER_TOPIC,
     SLOT,
@@ -36,6 +31,11 @@ from tests.support.profile import (
     reminder_events,
     seed_documents,
 )
+from streams import faults
+from streams.agents.consumer import Decoded
+from streams.contracts import decode
+from streams.slices.profile.owners import CACHE_MAX_DOCUMENTS, OwnerWorker
+from streams.slices.profile.work import OWNER_WORK, KafkaFanout, RunOrder, TopicContinuations
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
+from devkit.harness.profile import SLOT, Harness, items, person_document, reminder_events
 from streams.slices.profile.work import RunOrder
-from tests.support.profile import SLOT, Harness, items, person_document, reminder_events
 
 pytestmark = pytest.mark.integration
 

@@ -12,12 +12,12 @@ from typing import Any
 import asyncpg
 import pytest
 
+from devkit.harness.calendar import make_runtime
+from devkit.messages.factories import calendar_event, encode
 from streams.agents.consumer import ContractConsumer
 from streams.contracts import CALENDAR_EVENTS
 from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsApplier
-from tests.integration.calendar_support import make_runtime
-from tests.support.factories import calendar_event, encode
 
 pytestmark = pytest.mark.integration
 

@@ -34,6 +34,9 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from devkit.harness.calendar import make_runtime
+from devkit.messages.fuzz import HOSTILE, VALID, History, Record, calendar_history, encode
+from devkit.messages.fuzz import calendar_events as valid_calendar_events
 from streams.agents.consumer import ContractConsumer
 from streams.contracts import CALENDAR_EVENTS
 from streams.contracts.calendar import CalendarEventChanged
@@ -42,9 +45,6 @@ from streams.metrics import Metrics
 from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.tables.cache import KeyCache
-from tests.integration.calendar_support import make_runtime
-from tests.support.fuzz import HOSTILE, VALID, History, Record, calendar_history, encode
-from tests.support.fuzz import calendar_events as valid_calendar_events
 
 pytestmark = pytest.mark.integration
 

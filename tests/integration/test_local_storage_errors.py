@@ -13,16 +13,16 @@ import asyncpg
 import faust
 import pytest
 
+from devkit.harness.calendar import make_runtime
+from devkit.harness.profile import SLOT, Harness, MemoryTable, person_document, reminder_events
+from devkit.messages.factories import calendar_event, encode
 from streams.agents.consumer import ContractConsumer
 from streams.contracts import CALENDAR_EVENTS
 from streams.faust_compat import partition_db, partition_dbs
 from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.tables.cache import KeyCache, _rocksdict_store
-from tests.integration.calendar_support import make_runtime
 from tests.integration.test_input_errors_pg import Ev, Msg, RecordingDlq
-from tests.support.factories import calendar_event, encode
-from tests.support.profile import SLOT, Harness, MemoryTable, person_document, reminder_events
 
 pytestmark = pytest.mark.integration
 

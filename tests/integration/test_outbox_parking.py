@@ -19,6 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from devkit.kafka import create_topics, read_to_end
+from devkit.stacks.private_stack import PrivateStack
 from devkit.wait import eventually
 from devkit.workers import ROOT
 from streams.contracts import REMINDER_DUE
@@ -28,7 +29,6 @@ from streams.outbox.limits import topics_below_limit
 from streams.settings import Settings
 from streams.web.status import outbox_stats
 from tests.integration.test_outbox_relay import assert_per_key_order, ids_of, sample, write
-from tests.support.private_stack import PrivateStack
 
 pytestmark = pytest.mark.integration
 

@@ -30,6 +30,7 @@ from aiokafka.structs import TopicPartition
 
 import db.outbox as repo
 from devkit.kafka import create_topics, read_to_end
+from devkit.stacks.private_stack import PrivateStack
 from devkit.wait import eventually
 from streams.metrics import Metrics
 from streams.outbox import OutboxRecord, OutboxRelay, Producer, RelayConfig
@@ -44,7 +45,6 @@ from tests.integration.test_outbox_relay import (
     sample,
     write,
 )
-from tests.support.private_stack import PrivateStack
 
 pytestmark = pytest.mark.integration
 
@@ -486,8 +486,8 @@ async def test_relay_starts_while_kafka_is_down_and_publishes_once_it_is_up(
 ) -> None:
     """The relay of a timer process must not stop it from starting (its schedules need only
     PostgreSQL): start() succeeds with nothing listening; the passes publish once Kafka is up."""
+    from devkit.stacks.proxy import TcpProxy
     from devkit.workers import free_port
-    from tests.support.proxy import TcpProxy
 
     topic = f"{topic_prefix}outbox.late_kafka"
     await create_topics(kafka_bootstrap, [topic], partitions=1)

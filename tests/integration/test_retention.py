@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
+from devkit.harness.calendar import apply, make_runtime
+from devkit.messages.factories import T0, calendar_event
 from streams.maintenance import (
     OutboxRetention,
     RetentionConfig,
@@ -18,8 +20,6 @@ from streams.maintenance import (
 )
 from streams.metrics import Metrics
 from streams.slices.calendar.events import CalendarEventsApplier
-from tests.integration.calendar_support import apply, make_runtime
-from tests.support.factories import T0, calendar_event
 
 pytestmark = pytest.mark.integration
 
@@ -243,10 +243,10 @@ async def test_a_late_source_version_after_the_scheduler_prune_sends_nothing_aga
 ) -> None:
     """Dated rows past the horizon go; a Completed threshold row (the dedupe of "fired once")
     stays, so a newer source Version planned after the prune ensures nothing again."""
+    from devkit.harness.automation import TARGET, setting_msg, source_msg
+    from devkit.harness.automation import make_runtime as automation_runtime
+    from devkit.harness.automation_inputs import Inputs, by_status, complete, unit_msg
     from streams.contracts.automation import Comparator, FiringPolicy, Threshold, TriggerType
-    from tests.integration.automation_inputs_support import Inputs, by_status, complete, unit_msg
-    from tests.integration.automation_support import TARGET, setting_msg, source_msg
-    from tests.integration.automation_support import make_runtime as automation_runtime
 
     dated, threshold, source = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     attributes = {"ExpiresOn": TARGET.isoformat(), "Booked": 90}

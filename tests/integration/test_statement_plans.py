@@ -16,9 +16,9 @@ import asyncpg
 import pytest
 
 from db.connector import connect, create_pool, transaction
+from devkit.messages.factories import T0, calendar_event, parsed
 from streams.agents.applier import Origin
 from streams.slices.calendar.events import CalendarEventsWriter
-from tests.support.factories import T0, calendar_event, parsed
 
 pytestmark = pytest.mark.integration
 

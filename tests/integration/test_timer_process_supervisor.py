@@ -1,5 +1,5 @@
 """The worker's side of its timer process (streams/timer_process/supervisor.py) against a
-real child process (tests/support/fake_timer_process.py): ready, wake-ups, snapshots that
+real child process (devkit/procs/fake_timer_process.py): ready, wake-ups, snapshots that
 join the worker's metrics, restarts with wake-ups kept, and stopping (or killing) it."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from devkit.wait import eventually
 from streams.metrics import Metrics
 from streams.timer_process.supervisor import TimerProcess
 
-FAKE = "tests.support.fake_timer_process"  # run from the repository root, as pytest is
-STUCK = "tests.support.stuck_timer_process"
+FAKE = "devkit.procs.fake_timer_process"  # run from the repository root, as pytest is
+STUCK = "devkit.procs.stuck_timer_process"
 
 
 def supervisor(

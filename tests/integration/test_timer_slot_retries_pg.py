@@ -13,6 +13,7 @@ import pytest
 
 from db.queries import sql
 from db.timers import TimerRepository
+from devkit.wait import eventually
 from streams.clock import ManualClock
 from streams.timers import HandBack, Misfire, Mode, Schedule, TimerRegistry
 from streams.timers.testing import FakeSleeper
@@ -320,10 +321,13 @@ async def test_a_running_worker_picks_up_a_handed_back_slot_within_its_poll(
         assert other.calls == []
         # ... which comes well before the old holder's lease would have run out.
         await sleeper.advance(timedelta(seconds=1))
-        for _ in range(200):
-            if (await slot_row(pool))["finished"]:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(
+            lambda: slot_row(pool),
+            timeout=2.0,
+            what="w2 finished the slot",
+            until=lambda r: r["finished"],
+            interval=0.01,
+        )
         assert other.calls == [SLOT]
         row = await slot_row(pool)
         assert (row["finished"], row["result"], row["claimed_by"], row["handbacks"]) == (

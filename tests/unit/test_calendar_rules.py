@@ -8,6 +8,7 @@ from uuid import UUID, uuid5
 from hypothesis import given
 from hypothesis import strategies as st
 
+from devkit.messages.factories import T0, calendar_event, parsed
 from streams.domain.calendar import (
     REMINDER_NAMESPACE,
     fingerprint,
@@ -16,7 +17,6 @@ from streams.domain.calendar import (
     reminder_id,
     wanted_reminders,
 )
-from tests.support.factories import T0, calendar_event, parsed
 
 START = T0 + timedelta(hours=2)
 

@@ -1,6 +1,6 @@
 """Fuzzing every input contract: ``decode`` returns a model or raises ContractError, nothing else.
 
-No I/O. The strategies live in tests/support/fuzz.py; a new input contract needs one entry
+No I/O. The strategies live in devkit/messages/fuzz.py; a new input contract needs one entry
 in ``VALID_INPUTS`` there (``test_every_input_contract_has_a_strategy`` insists), and a
 new agent's pure rules one entry in ``PURE_RULES`` below.
 """
@@ -17,19 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streams.contracts import (
-    BUSINESS_UNITS,
-    CALENDAR_EVENTS,
-    REMINDER_SETTINGS,
-    SOURCE_EVENTS,
-    Contract,
-    ContractError,
-    TopicContract,
-    decode,
-)
-from streams.contracts.calendar import CalendarEventChanged
-from streams.domain.calendar import fingerprint, insertable, wanted_reminders
-from tests.support.fuzz import (
+from devkit.messages.fuzz import (
     HUGE_STRINGS,
     INPUT_CONTRACTS,
     INSTANT_EXTREMES,
@@ -47,6 +35,18 @@ from tests.support.fuzz import (
     raw_inputs,
     thresholds,
 )
+from streams.contracts import (
+    BUSINESS_UNITS,
+    CALENDAR_EVENTS,
+    REMINDER_SETTINGS,
+    SOURCE_EVENTS,
+    Contract,
+    ContractError,
+    TopicContract,
+    decode,
+)
+from streams.contracts.calendar import CalendarEventChanged
+from streams.domain.calendar import fingerprint, insertable, wanted_reminders
 
 FUZZ = settings(
     max_examples=100,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from devkit.harness.profile import person_document
 from streams.contracts import PERSON_DOCUMENTS, SOURCE_EVENTS, ContractError, decode
-from tests.support.profile import person_document
 
 # A character no reason of ours contains: if it shows up, it came from the input.
 MARK = "Ω"

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from devkit.messages.factories import calendar_event, encode
 from streams.contracts import ALL_TOPICS, CALENDAR_EVENTS, PERSON_DOCUMENTS, ContractError, decode
 from streams.contracts.__main__ import DEFAULT_DIR, render
 from streams.contracts.calendar import ReminderDueEvent
-from tests.support.factories import calendar_event, encode
 
 
 def test_valid_message_decodes() -> None:

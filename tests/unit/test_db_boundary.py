@@ -114,13 +114,27 @@ def test_streams_opens_connections_only_through_the_port() -> None:
     assert offenders == []
 
 
-def test_bench_does_not_import_tests() -> None:
+def _imports_from(folder: str, packages: tuple[str, ...]) -> list[str]:
     offenders = []
-    for path in _python_files("bench"):
+    for path in _python_files(folder):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests"):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n.split(".")[0] in packages for n in names):
                 offenders.append(str(path.relative_to(ROOT)))
-    assert offenders == []
+    return offenders
+
+
+def test_bench_does_not_import_tests() -> None:
+    assert _imports_from("bench", ("tests",)) == []
+
+
+def test_devkit_imports_neither_tests_nor_bench() -> None:
+    # devkit/ is the one home of shared helpers: tests and bench import it, never the reverse.
+    assert _imports_from("devkit", ("tests", "bench")) == []
 
 
 # Session-level state a pooled connection would carry to its next user: the pool runs no

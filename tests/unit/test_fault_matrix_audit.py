@@ -7,15 +7,15 @@ import uuid
 from collections.abc import Hashable
 from datetime import UTC, date, datetime, timedelta
 
-from tests.support.calendar_load import Acked
-from tests.support.reminder_audit import (
+from devkit.loads.calendar_load import Acked
+from devkit.loads.reminder_audit import (
     Effect,
     FaultWindow,
     audit_effects,
     format_matrix,
     matrix_rows,
 )
-from tests.support.slice_loads import AutomationLoad, ExpiryLoad, person_document
+from devkit.loads.slice_loads import AutomationLoad, ExpiryLoad, person_document
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

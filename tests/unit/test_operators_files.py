@@ -12,8 +12,7 @@ import subprocess
 
 import pytest
 
-from streams.slices import SLICES
-from tests.support.promql import (
+from devkit.observe.promql import (
     ALERTS,
     DASHBOARDS,
     ROOT,
@@ -22,6 +21,7 @@ from tests.support.promql import (
     metric_names,
     rule_uses,
 )
+from streams.slices import SLICES
 
 
 def tool(name: str) -> str:

@@ -15,7 +15,6 @@ for cancelled events, superseded (rescheduled) due times or events never produce
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import time
@@ -28,7 +27,8 @@ from typing import TypeVar, cast
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from tests.support.calendar_load import Identity, parse_time
+from devkit.loads.calendar_load import Identity, parse_time
+from devkit.wait import eventually
 
 DUE_TOPIC = "pin.calendar.reminder-due.v1"
 
@@ -70,10 +70,12 @@ async def assigned(
     consumer: AIOKafkaConsumer, topic: str, timeout: float = 30.0
 ) -> list[TopicPartition]:
     """The partitions a group-less consumer of ``topic`` got (metadata may take a moment)."""
-    deadline = time.monotonic() + timeout
-    while not consumer.assignment():
-        assert time.monotonic() < deadline, f"topic {topic} has no partitions (does it exist?)"
-        await asyncio.sleep(0.1)
+    await eventually(
+        consumer.assignment,
+        timeout=timeout,
+        what=f"partitions of topic {topic} (does it exist?)",
+        interval=0.1,
+    )
     return sorted(consumer.assignment())
 
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+from devkit.stacks.private_stack import PrivateStack
 from devkit.workers import ROOT, free_port, worker_env
-from tests.support.private_stack import PrivateStack
 
 
 @contextlib.contextmanager

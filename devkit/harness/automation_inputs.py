@@ -8,6 +8,7 @@ from uuid import UUID
 
 import asyncpg
 
+from devkit.harness.automation import scheduler_rows
 from streams.agents.consumer import Decoded
 from streams.contracts.automation import (
     BusinessUnitChanged,
@@ -26,7 +27,6 @@ from streams.slices.automation.inputs import (
     UnitsWriter,
 )
 from streams.slices.automation.planning import Planned, Planner
-from tests.integration.automation_support import scheduler_rows
 
 BU = UUID(int=7)
 

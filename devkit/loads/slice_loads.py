@@ -25,6 +25,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from devkit.loads.calendar_load import Acked
 from streams.contracts.automation import (
     BusinessUnitChanged,
     Comparator,
@@ -36,7 +37,6 @@ from streams.contracts.automation import (
 )
 from streams.domain.automation_triggers import TriggerInput, default_providers
 from streams.domain.profile import DEFAULT_THRESHOLDS, crossed, days_left, scan_window
-from tests.support.calendar_load import Acked
 
 DOCUMENTS_TOPIC = "pin.profile.person-documents.v1"
 SOURCES_TOPIC = "pin.automation.source-events.v1"

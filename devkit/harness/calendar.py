@@ -9,13 +9,13 @@ from unittest.mock import MagicMock
 
 import asyncpg
 
+from devkit.messages.factories import T0, parsed
 from streams.agents.applier import ApplyResult
 from streams.agents.consumer import Decoded
 from streams.clock import ManualClock
 from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices.calendar.events import CalendarEventsApplier, CalendarWrite
-from tests.support.factories import T0, parsed
 
 
 def make_runtime(database_url: str, now: datetime = T0, **settings: Any) -> Runtime:

@@ -1,0 +1,1 @@
+"""Wire-format messages as other teams' producers send them, and Hypothesis strategies of them."""

@@ -1,1 +1,0 @@
-"""Helpers shared by the integration and e2e tiers."""
