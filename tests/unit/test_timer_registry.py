@@ -25,6 +25,7 @@ from streams.timers import (
     TimerMetrics,
     TimerRegistry,
 )
+from streams.timers.context import RunContext
 from streams.timers.leases import CLAIM_RETRY_MAX, claim_backoff
 from streams.timers.testing import FakeSleeper, InMemoryTimerStore, settle
 
@@ -37,8 +38,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[datetime] = []
 
-    async def run_once(self, as_of: datetime) -> dict[str, int]:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> dict[str, int]:
+        self.calls.append(ctx.as_of)
         return {"handled": len(self.calls)}
 
 
@@ -53,8 +54,8 @@ class Slow:
         self.max_active = 0
         self.cancelled = 0
 
-    async def run_once(self, as_of: datetime) -> None:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> None:
+        self.calls.append(ctx.as_of)
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:
@@ -78,8 +79,8 @@ class Gate:
         self.cancelled = False
         self.finished = False
 
-    async def run_once(self, as_of: datetime) -> str:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> str:
+        self.calls.append(ctx.as_of)
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         self.started.set()
@@ -99,8 +100,8 @@ class Flaky:
         self.failures = failures
         self.calls: list[datetime] = []
 
-    async def run_once(self, as_of: datetime) -> str:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> str:
+        self.calls.append(ctx.as_of)
         if len(self.calls) <= self.failures:
             raise RuntimeError("boom")
         return "ok"
@@ -778,8 +779,8 @@ class Stalled:
         self.stall = stall
         self.calls: list[datetime] = []
 
-    async def run_once(self, as_of: datetime) -> str:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> str:
+        self.calls.append(ctx.as_of)
         try:
             await self.sleeper.sleep_until(self.sleeper.clock.now() + timedelta(hours=1))
         except asyncio.CancelledError:
@@ -919,7 +920,7 @@ class Returns:
     def __init__(self, value: object) -> None:
         self.value = value
 
-    async def run_once(self, as_of: datetime) -> object:
+    async def run_once(self, ctx: RunContext) -> object:
         return self.value
 
 
@@ -1010,7 +1011,7 @@ async def test_slot_pruner_deletes_old_claims(world: World) -> None:
     for k in range(5):
         await world.store.claim_slot("job", at(k), "w", f"r{k}")
     pruner = SlotPruner(world.store, retention=timedelta(minutes=2), batch=2)
-    result = await pruner.run_once(at(4))
+    result = await pruner.run_once(RunContext.at(at(4), clock=world.clock))
     assert result.deleted == 2
     assert sorted(s for _, s in world.store.claims) == [at(2), at(3), at(4)]
 
