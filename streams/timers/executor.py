@@ -118,9 +118,11 @@ class RunExecutor:
         leases: SlotLeases | None,
         stopping: Callable[[], bool] = lambda: False,
         turned: Callable[[str, float], None] = lambda name, within: None,
+        finished: Callable[[RunRecord], None] = lambda record: None,
     ) -> None:
         self._stopping = stopping
         self._turned = turned
+        self._finished = finished
         self._clock = clock
         self._sleeper = sleeper
         self._metrics = metrics
@@ -136,7 +138,22 @@ class RunExecutor:
         run_id: str | None = None,
         claimed: bool = False,
     ) -> RunRecord:
-        """Claim (cluster-once, unless ``claimed`` already) and run one slot or wake-up."""
+        """Claim (cluster-once, unless ``claimed`` already) and run one slot or wake-up; tells
+        ``finished`` the record of every run that ends (deduped and failed claims too)."""
+        record = await self._run(state, slot, kind, as_of=as_of, run_id=run_id, claimed=claimed)
+        self._finished(record)
+        return record
+
+    async def _run(
+        self,
+        state: ScheduleState,
+        slot: datetime | None,
+        kind: str,
+        *,
+        as_of: datetime,
+        run_id: str | None,
+        claimed: bool,
+    ) -> RunRecord:
         spec = state.spec
         name = spec.name
         run_id = run_id or uuid.uuid4().hex

@@ -27,7 +27,7 @@ from streams.timers import (
 )
 from streams.timers.context import RunContext
 from streams.timers.leases import CLAIM_RETRY_MAX, claim_backoff
-from streams.timers.testing import FakeSleeper, InMemoryTimerStore, settle
+from streams.timers.testing import FakeSleeper, InMemoryTimerStore, quiescent
 
 MINUTE = timedelta(minutes=1)
 # A minute boundary: slots of a 60 s interval are T0 + k minutes.
@@ -310,16 +310,16 @@ async def test_wake_runs_early_and_never_overlaps(world: World) -> None:
     await reg.start()
     try:
         reg.wake("job")
-        await settle()
-        assert gate.started.is_set()
+        await gate.started.wait()
         assert gate.calls == [world.clock.now()]
         # Wake-ups during the run are served after it, collapsed into one run.
         reg.wake("job")
         reg.wake("job")
-        await settle()
-        assert len(gate.calls) == 1
+        assert reg.finished_runs("job") == 0
         gate.release.set()
-        await settle()
+        first = await reg.run_finished("job", 1)
+        second = await reg.run_finished("job", 2)
+        assert (first.kind, second.kind) == ("wake", "wake")
         assert len(gate.calls) == 2
         assert gate.max_active == 1
         # A wake-up for a later instant runs then, not before.
@@ -380,7 +380,7 @@ async def test_every_turn_of_a_loop_reports_when_its_next_turn_is_due(world: Wor
     reg.report_turns(lambda name, within: turns.append((name, within)))
     await reg.start()
     try:
-        await settle()
+        await quiescent()
         assert turns == [("job", 59.0)]  # waits for the slot at T0 + 1 min
         await world.sleeper.advance(timedelta(seconds=59))
         assert gate.started.is_set()
@@ -388,7 +388,8 @@ async def test_every_turn_of_a_loop_reports_when_its_next_turn_is_due(world: Wor
         await world.sleeper.advance(timedelta(seconds=20))
         assert len(turns) == 2  # still in the run: nothing new to promise
         gate.release.set()
-        await settle()
+        await reg.run_finished("job", 1)
+        await quiescent()
         assert turns[2:] == [("job", 40.0)]  # back to waiting, for T0 + 2 min
         with pytest.raises(RuntimeError, match="before start"):
             reg.report_turns(lambda name, within: None)
@@ -409,7 +410,7 @@ async def test_the_timer_process_keeps_only_its_schedules(world: World) -> None:
     await reg.start()
     try:
         reg.wake("isolated")
-        await settle()
+        await reg.run_finished("isolated", 1)
         assert mine.calls == [world.clock.now()]
         with pytest.raises(ValueError, match="does not run in this process"):
             reg.wake("local")
@@ -596,11 +597,10 @@ async def test_stop_lets_the_current_run_finish_within_the_bound(world: World) -
     reg.register(sched(gate))
     await reg.start()
     reg.wake("job")
-    await settle()
-    assert gate.started.is_set()
+    await gate.started.wait()
     stopping = asyncio.create_task(reg.stop(timeout=5))
-    await settle()
-    assert not stopping.done()
+    await quiescent()
+    assert not stopping.done() and reg.finished_runs("job") == 0
     gate.release.set()
     await stopping
     assert gate.finished and not gate.cancelled
@@ -613,7 +613,7 @@ async def test_stop_cancels_a_run_that_exceeds_the_bound(world: World) -> None:
     reg.register(sched(gate))
     await reg.start()
     reg.wake("job")
-    await settle()
+    await gate.started.wait()
     await reg.stop(timeout=0)
     assert gate.cancelled and not gate.finished
     [row] = reg.list()
