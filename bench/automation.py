@@ -32,6 +32,7 @@ from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices.automation.handlers import HandlerRegistry, Outcome
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
+from streams.timers.context import RunContext
 
 LEASE_SECONDS = 120.0
 
@@ -151,13 +152,14 @@ async def real(url: str, as_of: datetime, batch: int) -> tuple[int, float]:
         RunnerConfig(
             batch_size=batch,
             lease=timedelta(seconds=LEASE_SECONDS),
-            max_duration=timedelta(hours=1),
         ),
     )
     try:
         await runtime.pool()
         t = time.perf_counter()
-        result = await runner.run_once(as_of)
+        result = await runner.run_once(
+            RunContext.at(as_of, clock=runner.clock, budget=timedelta(hours=1))
+        )
         return result.completed, time.perf_counter() - t
     finally:
         await runtime.close()

@@ -17,6 +17,7 @@ from streams.domain.calendar import CLOSED_EVENT_REASONS
 from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
+from streams.timers.context import RunContext
 
 # Claim + transition + outbox insert for one batch, in a single statement: the reference.
 # It does the same work as the real path: the same claim, Sent with SentAt or Skipped with
@@ -78,13 +79,13 @@ async def real(url: str, as_of: datetime, batch: int) -> tuple[int, float]:
     runtime = Runtime(
         Settings(database_url=url, db_pool_min_size=1, db_pool_max_size=2), clock=SystemClock()
     )
-    dispatcher = CalendarReminderDispatcher(
-        runtime, DispatchConfig(batch_size=batch, max_duration=timedelta(hours=1))
-    )
+    dispatcher = CalendarReminderDispatcher(runtime, DispatchConfig(batch_size=batch))
     try:
         await runtime.pool()
         t = time.perf_counter()
-        result = await dispatcher.run_once(as_of)
+        result = await dispatcher.run_once(
+            RunContext.at(as_of, clock=dispatcher.clock, budget=timedelta(hours=1))
+        )
         return result.sent_count, time.perf_counter() - t
     finally:
         await runtime.close()

@@ -80,20 +80,21 @@ async def child(url: str, as_of: datetime, batch: int) -> None:
     from streams.runtime import Runtime
     from streams.settings import Settings
     from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
+    from streams.timers.context import RunContext
 
     runtime = Runtime(
         Settings(database_url=url, db_pool_min_size=1, db_pool_max_size=2), clock=SystemClock()
     )
-    dispatcher = CalendarReminderDispatcher(
-        runtime, DispatchConfig(batch_size=batch, max_duration=timedelta(hours=1))
-    )
+    dispatcher = CalendarReminderDispatcher(runtime, DispatchConfig(batch_size=batch))
     try:
         await runtime.pool()
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)
         sent, start, cpu = 0, time.monotonic(), time.process_time()
         while True:
-            result = await dispatcher.run_once(as_of)
+            result = await dispatcher.run_once(
+                RunContext.at(as_of, clock=dispatcher.clock, budget=timedelta(hours=1))
+            )
             sent += result.sent_count
             # backlog counts due rows the other process still holds: go on until none is left.
             if result.backlog == 0 or time.monotonic() - start > DEADLINE:

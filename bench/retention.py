@@ -16,6 +16,7 @@ from bench.common import database
 from bench.progress import spin
 from bench.report import Measure, Target, measure
 from db.connector import create_pool
+from streams.clock import SystemClock
 from streams.maintenance import (
     OutboxRetention,
     RetentionConfig,
@@ -24,6 +25,7 @@ from streams.maintenance import (
     TableRetentionConfig,
 )
 from streams.metrics import Metrics
+from streams.timers.context import RunContext
 
 PRODUCTION_ROWS_PER_SECOND = 1_000  # the lateness bench's outbox rows (due reminders) a second
 QUICK = {"outbox_rows": 50_000, "events": 10_000}
@@ -89,7 +91,7 @@ async def run(outbox_rows: int = 500_000, events: int = 100_000) -> list[Measure
                 retention_metrics=metrics.family(RetentionMetrics),
             )
             t = time.perf_counter()
-            out = await job.run_once(as_of)
+            out = await job.run_once(RunContext.at(as_of, clock=SystemClock()))
             outbox_seconds = time.perf_counter() - t
         finally:
             await pool.close()
@@ -108,7 +110,7 @@ async def run(outbox_rows: int = 500_000, events: int = 100_000) -> list[Measure
                 pool, metrics=metrics.family(RetentionMetrics), config=TableRetentionConfig()
             )
             t = time.perf_counter()
-            res = await tables.run_once(as_of)
+            res = await tables.run_once(RunContext.at(as_of, clock=SystemClock()))
             calendar_seconds = time.perf_counter() - t
         finally:
             await pool.close()

@@ -50,7 +50,7 @@ def runner(
     return AutomationRunner(
         runtime,
         handlers or default_handlers(),
-        RunnerConfig(batch_size=batch_size, lease=LEASE, max_duration=timedelta(seconds=30)),
+        RunnerConfig(batch_size=batch_size, lease=LEASE),
     )
 
 

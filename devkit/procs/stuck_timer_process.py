@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from streams.timer_process import wire
 from streams.timer_process.child import _pipes, beat, sender
 from streams.timer_process.progress import Progress
 from streams.timers import Mode, Schedule, TimerRegistry
+from streams.timers.context import RunContext
 
 
 class Stuck:
     def __init__(self) -> None:
         self.hang = False
 
-    async def run_once(self, as_of: datetime) -> None:
+    async def run_once(self, ctx: RunContext) -> None:
         if not self.hang:
             return
         forever = asyncio.Event()

@@ -7,13 +7,14 @@ import logging
 import os
 import signal
 import sys
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import asyncpg
 
 from db.connector import create_pool
 from db.timers import TimerRepository
 from streams.timers import Mode, Schedule, TimerRegistry
+from streams.timers.context import RunContext
 
 # Created by the test before it starts the workers.
 RUNS_TABLE = "e2e_timer_runs"
@@ -29,11 +30,11 @@ class SlowRun:
         self.worker_id = worker_id
         self.seconds = seconds
 
-    async def run_once(self, as_of: datetime) -> None:
+    async def run_once(self, ctx: RunContext) -> None:
         insert = f"INSERT INTO {RUNS_TABLE} (schedule, slot, worker_id) VALUES ($1, $2, $3)"
-        await self.pool.execute(insert, f"{self.schedule}:start", as_of, self.worker_id)
+        await self.pool.execute(insert, f"{self.schedule}:start", ctx.as_of, self.worker_id)
         await asyncio.sleep(self.seconds)
-        await self.pool.execute(insert, self.schedule, as_of, self.worker_id)
+        await self.pool.execute(insert, self.schedule, ctx.as_of, self.worker_id)
 
 
 class RecordRun:
@@ -44,11 +45,11 @@ class RecordRun:
         self.schedule = schedule
         self.worker_id = worker_id
 
-    async def run_once(self, as_of: datetime) -> None:
+    async def run_once(self, ctx: RunContext) -> None:
         await self.pool.execute(
             f"INSERT INTO {RUNS_TABLE} (schedule, slot, worker_id) VALUES ($1, $2, $3)",
             self.schedule,
-            as_of,
+            ctx.as_of,
             self.worker_id,
         )
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from db import workers as repo
 from db.connector import connection
 from streams.runtime import Runtime
+from streams.timers.context import RunContext
 
 # A worker not heard from for this long is no longer listed.
 LIVE_WITHIN = timedelta(seconds=30)
@@ -35,7 +36,8 @@ class Heartbeat:
         self.runtime = runtime
         self.worker_id = worker_id
 
-    async def run_once(self, as_of: datetime) -> HeartbeatResult:
+    async def run_once(self, ctx: RunContext) -> HeartbeatResult:
+        as_of = ctx.as_of
         pool = await self.runtime.pool()
         async with connection(pool) as conn:
             await repo.heartbeat(

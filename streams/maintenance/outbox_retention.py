@@ -14,6 +14,7 @@ from streams.maintenance.drain import drain
 from streams.maintenance.metrics import RetentionMetrics
 from streams.metrics import OutboxMetrics
 from streams.settings import Settings
+from streams.timers.context import RunContext
 
 OUTBOX_TABLE = "ops.outbox"
 
@@ -69,7 +70,7 @@ class RetentionResult:
 
 
 class OutboxRetention:
-    """A timer job: ``run_once(as_of)`` deletes rows published before ``as_of - retention``."""
+    """A timer job: ``run_once(ctx)`` deletes rows published before ``as_of - retention``."""
 
     def __init__(
         self,
@@ -92,7 +93,8 @@ class OutboxRetention:
         self._metrics.deleted.inc(n)
         return n
 
-    async def run_once(self, as_of: datetime) -> RetentionResult:
+    async def run_once(self, ctx: RunContext) -> RetentionResult:
+        as_of = ctx.as_of
         if as_of.tzinfo is None:
             raise ValueError("as_of must be timezone-aware")
         cutoff = as_of - self.config.retention

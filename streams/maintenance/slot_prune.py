@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from streams.clock import Clock, SystemClock
 from streams.maintenance.drain import drain
 from streams.maintenance.metrics import RetentionMetrics
+from streams.timers.context import RunContext
 from streams.timers.ports import TimerStore
 
 SLOTS = "ops.timer_slots"
@@ -42,7 +43,8 @@ class SlotPruner:
         self._budget = budget
         self._clock: Clock = clock or SystemClock()
 
-    async def run_once(self, as_of: datetime) -> PruneResult:
+    async def run_once(self, ctx: RunContext) -> PruneResult:
+        as_of = ctx.as_of
         before = as_of - self.retention
         done = await drain(
             lambda: self._store.prune_slots(before, self._batch),

@@ -17,6 +17,7 @@ from streams.clock import Clock, SystemClock
 from streams.maintenance.drain import Drained, drain
 from streams.maintenance.metrics import RetentionMetrics
 from streams.settings import Settings
+from streams.timers.context import RunContext
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class TableRetentionResult:
 
 
 class TableRetention:
-    """A timer job: ``run_once(as_of)`` drains every table to its horizon at ``as_of``."""
+    """A timer job: ``run_once(ctx)`` drains every table to its horizon at ``as_of``."""
 
     def __init__(
         self,
@@ -111,7 +112,8 @@ class TableRetention:
         self._metrics = metrics
         self._clock: Clock = clock or SystemClock()
 
-    async def run_once(self, as_of: datetime) -> TableRetentionResult:
+    async def run_once(self, ctx: RunContext) -> TableRetentionResult:
+        as_of = ctx.as_of
         if as_of.tzinfo is None:
             raise ValueError("as_of must be timezone-aware")
         c = self.config

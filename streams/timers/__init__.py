@@ -1,5 +1,7 @@
 """Periodic-task registry: every timer of the service is declared and run here."""
 
+from streams.timers.context import RunContext
+from streams.timers.drain import DrainOutcome, drain
 from streams.timers.metrics import TimerMetrics
 from streams.timers.ports import ClockSleeper, Sleeper, TimerStore
 from streams.timers.registry import TimerRegistry
@@ -29,6 +31,7 @@ from streams.timers.slots import (
 __all__ = [
     "Cadence",
     "ClockSleeper",
+    "DrainOutcome",
     "HandBack",
     "Handler",
     "Misfire",
@@ -36,6 +39,7 @@ __all__ = [
     "RegistrationError",
     "ResolvedSchedule",
     "RetryPolicy",
+    "RunContext",
     "RunRecord",
     "Schedule",
     "Sleeper",
@@ -45,6 +49,7 @@ __all__ = [
     "TimerStore",
     "cron_next",
     "cron_slot",
+    "drain",
     "fanout_key",
     "interval_slot",
     "next_fire",

@@ -12,6 +12,7 @@ from typing import Any
 
 from streams.clock import Clock
 from streams.errors import describe
+from streams.timers.context import RunContext
 from streams.timers.leases import ClaimResult, SlotLeases
 from streams.timers.logfmt import event
 from streams.timers.metrics import TimerMetrics
@@ -39,20 +40,20 @@ class Outcome:
 
 async def invoke(
     spec: ResolvedSchedule,
-    as_of: datetime,
-    run_id: str,
+    ctx: RunContext,
     *,
     clock: Clock,
     sleeper: Sleeper,
     track: Callable[[asyncio.Task[object] | None], None],
 ) -> Outcome:
-    """Run ``spec``'s handler as of ``as_of``, cancelled at its max duration.
+    """Run ``spec``'s handler with ``ctx``, cancelled at its max duration.
 
     ``track`` is told the handler's task while it runs (and None after), so shutdown can
     cancel it. Cancelling the caller cancels the handler too, and waits for it to unwind.
     """
+    run_id = ctx.run_id
     task: asyncio.Task[object] = asyncio.create_task(
-        _invoke(spec.handler, as_of), name=f"timer:{spec.name}:{run_id}"
+        _invoke(spec.handler, ctx), name=f"timer:{spec.name}:{run_id}"
     )
     track(task)
     deadline = asyncio.create_task(sleeper.sleep_until(clock.now() + spec.max_duration))
@@ -101,8 +102,8 @@ async def invoke(
     return Outcome("ok", task.result())
 
 
-async def _invoke(handler: Handler, as_of: datetime) -> object:
-    return await handler.run_once(as_of)
+async def _invoke(handler: Handler, ctx: RunContext) -> object:
+    return await handler.run_once(ctx)
 
 
 class RunExecutor:
@@ -117,9 +118,11 @@ class RunExecutor:
         leases: SlotLeases | None,
         stopping: Callable[[], bool] = lambda: False,
         turned: Callable[[str, float], None] = lambda name, within: None,
+        finished: Callable[[RunRecord], None] = lambda record: None,
     ) -> None:
         self._stopping = stopping
         self._turned = turned
+        self._finished = finished
         self._clock = clock
         self._sleeper = sleeper
         self._metrics = metrics
@@ -135,7 +138,22 @@ class RunExecutor:
         run_id: str | None = None,
         claimed: bool = False,
     ) -> RunRecord:
-        """Claim (cluster-once, unless ``claimed`` already) and run one slot or wake-up."""
+        """Claim (cluster-once, unless ``claimed`` already) and run one slot or wake-up; tells
+        ``finished`` the record of every run that ends (deduped and failed claims too)."""
+        record = await self._run(state, slot, kind, as_of=as_of, run_id=run_id, claimed=claimed)
+        self._finished(record)
+        return record
+
+    async def _run(
+        self,
+        state: ScheduleState,
+        slot: datetime | None,
+        kind: str,
+        *,
+        as_of: datetime,
+        run_id: str | None,
+        claimed: bool,
+    ) -> RunRecord:
         spec = state.spec
         name = spec.name
         run_id = run_id or uuid.uuid4().hex
@@ -163,8 +181,18 @@ class RunExecutor:
         # The loop's next turn comes by the run's max duration (invoke cancels it then).
         self._turned(name, spec.max_duration.total_seconds())
         event(logging.DEBUG, "timer_run_start", schedule=name, run_id=run_id, kind=kind, slot=slot)
+        # The handler's budget ends where invoke cancels it: max duration after the start.
+        ctx = RunContext(
+            as_of=as_of,
+            run_id=run_id,
+            deadline=began + spec.max_duration.total_seconds(),
+            started=began,
+            should_stop=self._stopping,
+            slot=slot,
+            kind=kind,
+        )
         outcome = await invoke(
-            spec, as_of, run_id, clock=self._clock, sleeper=self._sleeper, track=state.track
+            spec, ctx, clock=self._clock, sleeper=self._sleeper, track=state.track
         )
         result = outcome.result
         duration = max(0.0, self._clock.monotonic() - began)

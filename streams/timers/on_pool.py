@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from db.connector import Pool
 from streams.runtime import Runtime
+from streams.timers.context import RunContext
 from streams.timers.schedule import Handler
 
 
@@ -19,7 +19,7 @@ class OnPool:
         self.build = build
         self._handler: Handler | None = None
 
-    async def run_once(self, as_of: datetime) -> Any:
+    async def run_once(self, ctx: RunContext) -> Any:
         if self._handler is None:
             self._handler = self.build(await self.runtime.pool())
-        return await self._handler.run_once(as_of)
+        return await self._handler.run_once(ctx)

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from streams.clock import Clock, SystemClock
 from streams.timers import slots
 from streams.timers.executor import RunExecutor
+from streams.timers.finished import RunsFinished
 from streams.timers.leases import CLAIM_RETRY_FIRST, LEASE_MARGIN, RELEASED_POLL, SlotLeases
 from streams.timers.logfmt import event
 from streams.timers.metrics import TimerMetrics
@@ -78,6 +79,7 @@ class TimerRegistry:
             )
         )
         self._stopping = asyncio.Event()
+        self._finished = RunsFinished()
         self._executor = RunExecutor(
             clock=self._clock,
             sleeper=self._sleeper,
@@ -85,6 +87,7 @@ class TimerRegistry:
             leases=self._leases,
             stopping=self._stopping.is_set,
             turned=self._turned,
+            finished=self._finished.ended,
         )
         self._entries: dict[str, ScheduleState] = {}
         self._frozen = False
@@ -179,6 +182,22 @@ class TimerRegistry:
     def _turned(self, name: str, within: float) -> None:
         if self._on_turn is not None:
             self._on_turn(name, max(0.0, within))
+
+    def on_run_finished(self, callback: Callable[[RunRecord], None]) -> None:
+        """Tell ``callback`` the record of every run that ends, of every schedule, as it ends
+        (before the schedule's loop goes on): ok, failed, timeout, cancelled, deduped."""
+        self._finished.subscribe(callback)
+
+    def finished_runs(self, name: str) -> int:
+        """How many runs of ``name`` have ended since the registry was built."""
+        self._entry(name)
+        return self._finished.count(name)
+
+    async def run_finished(self, name: str, count: int | None = None) -> RunRecord:
+        """Wait until ``count`` runs of ``name`` in all have ended (default: one more than
+        now); the record of the latest (see RunsFinished.wait)."""
+        self._entry(name)
+        return await self._finished.wait(name, count)
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every schedule as a plain JSON-able dict (for the web view)."""

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
+from streams.timers.context import RunContext
 from streams.timers.retries import (
     DEFAULT_ATTEMPTS,
     DEFAULT_BACKOFF,
@@ -51,8 +52,9 @@ class Misfire(StrEnum):
 
 
 class Handler(Protocol):
-    async def run_once(self, as_of: datetime) -> object:
-        """Do one run's work as of ``as_of``; the result is summarised for list()."""
+    async def run_once(self, ctx: RunContext) -> object:
+        """Do one run's work as of ``ctx.as_of`` by ``ctx.deadline``; the result is
+        summarised for list()."""
         ...
 
 
@@ -77,7 +79,7 @@ class Schedule:
     """
 
     name: str
-    # An object with ``async def run_once(as_of)``, or the name of one given to the registry.
+    # An object with ``async def run_once(ctx)``, or the name of one given to the registry.
     handler: Handler | str
     max_duration: timedelta
     mode: Mode
@@ -197,7 +199,7 @@ def _handler(schedule: Schedule, handlers: Mapping[str, Handler]) -> Handler:
         raise RegistrationError(
             schedule.name,
             "handler",
-            f"{type(handler).__name__} has no 'async def run_once(as_of)'",
+            f"{type(handler).__name__} has no 'async def run_once(ctx)'",
         )
     return handler
 

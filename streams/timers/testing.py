@@ -156,10 +156,23 @@ class InMemoryTimerStore:
         return len(old)
 
 
-async def settle() -> None:
-    """Enough event-loop turns for a woken registry loop to plan, claim, run and park again."""
-    for _ in range(100):
+# A loop whose tasks never all wait is spinning: fail instead of hanging.
+_MAX_TURNS = 100_000
+
+
+async def quiescent() -> None:
+    """Return once no other task of the event loop is ready to run: every one waits on a
+    future (a sleeper, an event, a lock). A woken registry loop has then planned, claimed,
+    run and parked again, in virtual time. Reads asyncio's ready queue (the default loop's),
+    so it waits exactly as long as there is work, not a guessed number of turns."""
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    if ready is None:
+        raise RuntimeError("quiescent() needs asyncio's default event loop")
+    for _ in range(_MAX_TURNS):
+        if not ready:
+            return
         await asyncio.sleep(0)
+    raise RuntimeError(f"the event loop never went quiet in {_MAX_TURNS} turns")
 
 
 class FakeSleeper:
@@ -184,7 +197,7 @@ class FakeSleeper:
     async def advance_to(self, when: datetime) -> None:
         """Move time forward, waking every sleeper due on the way, in order."""
         while True:
-            await settle()
+            await quiescent()
             due = [i for i, f in self._waiters if i <= when and not f.done()]
             if not due:
                 break
@@ -196,7 +209,7 @@ class FakeSleeper:
                     future.set_result(None)
         if when > self.clock.now():
             self.clock.set(when)
-        await settle()
+        await quiescent()
 
     async def advance(self, delta: timedelta) -> None:
         await self.advance_to(self.clock.now() + delta)

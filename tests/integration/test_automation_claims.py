@@ -30,6 +30,7 @@ from streams.domain.automation_revalidation import VALID
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import HandlerRegistry, Outcome
 from streams.slices.automation.support import SupportAction, put_back
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -129,16 +130,18 @@ async def test_paused_worker_past_its_lease_is_fenced_and_one_event_is_written(
     [c] = await seed(pool, 1)
     gate = Gate()
     paused = runner(runtimes[0], HandlerRegistry([gate]))
-    task = asyncio.create_task(paused.run_once(T0))
+    task = asyncio.create_task(paused.run_once(RunContext.at(T0, clock=paused.clock)))
     await asyncio.wait_for(gate.entered.wait(), 10)
     assert (await row(pool, c.key))["status_id"] == "Processing"
 
     # The lease runs out; cleanup puts the row back (an interruption, no attempt); another
     # worker runs it.
     t1 = T0 + LEASE + timedelta(seconds=1)
-    rescued = await cleanup(runtimes[1]).run_once(t1)
+    rescued = await cleanup(runtimes[1]).run_once(RunContext.at(t1, clock=runtimes[1].clock))
     assert (rescued.rescued, rescued.charged) == (1, 0)
-    other = await runner(runtimes[1]).run_once(t1 + DEFAULT_INTERRUPTION_DELAY)
+    other = await runner(runtimes[1]).run_once(
+        RunContext.at(t1 + DEFAULT_INTERRUPTION_DELAY, clock=runtimes[1].clock)
+    )
     assert (other.completed, other.fenced) == (1, 0)
 
     gate.release.set()
@@ -168,9 +171,15 @@ async def test_each_step_of_the_ladder_after_expired_leases_then_hold(
     for step, wait in enumerate([timedelta(minutes=5), timedelta(minutes=15), timedelta(hours=1)]):
         assert len(await claimer.claim(pool, now)) == 1
         # Not before the lease expires.
-        assert (await rescuer.run_once(now + LEASE - timedelta(seconds=1))).rescued == 0
+        assert (
+            await rescuer.run_once(
+                RunContext.at(now + LEASE - timedelta(seconds=1), clock=rescuer.runtime.clock)
+            )
+        ).rescued == 0
         now = now + LEASE + timedelta(seconds=1)
-        assert (await rescuer.run_once(now)).rescued == 1
+        assert (
+            await rescuer.run_once(RunContext.at(now, clock=rescuer.runtime.clock))
+        ).rescued == 1
         r = await row(pool, c.key)
         assert (r["status_id"], r["retry_count"], r["next_retry_on"]) == (
             "Pending",
@@ -182,7 +191,7 @@ async def test_each_step_of_the_ladder_after_expired_leases_then_hold(
         now = now + wait
     assert len(await claimer.claim(pool, now)) == 1
     now = now + LEASE + timedelta(seconds=1)
-    result = await rescuer.run_once(now)
+    result = await rescuer.run_once(RunContext.at(now, clock=rescuer.runtime.clock))
     assert (result.rescued, result.held) == (1, 1)
     r = await row(pool, c.key)
     assert (r["status_id"], r["retry_count"], r["is_on_support_hold"], r["next_retry_on"]) == (
@@ -202,7 +211,7 @@ async def test_handler_failures_follow_the_same_ladder_with_their_reason(
     broken = runner(runtimes[0], HandlerRegistry([Broken()]))
     now = T0
     for n, wait in enumerate([timedelta(minutes=5), timedelta(minutes=15), timedelta(hours=1)]):
-        result = await broken.run_once(now)
+        result = await broken.run_once(RunContext.at(now, clock=broken.clock))
         assert (result.failed, result.completed) == (1, 0)
         r = await row(pool, c.key)
         assert (r["status_id"], r["retry_count"], r["next_retry_on"]) == (
@@ -212,7 +221,7 @@ async def test_handler_failures_follow_the_same_ladder_with_their_reason(
         )
         assert (r["failure_reason_code"], r["last_error"]) == ("HandlerError", "RuntimeError")
         now = now + wait
-    result = await broken.run_once(now)
+    result = await broken.run_once(RunContext.at(now, clock=broken.clock))
     assert (result.failed, result.held) == (1, 1)
     r = await row(pool, c.key)
     assert (r["status_id"], r["is_on_support_hold"]) == ("Failed", True)
@@ -232,7 +241,9 @@ async def test_a_type_without_handler_fails_with_no_handler(
     pool: asyncpg.Pool, runtimes: list[Runtime]
 ) -> None:
     [c] = await seed(pool, 1)
-    result = await runner(runtimes[0], HandlerRegistry()).run_once(T0)
+    result = await runner(runtimes[0], HandlerRegistry()).run_once(
+        RunContext.at(T0, clock=runtimes[0].clock)
+    )
     assert result.failed == 1
     assert (await row(pool, c.key))["failure_reason_code"] == "NoHandler"
 
@@ -241,7 +252,7 @@ async def hold(pool: asyncpg.Pool, runtime: Runtime, now: datetime) -> str:
     [c] = await seed(pool, 1)
     broken = runner(runtime, HandlerRegistry([Broken()]))
     for _ in range(4):
-        await broken.run_once(now)
+        await broken.run_once(RunContext.at(now, clock=broken.clock))
         now += timedelta(hours=2)
     assert (await row(pool, c.key))["is_on_support_hold"]
     return c.key
@@ -266,7 +277,9 @@ async def test_release_gives_one_more_attempt_keeping_the_ladder_position(
     )
     assert released.failure_reason_code == "HandlerError"  # history kept
     # Due at once; one more failure holds it again straight away.
-    await runner(runtimes[0], HandlerRegistry([Broken()])).run_once(now)
+    await runner(runtimes[0], HandlerRegistry([Broken()])).run_once(
+        RunContext.at(now, clock=runtimes[0].clock)
+    )
     r = await row(pool, key)
     assert (r["status_id"], r["retry_count"], r["is_on_support_hold"]) == ("Failed", 5, True)
     assert await put_back(pool, "reminder:nope", SupportAction.RELEASE, now) is None
@@ -279,7 +292,7 @@ async def test_retry_key_restarts_the_ladder_and_a_healthy_run_completes(
     now = T0 + timedelta(days=1)
     put = await put_back(pool, key, SupportAction.RETRY_KEY, now)
     assert put is not None and (put.retry_count, put.support_action) == (0, "retry-key")
-    result = await runner(runtimes[1]).run_once(now)
+    result = await runner(runtimes[1]).run_once(RunContext.at(now, clock=runtimes[1].clock))
     assert result.completed == 1
     r = await row(pool, key)
     assert (r["status_id"], r["support_action_count"]) == ("Completed", 1)

@@ -41,6 +41,7 @@ from streams.slices import SliceContext
 from streams.slices.automation import install_core
 from streams.slices.automation.config import AutomationConfig
 from streams.slices.automation.handlers import HandlerRegistry, PgAutomationInputs, default_handlers
+from streams.timers.context import RunContext
 from streams.timers.jobs import build_registry
 from streams.topics import Topics
 
@@ -94,7 +95,7 @@ async def walk_ladder(runtime: Runtime, registry: HandlerRegistry) -> datetime:
     """Fail attempts 1..4 (the ladder's three steps, then the one after it)."""
     at = T0
     for step in (timedelta(minutes=5), timedelta(minutes=15), timedelta(hours=1), None):
-        result = await runner(runtime, registry).run_once(at)
+        result = await runner(runtime, registry).run_once(RunContext.at(at, clock=runtime.clock))
         assert result.claimed >= 1
         if step is not None:
             at += step
@@ -115,7 +116,9 @@ async def test_an_approved_long_running_type_retries_daily_and_others_are_held(
     m = await row(pool, reminder.key)
     assert (m["status_id"], m["retry_count"], m["is_on_support_hold"]) == ("Failed", 4, True)
     # A day later it is tried again, and again a day after that if it still fails.
-    result = await runner(runtime, registry).run_once(last + DAILY_RETRY)
+    result = await runner(runtime, registry).run_once(
+        RunContext.at(last + DAILY_RETRY, clock=runtime.clock)
+    )
     assert result.claimed == 1
     r = await row(pool, report.key)
     assert (r["retry_count"], r["next_retry_on"], r["is_on_support_hold"]) == (
@@ -148,7 +151,7 @@ async def test_an_expired_lease_of_an_approved_type_retries_daily(
     async with transaction(pool) as conn:
         [claimed] = await repo.claim(conn, T0, 10, LEASE.total_seconds())
     expired = T0 + LEASE + timedelta(seconds=1)
-    result = await cleanup(runtime, registry).run_once(expired)
+    result = await cleanup(runtime, registry).run_once(RunContext.at(expired, clock=runtime.clock))
     assert (result.rescued, result.held) == (1, 0)
     r = await row(pool, report.key)
     assert (r["status_id"], r["retry_count"], r["next_retry_on"]) == (

@@ -31,6 +31,7 @@ from streams.contracts.automation import DeliveryChannel, DispatchRequested
 from streams.metrics import Metrics
 from streams.runtime import Runtime
 from streams.settings import Settings
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +114,7 @@ async def test_a_template_or_delivery_change_leaves_pending_rows_and_the_dispatc
     pool: asyncpg.Pool, runtime: Runtime
 ) -> None:
     key = await ensured_then_changed(Inputs(runtime), pool)
-    result = await runner(runtime).run_once(T0)
+    result = await runner(runtime).run_once(RunContext.at(T0, clock=runtime.clock))
     assert (result.completed, result.held, result.failed) == (1, 0, 0)
     [e] = await outbox(pool)
     assert e["key"] == key
@@ -136,7 +137,11 @@ async def test_the_dispatch_request_on_the_topic_carries_what_execution_resolved
     await create_topics(kafka_bootstrap, [topic], partitions=PARTITIONS)
     try:
         key = await ensured_then_changed(Inputs(runtime), pool)
-        assert (await runner(runtime).run_once(T0 + timedelta(seconds=1))).completed == 1
+        assert (
+            await runner(runtime).run_once(
+                RunContext.at(T0 + timedelta(seconds=1), clock=runtime.clock)
+            )
+        ).completed == 1
     finally:
         await runtime.close()
     await relay_all(database_url, kafka_bootstrap, pool)

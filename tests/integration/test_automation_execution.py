@@ -49,6 +49,7 @@ from streams.slices.automation.handlers import default_handlers
 from streams.slices.automation.metrics import AutomationMetrics
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
 from streams.slices.automation.support import status_section
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +65,9 @@ async def test_completed_means_the_dispatch_request_is_in_the_outbox_with_its_co
     pool: asyncpg.Pool, runtime: Runtime
 ) -> None:
     candidates = await seed(pool, 5)
-    result = await runner(runtime, batch_size=2).run_once(T0 + timedelta(seconds=1))
+    result = await runner(runtime, batch_size=2).run_once(
+        RunContext.at(T0 + timedelta(seconds=1), clock=runtime.clock)
+    )
     assert (result.completed, result.batches, result.fenced) == (5, 3, 0)
     events = await outbox(pool)
     assert sorted(e["key"] for e in events) == sorted(c.key for c in candidates)
@@ -100,7 +103,9 @@ async def test_completed_means_the_dispatch_request_is_in_the_outbox_with_its_co
     )
     assert metric(runtime, "automation_scheduler_due_backlog") == 0
     # Run again: nothing due, nothing re-sent.
-    assert (await runner(runtime).run_once(T0 + timedelta(hours=1))).claimed == 0
+    assert (
+        await runner(runtime).run_once(RunContext.at(T0 + timedelta(hours=1), clock=runtime.clock))
+    ).claimed == 0
     assert len(await outbox(pool)) == 5
 
 
@@ -117,7 +122,7 @@ async def test_an_outbox_failure_rolls_the_completion_back(
         """
     )
     with pytest.raises(DatabaseUnavailable):
-        await runner(runtime).run_once(T0)
+        await runner(runtime).run_once(RunContext.at(T0, clock=runtime.clock))
     r = await row(pool, c.key)
     # The claim committed (its own transaction); the completion did not: the batch was handed
     # back as interrupted, no attempt counted.
@@ -130,7 +135,7 @@ async def test_an_outbox_failure_rolls_the_completion_back(
     for _ in range(DEFAULT_INTERRUPTION_ALLOWANCE - 1 + 4):
         now += timedelta(hours=2)
         with pytest.raises(DatabaseUnavailable):
-            await runner(runtime).run_once(now)
+            await runner(runtime).run_once(RunContext.at(now, clock=runtime.clock))
     r = await row(pool, c.key)
     assert (r["status_id"], r["retry_count"], r["is_on_support_hold"]) == ("Failed", 4, True)
     assert (r["interrupted_count"], r["failure_reason_code"], r["last_error"]) == (
@@ -138,7 +143,9 @@ async def test_an_outbox_failure_rolls_the_completion_back(
         "Interrupted",
         "DatabaseUnavailable",
     )
-    assert (await runner(runtime).run_once(now + timedelta(days=1))).claimed == 0
+    assert (
+        await runner(runtime).run_once(RunContext.at(now + timedelta(days=1), clock=runtime.clock))
+    ).claimed == 0
     assert await outbox(pool) == []
 
 
@@ -172,7 +179,7 @@ async def test_revalidation_deactivates_with_each_reason_code(
                 conn, [source_msg(source, is_active=change != "source_inactive", **extra)], T0
             )
         await repo.ensure(conn, [c], T0)
-    result = await runner(runtime).run_once(T0)
+    result = await runner(runtime).run_once(RunContext.at(T0, clock=runtime.clock))
     assert (result.deactivated, result.failed, result.completed) == ({reason: 1}, 0, 0)
     r = await row(pool, c.key)
     assert (r["status_id"], r["status_reason_code"]) == ("Deactivated", reason)
@@ -196,7 +203,7 @@ async def test_report_runs_complete_or_deactivate_with_report_subscription_inact
             conn, [subscription_msg(live), subscription_msg(gone, active=False)], T0
         )
         await repo.ensure(conn, [ok, dead], T0)
-    result = await runner(runtime).run_once(T0)
+    result = await runner(runtime).run_once(RunContext.at(T0, clock=runtime.clock))
     assert (result.completed, result.deactivated) == (1, {"ReportSubscriptionInactive": 1})
     [e] = await outbox(pool)
     msg = DispatchRequested.model_validate_json(e["payload"], by_alias=True, by_name=False)
@@ -245,7 +252,7 @@ async def test_threshold_reminder_completes_while_met(pool: asyncpg.Pool, runtim
             T0,
         )
         await repo.ensure(conn, [candidate(met), candidate(not_met)], T0)
-    result = await runner(runtime).run_once(T0)
+    result = await runner(runtime).run_once(RunContext.at(T0, clock=runtime.clock))
     assert (result.completed, result.deactivated) == (1, {"SourceNoLongerValid": 1})
 
 
@@ -256,7 +263,7 @@ async def test_input_hash_drift_holds_the_row_with_both_hashes(
     await pool.execute(
         "UPDATE automation.scheduler SET input_hash = $2 WHERE scheduler_key = $1", c.key, "e" * 64
     )
-    result = await runner(runtime).run_once(T0)
+    result = await runner(runtime).run_once(RunContext.at(T0, clock=runtime.clock))
     assert (result.held, result.failed, result.completed) == (1, 0, 0)
     r = await row(pool, c.key)
     assert (r["status_id"], r["is_on_support_hold"], r["failure_reason_code"]) == (
@@ -293,18 +300,17 @@ async def test_backlog_gauges_budget_and_next_wake_up(
     r = AutomationRunner(
         runtime,
         default_handlers(),
-        RunnerConfig(batch_size=2, max_duration=timedelta(seconds=3)),
+        RunnerConfig(batch_size=2),
         on_next_due=woken.append,
     )
     try:
         # The first batch "takes" seconds: a second one would not fit in the budget.
-        result = await r.run_once(T0)
+        result = await r.run_once(RunContext.at(T0, clock=r.clock, budget=timedelta(seconds=3)))
         assert (result.completed, result.budget_exhausted, result.due_backlog) == (2, True, 1)
         assert result.oldest_due_age_seconds == 600.0
         assert metric(runtime, "automation_scheduler_oldest_due_age_seconds") == 600.0
         assert woken == [T0]  # more is due: run again right away
-        r.config = RunnerConfig(batch_size=2, max_duration=timedelta(hours=1))
-        result = await r.run_once(T0)
+        result = await r.run_once(RunContext.at(T0, clock=r.clock, budget=timedelta(hours=1)))
         assert (result.completed, result.due_backlog, result.next_due) == (
             1,
             0,

@@ -30,6 +30,7 @@ from streams.contracts.automation import DispatchRequested
 from streams.metrics import Metrics
 from streams.runtime import Runtime
 from streams.settings import Settings
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +76,7 @@ async def test_a_setting_that_asks_gets_a_dispatch_request_at_once_and_only_once
     # The runner is woken for it at once.
     assert min(c.scheduled_on for c in inputs.woken[-1].candidates) == T0
 
-    result = await runner(runtime).run_once(T0)
+    result = await runner(runtime).run_once(RunContext.at(T0, clock=runtime.clock))
     assert result.completed == 1
     [msg] = dispatched(await outbox(pool))
     assert (msg.scheduler_key, msg.immediate) == (immediate, True)
@@ -85,7 +86,11 @@ async def test_a_setting_that_asks_gets_a_dispatch_request_at_once_and_only_once
     await inputs.send(source_msg(source))
     await inputs.send(source_msg(source, version=2))
     await inputs.send(asking(setting, version=2))
-    assert (await runner(runtime).run_once(T0 + timedelta(minutes=1))).claimed == 0
+    assert (
+        await runner(runtime).run_once(
+            RunContext.at(T0 + timedelta(minutes=1), clock=runtime.clock)
+        )
+    ).claimed == 0
     assert len(await outbox(pool)) == 1
 
     # A new target date is a new occurrence: its own immediate notification.
@@ -93,10 +98,14 @@ async def test_a_setting_that_asks_gets_a_dispatch_request_at_once_and_only_once
     await inputs.send(source_msg(source, version=3, attributes={"ExpiresOn": moved}))
     new_immediate, new_scheduled = keys(setting, source, moved)
     assert (await by_status(pool))["Pending"] == {new_immediate, new_scheduled}
-    assert (await runner(runtime).run_once(T0 + timedelta(minutes=2))).completed == 1
+    assert (
+        await runner(runtime).run_once(
+            RunContext.at(T0 + timedelta(minutes=2), clock=runtime.clock)
+        )
+    ).completed == 1
     assert [m.scheduler_key for m in dispatched(await outbox(pool))] == [immediate, new_immediate]
     # The scheduled reminder is sent as a reminder, not as an immediate notification.
-    await runner(runtime).run_once(T0 + timedelta(days=40))
+    await runner(runtime).run_once(RunContext.at(T0 + timedelta(days=40), clock=runtime.clock))
     last = dispatched(await outbox(pool))[-1]
     assert (last.scheduler_key, last.immediate) == (new_scheduled, False)
 
@@ -115,7 +124,7 @@ async def test_no_immediate_row_unless_asked_and_a_withdrawn_ask_deactivates_it(
     await inputs.send(setting_msg(setting, offsets_days=[7], version=2))
     r = (await rows(pool))[immediate]
     assert (r["status_id"], r["status_reason_code"]) == ("Deactivated", "ReminderSettingInactive")
-    assert (await runner(runtime).run_once(T0)).completed == 0
+    assert (await runner(runtime).run_once(RunContext.at(T0, clock=runtime.clock))).completed == 0
     assert await outbox(pool) == []
 
 
@@ -132,7 +141,9 @@ async def test_the_immediate_dispatch_request_reaches_the_topic(
     setting, source = uuid.uuid4(), uuid.uuid4()
     try:
         await Inputs(runtime).send(unit_msg(), asking(setting), source_msg(source))
-        assert (await runner(runtime).run_once(T0)).completed == 1
+        assert (
+            await runner(runtime).run_once(RunContext.at(T0, clock=runtime.clock))
+        ).completed == 1
     finally:
         await runtime.close()
     await relay_all(database_url, kafka_bootstrap, pool)

@@ -36,6 +36,7 @@ from streams.slices.automation.handlers import AutomationHandler, HandlerRegistr
 from streams.slices.automation.metrics import AutomationMetrics
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
 from streams.slices.automation.support import SupportAction, put_back, row_view, status_section
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -98,7 +99,7 @@ def scripted_runner(runtime: Runtime, handler: Scripted, **config: Any) -> Autom
     return AutomationRunner(
         runtime,
         HandlerRegistry([handler]),
-        RunnerConfig(lease=LEASE, max_duration=timedelta(seconds=30), **config),
+        RunnerConfig(lease=LEASE, **config),
     )
 
 
@@ -107,9 +108,9 @@ async def drive(runtime: Runtime, run: AutomationRunner, rounds: int) -> tuple[i
     (a run the database fails counts as a failed timer run). Returns the failed runs."""
     now, failed = T0, 0
     for _ in range(rounds):
-        await cleanup(runtime).run_once(now)
+        await cleanup(runtime).run_once(RunContext.at(now, clock=runtime.clock))
         try:
-            await run.run_once(now)
+            await run.run_once(RunContext.at(now, clock=run.clock))
         except DatabaseUnavailable:
             failed += 1
         now += ROUND
@@ -151,13 +152,13 @@ async def test_a_handed_back_row_is_due_again_after_the_interruption_delay(
     [c] = await seed(pool, 1)
     run = scripted_runner(runtime, Scripted(runtime, pool, ["blip"]))
     with pytest.raises(DatabaseUnavailable):
-        await run.run_once(T0)
+        await run.run_once(RunContext.at(T0, clock=run.clock))
     r = await row(pool, c.key)
     assert (r["status_id"], r["retry_count"], r["interrupted_count"]) == ("Pending", 0, 1)
     assert (r["next_retry_on"], r["last_interrupted_on"]) == (T0 + DEFAULT_INTERRUPTION_DELAY, T0)
     assert r["processing_lease_expires_on"] is None
     assert await run.claim(pool, T0 + DEFAULT_INTERRUPTION_DELAY - timedelta(seconds=1)) == []
-    result = await run.run_once(T0 + DEFAULT_INTERRUPTION_DELAY)
+    result = await run.run_once(RunContext.at(T0 + DEFAULT_INTERRUPTION_DELAY, clock=run.clock))
     assert (result.completed, result.failed) == (1, 0)
 
 
@@ -185,12 +186,12 @@ async def test_a_hand_back_the_database_refuses_leaves_the_row_to_cleanup_withou
     handler = Scripted(runtime, pool, ["blip+lock"])
     run = scripted_runner(runtime, handler, hand_back_timeout=timedelta(seconds=0.5))
     with pytest.raises(DatabaseUnavailable):
-        await run.run_once(T0)
+        await run.run_once(RunContext.at(T0, clock=run.clock))
     await handler.unlock()
     assert metric(runtime, "automation_scheduler_hand_back_failed_total") == 1
     assert (await row(pool, c.key))["status_id"] == "Processing"
     expired = T0 + LEASE + timedelta(seconds=1)
-    result = await cleanup(runtime).run_once(expired)
+    result = await cleanup(runtime).run_once(RunContext.at(expired, clock=runtime.clock))
     assert (result.rescued, result.charged, result.held) == (1, 0, 0)
     r = await row(pool, c.key)
     assert (r["status_id"], r["retry_count"], r["interrupted_count"]) == ("Pending", 0, 1)
@@ -204,7 +205,7 @@ async def test_a_hand_back_the_database_refuses_leaves_the_row_to_cleanup_withou
         )
         == 1
     )
-    done = await run.run_once(expired + DEFAULT_INTERRUPTION_DELAY)
+    done = await run.run_once(RunContext.at(expired + DEFAULT_INTERRUPTION_DELAY, clock=run.clock))
     assert done.completed == 1
 
 
@@ -228,7 +229,11 @@ async def test_a_cancelled_run_hands_its_batch_back_without_an_attempt(
 ) -> None:
     [c] = await seed(pool, 1)
     gate = Gate()
-    task = asyncio.create_task(make_runner(runtime, HandlerRegistry([gate])).run_once(T0))
+    task = asyncio.create_task(
+        make_runner(runtime, HandlerRegistry([gate])).run_once(
+            RunContext.at(T0, clock=runtime.clock)
+        )
+    )
     await asyncio.wait_for(gate.entered.wait(), 10)
     task.cancel()  # what stop() and the max duration do to a run
     with pytest.raises(asyncio.CancelledError):
@@ -255,7 +260,9 @@ async def test_a_row_that_never_gets_a_verdict_is_held_after_its_allowance_and_t
     for n, wait in enumerate(waits, start=1):
         assert len(await claimer.claim(pool, now)) == 1
         now += LEASE + timedelta(seconds=1)
-        assert (await rescuer.run_once(now)).rescued == 1
+        assert (
+            await rescuer.run_once(RunContext.at(now, clock=rescuer.runtime.clock))
+        ).rescued == 1
         r = await row(pool, c.key)
         assert (r["status_id"], r["interrupted_count"], r["next_retry_on"]) == (
             "Pending",
@@ -267,7 +274,7 @@ async def test_a_row_that_never_gets_a_verdict_is_held_after_its_allowance_and_t
         now += wait
     assert len(await claimer.claim(pool, now)) == 1
     now += LEASE + timedelta(seconds=1)
-    result = await rescuer.run_once(now)
+    result = await rescuer.run_once(RunContext.at(now, clock=rescuer.runtime.clock))
     assert (result.rescued, result.charged, result.held) == (1, 1, 1)
     r = await row(pool, c.key)
     assert (r["status_id"], r["retry_count"], r["interrupted_count"], r["is_on_support_hold"]) == (
@@ -294,13 +301,13 @@ async def test_a_row_that_never_gets_a_verdict_is_held_after_its_allowance_and_t
     await put_back(pool, c.key, SupportAction.RELEASE, now)
     assert len(await claimer.claim(pool, now)) == 1
     now += LEASE + timedelta(seconds=1)
-    assert (await rescuer.run_once(now)).held == 1
+    assert (await rescuer.run_once(RunContext.at(now, clock=rescuer.runtime.clock))).held == 1
     # retry-key restarts both counters: the next interruption is free again.
     put = await put_back(pool, c.key, SupportAction.RETRY_KEY, now)
     assert put is not None and (put.retry_count, put.interrupted_count) == (0, 0)
     assert len(await claimer.claim(pool, now)) == 1
     now += LEASE + timedelta(seconds=1)
-    assert (await rescuer.run_once(now)).charged == 0
+    assert (await rescuer.run_once(RunContext.at(now, clock=rescuer.runtime.clock))).charged == 0
     r = await row(pool, c.key)
     assert (r["status_id"], r["retry_count"], r["interrupted_count"]) == ("Pending", 0, 1)
 
@@ -312,7 +319,11 @@ async def test_a_second_cancellation_does_not_abandon_the_hand_back(
     on shielded and lands once the row lock it waits for is gone."""
     [c] = await seed(pool, 1)
     gate = Gate()
-    task = asyncio.create_task(make_runner(runtime, HandlerRegistry([gate])).run_once(T0))
+    task = asyncio.create_task(
+        make_runner(runtime, HandlerRegistry([gate])).run_once(
+            RunContext.at(T0, clock=runtime.clock)
+        )
+    )
     await asyncio.wait_for(gate.entered.wait(), 10)
     async with pool.acquire() as locker:
         tx = locker.transaction()

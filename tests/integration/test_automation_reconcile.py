@@ -37,6 +37,7 @@ from streams.slices.automation.reconcile import (
     ReconcileConfig,
     Reconciliation,
 )
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 AS_OF = T0 + timedelta(hours=1)
@@ -95,12 +96,16 @@ async def test_reconciliation_repairs_missed_rows_with_the_event_paths_keys(
 ) -> None:
     setting, sources = await missed(pool, 5)
     inputs = Inputs(runtime)
-    result = await reconciliation(runtime, inputs.planner).run_once(AS_OF)
+    result = await reconciliation(runtime, inputs.planner).run_once(
+        RunContext.at(AS_OF, clock=runtime.clock)
+    )
     assert (result.sources, result.batches) == (5, 3)
     assert (await by_status(pool)) == {
         "Pending": {key(setting, s, o) for s in sources for o in (30, 7)}
     }
-    again = await reconciliation(runtime, inputs.planner).run_once(AS_OF)
+    again = await reconciliation(runtime, inputs.planner).run_once(
+        RunContext.at(AS_OF, clock=runtime.clock)
+    )
     assert again.sources == 0  # nothing changed since the watermark
 
 
@@ -111,7 +116,7 @@ async def test_interrupted_batch_keeps_the_watermark_and_the_rerun_converges(
     planner = Inputs(runtime).planner
     planner.for_sources = FailOnCall(planner, 2)  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="injected"):
-        await reconciliation(runtime, planner).run_once(AS_OF)
+        await reconciliation(runtime, planner).run_once(RunContext.at(AS_OF, clock=runtime.clock))
     async with transaction(pool) as conn:
         mark = await watermarks_repo.get(conn, SOURCES_PROVIDER)
     # The first batch committed (sources 0-1); the second rolled back with its watermark.
@@ -119,7 +124,9 @@ async def test_interrupted_batch_keeps_the_watermark_and_the_rerun_converges(
     assert mark.watermark == T0 + timedelta(seconds=1)
     assert set(await rows(pool)) == {key(setting, s, o) for s in sources[:2] for o in (30, 7)}
     rerun = Inputs(runtime).planner
-    result = await reconciliation(runtime, rerun).run_once(AS_OF)
+    result = await reconciliation(runtime, rerun).run_once(
+        RunContext.at(AS_OF, clock=runtime.clock)
+    )
     assert result.sources == 3
     assert (await by_status(pool)) == {
         "Pending": {key(setting, s, o) for s in sources for o in (30, 7)}
@@ -133,8 +140,10 @@ async def test_reconciliation_and_event_path_racing_on_one_source_give_one_row(
     inputs = Inputs(runtime)
     await asyncio.gather(
         inputs.send(source_msg(source, version=2)),
-        reconciliation(runtime, inputs.planner).run_once(AS_OF),
-        reconciliation(runtime, Inputs(runtime).planner).run_once(AS_OF),
+        reconciliation(runtime, inputs.planner).run_once(RunContext.at(AS_OF, clock=runtime.clock)),
+        reconciliation(runtime, Inputs(runtime).planner).run_once(
+            RunContext.at(AS_OF, clock=runtime.clock)
+        ),
     )
     found = await rows(pool)
     assert set(found) == {key(setting, source, 30), key(setting, source, 7)}
@@ -153,12 +162,14 @@ async def test_reconciliation_bounds_allowlist_and_due_window(
         await sources_repo.upsert(conn, [source_msg(uuid.uuid4(), business_unit_id=other_bu)], T0)
     planner = Inputs(runtime).planner
     # Window of 10 days: the offset-7 row (Dec 24) is beyond it, the offset-30 one (Dec 1) in.
-    result = await reconciliation(runtime, planner, window_days=10).run_once(AS_OF)
+    result = await reconciliation(runtime, planner, window_days=10).run_once(
+        RunContext.at(AS_OF, clock=runtime.clock)
+    )
     assert result.sources == 1
     assert set(await rows(pool)) == {key(setting, source, 30)}
     # An empty allowlist reconciles nothing.
     off = Reconciliation(runtime, planner, ReconcileConfig(units=()))
-    assert (await off.run_once(AS_OF)).batches == 0
+    assert (await off.run_once(RunContext.at(AS_OF, clock=off.runtime.clock))).batches == 0
 
 
 async def test_reconciliation_statement_is_bounded(pool: asyncpg.Pool) -> None:
@@ -195,11 +206,15 @@ async def test_reconciliation_rolls_report_runs_forward(
         await units_repo.upsert(conn, [unit_msg()], T0)
         await subscriptions_repo.upsert(conn, [subscription_msg(sub)], T0)
     planner = Inputs(runtime).planner
-    first = await reconciliation(runtime, planner).run_once(AS_OF)
+    first = await reconciliation(runtime, planner).run_once(
+        RunContext.at(AS_OF, clock=runtime.clock)
+    )
     assert (first.subscriptions, len(await rows(pool))) == (1, 7)
     # A day later the window has moved one period on: one more row, the same keys before.
     before = set(await rows(pool))
-    await reconciliation(runtime, planner).run_once(AS_OF + timedelta(days=1))
+    await reconciliation(runtime, planner).run_once(
+        RunContext.at(AS_OF + timedelta(days=1), clock=runtime.clock)
+    )
     after = set(await rows(pool))
     assert before < after and len(after - before) == 1
 
@@ -216,7 +231,9 @@ async def planned_then_reconciled(
     setting, source = uuid.uuid4(), uuid.uuid4()
     await inputs.send(unit_msg(), setting_msg(setting), source_msg(source))
     cfg = ReconcileConfig(units=(BU,), batch_size=2, settle=timedelta(0))
-    await Reconciliation(runtime, inputs.planner, cfg).run_once(AS_OF)
+    await Reconciliation(runtime, inputs.planner, cfg).run_once(
+        RunContext.at(AS_OF, clock=runtime.clock)
+    )
     return inputs, setting, source
 
 
@@ -239,7 +256,9 @@ async def test_a_dropped_setting_change_is_repaired_by_the_next_reconciliation(
         await settings_repo.upsert(
             conn, [setting_msg(setting, offsets_days=[30, 14], version=2)], dropped
         )
-    result = await every_path(runtime, inputs.planner).run_once(dropped + timedelta(hours=1))
+    result = await every_path(runtime, inputs.planner).run_once(
+        RunContext.at(dropped + timedelta(hours=1), clock=runtime.clock)
+    )
     assert (result.settings, result.sources, result.units) == (1, 0, 0)
     # The event path's outcome (test_offset_change_deactivates_and_recreates): same keys.
     status = await by_status(pool)
@@ -252,7 +271,9 @@ async def test_a_dropped_setting_change_is_repaired_by_the_next_reconciliation(
     assert found[key(setting, source, 14)]["scheduled_on"] == datetime(
         2026, 12, 17, 9, 0, tzinfo=UTC
     )
-    again = await every_path(runtime, inputs.planner).run_once(dropped + timedelta(hours=2))
+    again = await every_path(runtime, inputs.planner).run_once(
+        RunContext.at(dropped + timedelta(hours=2), clock=runtime.clock)
+    )
     assert (again.settings, again.batches) == (0, 0)  # the watermark moved past it
 
 
@@ -268,7 +289,9 @@ async def test_a_dropped_time_zone_change_is_repaired_by_the_next_reconciliation
     dropped = AS_OF + timedelta(hours=1)
     async with transaction(pool) as conn:
         await units_repo.upsert(conn, [unit_msg(zone="Europe/Berlin", version=2)], dropped)
-    result = await every_path(runtime, inputs.planner).run_once(dropped + timedelta(hours=1))
+    result = await every_path(runtime, inputs.planner).run_once(
+        RunContext.at(dropped + timedelta(hours=1), clock=runtime.clock)
+    )
     assert (result.units, result.sources, result.settings) == (1, 0, 0)
     after = await rows(pool)
     assert set(after) == set(before)  # the zone is not in the key: same rows, moved in place

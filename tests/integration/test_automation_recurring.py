@@ -22,6 +22,7 @@ from devkit.harness.automation import (
 from devkit.harness.automation_inputs import Inputs, by_status, rows, unit_msg
 from streams.contracts.automation import DispatchRequested, TriggerType
 from streams.runtime import Runtime
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +70,7 @@ async def test_a_yearly_anniversary_is_dispatched_and_its_successor_ensured(
     await inputs.send(employee(source, version=2))
     assert (await rows(pool))[this_year]["version"] == r["version"]
 
-    result = await runner(runtime).run_once(T0)
+    result = await runner(runtime).run_once(RunContext.at(T0, clock=runtime.clock))
     assert (result.completed, result.failed, result.held) == (1, 0, 0)
     [e] = await outbox(pool)
     msg = DispatchRequested.model_validate_json(e["payload"], by_alias=True, by_name=False)
@@ -83,7 +84,9 @@ async def test_a_yearly_anniversary_is_dispatched_and_its_successor_ensured(
     await inputs.send(employee(source, version=3))
     assert await by_status(pool) == status
     assert (await rows(pool))[next_year]["version"] == successor["version"]
-    assert (await runner(runtime).run_once(T0 + timedelta(days=1))).claimed == 0
+    assert (
+        await runner(runtime).run_once(RunContext.at(T0 + timedelta(days=1), clock=runtime.clock))
+    ).claimed == 0
 
 
 async def test_a_moved_anchor_deactivates_the_old_occurrence_and_ensures_the_new_one(
@@ -114,7 +117,7 @@ async def test_execution_deactivates_an_occurrence_the_source_no_longer_has(
         "WHERE source_guid = $1",
         source,
     )
-    result = await runner(runtime).run_once(T0)
+    result = await runner(runtime).run_once(RunContext.at(T0, clock=runtime.clock))
     assert (result.completed, result.deactivated) == (0, {"SourceNoLongerValid": 1})
     assert await outbox(pool) == []
     assert await by_status(pool) == {"Deactivated": {key(setting, source, "2026-12-08")}}

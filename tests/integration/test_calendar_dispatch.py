@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,6 +22,7 @@ from streams.agents.applier import Origin, StateWriter, Written
 from streams.contracts.calendar import CalendarEventChanged
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.slices.calendar.events import CalendarEventsApplier, CalendarWrite
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -49,16 +50,10 @@ async def _close_dispatchers(database_url: str) -> AsyncIterator[None]:
 
 
 def dispatcher(
-    database_url: str,
-    batch_size: int = 200,
-    *,
-    should_stop: Callable[[], bool] = lambda: False,
-    **settings: Any,
+    database_url: str, batch_size: int = 200, **settings: Any
 ) -> CalendarReminderDispatcher:
     d = CalendarReminderDispatcher(
-        make_runtime(database_url, **settings),
-        DispatchConfig(batch_size=batch_size),
-        should_stop=should_stop,
+        make_runtime(database_url, **settings), DispatchConfig(batch_size=batch_size)
     )
     _open.append(d)
     return d
@@ -160,7 +155,8 @@ async def test_empty_batch_is_a_no_op(
 ) -> None:
     await apply(applier, calendar_event(StartAt=START, ReminderOffsetsMinutes=[60]))
     # Not yet due (DueAt < AsOf is strict): nothing to do.
-    result = await dispatcher(database_url).run_once(DUE)
+    d = dispatcher(database_url)
+    result = await d.run_once(RunContext.at(DUE, clock=d.clock))
     assert (result.sent_count, result.skipped_count, result.skipped_locked_count) == (0, 0, 0)
     assert await statuses(pool) == {"Pending": 1}
     assert await outbox(pool) == []
@@ -179,8 +175,8 @@ async def test_due_reminder_of_planned_event_is_sent_once_with_one_event(
     )
     await apply(applier, e)
     d = dispatcher(database_url)
-    result = await d.run_once(AFTER_DUE)
-    again = await d.run_once(AFTER_DUE + timedelta(minutes=5))
+    result = await d.run_once(RunContext.at(AFTER_DUE, clock=d.clock))
+    again = await d.run_once(RunContext.at(AFTER_DUE + timedelta(minutes=5), clock=d.clock))
     assert (result.sent_count, again.sent_count) == (1, 0)
     row = await pool.fetchrow("SELECT reminder_id, status, sent_at FROM calendar.event_reminders")
     assert row["status"] == "Sent" and row["sent_at"] == AFTER_DUE
@@ -209,7 +205,8 @@ async def test_pending_row_of_cancelled_event_is_skipped_without_publishing(
     await apply(applier, e)
     # The cascade did not run (replay/race): the event is Cancelled, its row still Pending.
     await pool.execute("UPDATE calendar.events SET status = 'Cancelled'")
-    result = await dispatcher(database_url).run_once(AFTER_DUE)
+    d = dispatcher(database_url)
+    result = await d.run_once(RunContext.at(AFTER_DUE, clock=d.clock))
     assert (result.sent_count, result.skipped_count) == (0, 1)
     assert (
         await pool.fetchval("SELECT skip_reason FROM calendar.event_reminders") == "EventCancelled"
@@ -233,7 +230,7 @@ async def test_poison_row_is_excluded_logged_and_retried_next_cycle(
     )
     d = dispatcher(database_url, batch_size=2)
     with caplog.at_level(logging.ERROR, logger="streams.slices.calendar.dispatch"):
-        result = await d.run_once(AFTER_DUE)
+        result = await d.run_once(RunContext.at(AFTER_DUE, clock=d.clock))
     assert (result.sent_count, result.failed_count) == (4, 1)
     assert await statuses(pool) == {"Sent": 4, "Pending": 1}
     assert len(await outbox(pool)) == 4
@@ -243,7 +240,7 @@ async def test_poison_row_is_excluded_logged_and_retried_next_cycle(
     await pool.execute(
         "UPDATE calendar.events SET time_zone = 'UTC' WHERE event_id = $1::uuid", bad
     )
-    nxt = await d.run_once(AFTER_DUE + timedelta(minutes=1))
+    nxt = await d.run_once(RunContext.at(AFTER_DUE + timedelta(minutes=1), clock=d.clock))
     assert nxt.sent_count == 1 and await statuses(pool) == {"Sent": 5}
 
 
@@ -252,7 +249,8 @@ async def test_run_drains_full_batches_until_backlog_is_empty(
 ) -> None:
     for _ in range(45):
         await apply(applier, calendar_event(StartAt=START, ReminderOffsetsMinutes=[60, 61]))
-    result = await dispatcher(database_url, batch_size=20).run_once(AFTER_DUE)
+    d = dispatcher(database_url, batch_size=20)
+    result = await d.run_once(RunContext.at(AFTER_DUE, clock=d.clock))
     assert result.sent_count == 90 and result.backlog == 0
     # four full batches, then a short one in each lane that ran (two once one was full)
     assert result.batches == 4 + DispatchConfig().lanes
@@ -284,7 +282,10 @@ async def test_parallel_dispatchers_handle_each_row_once(
         tx = blocker.transaction()
         await tx.start()
         await blocker.execute("LOCK TABLE ops.outbox IN SHARE MODE")
-        runs = [asyncio.create_task(d.run_once(AFTER_DUE)) for d in instances]
+        runs = [
+            asyncio.create_task(d.run_once(RunContext.at(AFTER_DUE, clock=d.clock)))
+            for d in instances
+        ]
         # Each instance claimed its first batch and now waits to insert its outbox rows.
         await wait_until_waiting(pool, "ops.outbox", sessions=3)
         assert await statuses(pool) == {"Pending": 120}, "nothing commits while held"
@@ -344,7 +345,7 @@ async def test_cancel_arriving_while_dispatcher_holds_the_row_waits_and_cannot_u
         tx = holder.transaction()
         await tx.start()
         await holder.execute("LOCK TABLE ops.outbox IN SHARE MODE")
-        run = asyncio.create_task(d.run_once(AFTER_DUE))
+        run = asyncio.create_task(d.run_once(RunContext.at(AFTER_DUE, clock=d.clock)))
         dispatcher_pid = await blocked_by(
             pool, holder.get_server_pid(), "the dispatcher waiting to write its outbox row"
         )
@@ -389,7 +390,7 @@ async def test_rows_locked_by_an_inflight_cancel_are_passed_over_then_never_sent
         assert await row_locked(pool, "SELECT 1 FROM calendar.events")
         assert await row_locked(pool, "SELECT 1 FROM calendar.event_reminders")
         d = dispatcher(database_url)
-        during = await d.run_once(AFTER_DUE)
+        during = await d.run_once(RunContext.at(AFTER_DUE, clock=d.clock))
         assert (during.sent_count, during.skipped_count, during.skipped_locked_count) == (
             0,
             0,
@@ -406,7 +407,7 @@ async def test_rows_locked_by_an_inflight_cancel_are_passed_over_then_never_sent
         held.release.set()
         cancelled = await cancelling
     assert cancelled.details is not None and cancelled.details.reminders_skipped == 1
-    after = await d.run_once(AFTER_DUE)
+    after = await d.run_once(RunContext.at(AFTER_DUE, clock=d.clock))
     assert (after.sent_count, after.skipped_count, after.skipped_locked_count) == (0, 0, 0)
     assert await pool.fetchval(
         "SELECT status || '/' || skip_reason FROM calendar.event_reminders"
@@ -422,7 +423,7 @@ async def test_pending_row_of_completed_event_is_skipped_without_publishing(
     # The cascade did not run (replay/race): the event is Completed, its row still Pending.
     await pool.execute("UPDATE calendar.events SET status = 'Completed'")
     d = dispatcher(database_url)
-    result = await d.run_once(AFTER_DUE)
+    result = await d.run_once(RunContext.at(AFTER_DUE, clock=d.clock))
     assert (result.sent_count, result.skipped_count) == (0, 1)
     row = await pool.fetchrow("SELECT status, skip_reason, sent_at FROM calendar.event_reminders")
     assert (row["status"], row["skip_reason"], row["sent_at"]) == (
@@ -453,7 +454,7 @@ async def test_cancelled_run_rolls_back_its_batch_whole_and_releases_locks(
         await tx.start()
         await blocker.execute("LOCK TABLE ops.outbox IN EXCLUSIVE MODE")
         d = dispatcher(database_url)
-        run = asyncio.create_task(d.run_once(AFTER_DUE))
+        run = asyncio.create_task(d.run_once(RunContext.at(AFTER_DUE, clock=d.clock)))
         await wait_until_waiting(pool, "ops.outbox")
         run.cancel()  # what a SIGTERM does to the run
         with pytest.raises(asyncio.CancelledError):
@@ -464,7 +465,7 @@ async def test_cancelled_run_rolls_back_its_batch_whole_and_releases_locks(
     assert await statuses(pool) == {"Pending": 10}
     # Locks released: another instance claims every row at once.
     other = dispatcher(database_url)
-    result = await other.run_once(AFTER_DUE)
+    result = await other.run_once(RunContext.at(AFTER_DUE, clock=other.clock))
     assert result.sent_count == 10 and result.skipped_locked_count == 0
 
 
@@ -476,7 +477,7 @@ async def test_sent_at_is_as_of_and_lateness_is_recorded(
     as_of = DUE + timedelta(seconds=42)
     # The runtime's clock says T0, an hour earlier: SentAt must come from AsOf, not a clock.
     assert d.clock.now() != as_of
-    await d.run_once(as_of)
+    await d.run_once(RunContext.at(as_of, clock=d.clock))
     assert await pool.fetchval("SELECT sent_at FROM calendar.event_reminders") == as_of
     registry = d.runtime.metrics.registry
     assert registry.get_sample_value("calendar_reminder_dispatch_lateness_seconds_sum") == 42.0
@@ -492,7 +493,7 @@ async def test_backlog_gauge_counts_due_pending_rows_left(
     for _ in range(3):
         await apply(applier, calendar_event(StartAt=START, ReminderOffsetsMinutes=[60]))
     stop = True
-    d = dispatcher(database_url, batch_size=1, should_stop=lambda: stop)
+    d = dispatcher(database_url, batch_size=1)
     registry = d.runtime.metrics.registry
 
     def gauge() -> float | None:
@@ -500,13 +501,13 @@ async def test_backlog_gauge_counts_due_pending_rows_left(
 
     assert gauge() == 0
     # A run stopped after its first batch (a shutdown) leaves two due rows Pending.
-    stopped = await d.run_once(AFTER_DUE)
+    stopped = await d.run_once(RunContext.at(AFTER_DUE, clock=d.clock, should_stop=lambda: stop))
     assert (stopped.sent_count, stopped.batches) == (1, 1)
     assert gauge() == 2
     # Cut short with claimable rows left: the drain goes on at once (AsOf, not a past DueAt).
     assert stopped.next_due == AFTER_DUE
     stop = False
-    drained = await d.run_once(AFTER_DUE)
+    drained = await d.run_once(RunContext.at(AFTER_DUE, clock=d.clock))
     assert drained.sent_count == 2
     assert gauge() == 0
     assert await statuses(pool) == {"Sent": 3}
@@ -529,14 +530,14 @@ async def test_infrastructure_error_rolls_the_whole_batch_back_and_the_next_cycl
     )
     d = dispatcher(database_url)
     with pytest.raises(DatabaseUnavailable) as raised:
-        await d.run_once(AFTER_DUE)
+        await d.run_once(RunContext.at(AFTER_DUE, clock=d.clock))
     assert raised.value.sqlstate == "53100"
     assert await statuses(pool) == {"Pending": 5}
     assert (
         d.runtime.metrics.registry.get_sample_value("calendar_reminder_dispatch_errors_total") == 1
     )
     await pool.execute("DROP TRIGGER tr_fail ON ops.outbox")
-    result = await d.run_once(AFTER_DUE + timedelta(minutes=1))
+    result = await d.run_once(RunContext.at(AFTER_DUE + timedelta(minutes=1), clock=d.clock))
     assert result.sent_count == 5 and len(await outbox(pool)) == 5
 
 
@@ -550,7 +551,7 @@ async def test_a_backlog_is_drained_by_two_batches_at_once_a_small_run_by_one(
     their rows apart); a run whose first batch is short stays a single batch."""
     d = CalendarReminderDispatcher(
         make_runtime(database_url),
-        DispatchConfig(batch_size=10, lanes=lanes, max_duration=timedelta(minutes=1)),
+        DispatchConfig(batch_size=10, lanes=lanes),
     )
     running = peak = calls = 0
     left = full_batches
@@ -571,7 +572,7 @@ async def test_a_backlog_is_drained_by_two_batches_at_once_a_small_run_by_one(
 
     d._batch = batch  # type: ignore[method-assign]
     try:
-        await d.run_once(T0)
+        await d.run_once(RunContext.at(T0, clock=d.clock, budget=timedelta(minutes=1)))
     finally:
         await d.runtime.close()
     assert peak == most_at_once
@@ -621,7 +622,8 @@ async def test_the_state_after_a_run_comes_from_its_last_claim_when_that_saw_eve
             DUE,
         )
     try:
-        result = await dispatcher(database_url, batch_size=10).run_once(AFTER_DUE)
+        d = dispatcher(database_url, batch_size=10)
+        result = await d.run_once(RunContext.at(AFTER_DUE, clock=d.clock))
     finally:
         if held is not None:
             await held.execute("ROLLBACK")

@@ -17,6 +17,7 @@ from streams.slices import SliceContext, install_all
 from streams.slices.calendar import CALENDAR_DISPATCH
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.slices.calendar.events import CalendarEventsApplier
+from streams.timers.context import RunContext
 from streams.timers.jobs import build_registry
 from streams.timers.registry import TimerRegistry
 from streams.topics import Topics
@@ -60,11 +61,11 @@ async def test_the_dispatcher_starts_no_batch_it_could_not_finish_within_its_bud
     runtime = make_runtime(seeded)
     # One lane: the injected clock advances per batch, which models batches one after the
     # other (each lane of a dispatcher applies the same rule between its own batches).
-    d = SlowBatches(
-        runtime, DispatchConfig(batch_size=2, lanes=1, max_duration=timedelta(seconds=1))
-    )
+    d = SlowBatches(runtime, DispatchConfig(batch_size=2, lanes=1))
     try:
-        result = await d.run_once(AFTER_DUE)
+        result = await d.run_once(
+            RunContext.at(AFTER_DUE, clock=d.clock, budget=timedelta(seconds=1))
+        )
     finally:
         await runtime.close()
     # 0.25 s per batch in a 1 s budget with 10% kept free: after the third batch (0.75 s) a
@@ -81,16 +82,21 @@ async def test_the_dispatcher_starts_no_batch_it_could_not_finish_within_its_bud
 async def test_the_schedule_setting_is_the_dispatchers_budget(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runtime = make_runtime(database_url)
-    monkeypatch.setenv("TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS", "45")
-    registry = installed(runtime)
-    handler = registry.get(CALENDAR_DISPATCH).handler
-    assert isinstance(handler, CalendarReminderDispatcher)
-    assert registry.get(CALENDAR_DISPATCH).max_duration == timedelta(seconds=45)
-    assert handler.config.max_duration == timedelta(seconds=45)
-    await runtime.close()
-    monkeypatch.setenv("TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS", "3")
-    other = make_runtime(database_url)
-    lowered = installed(other).get(CALENDAR_DISPATCH).handler
-    assert lowered.config.max_duration == timedelta(seconds=3)  # type: ignore[attr-defined]
-    await other.close()
+    """The registry's run context ends where the schedule's (overridden) max duration does;
+    nothing patches the dispatcher after it is registered."""
+    seen: list[RunContext] = []
+
+    async def record(self: CalendarReminderDispatcher, ctx: RunContext) -> None:
+        seen.append(ctx)
+
+    monkeypatch.setattr(CalendarReminderDispatcher, "run_once", record)
+    for seconds in (45, 3):
+        monkeypatch.setenv("TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS", str(seconds))
+        runtime = make_runtime(database_url)
+        registry = installed(runtime)
+        assert registry.get(CALENDAR_DISPATCH).max_duration == timedelta(seconds=seconds)
+        record_ = await registry.run_slot(CALENDAR_DISPATCH, rerun=True)
+        await runtime.close()
+        ctx = seen.pop()
+        assert ctx.deadline - ctx.started == seconds
+        assert (ctx.run_id, ctx.kind) == (record_.run_id, "manual_rerun")

@@ -95,3 +95,23 @@ async def test_wake_up_at_due_time_sends_within_the_nudge(
     clock.set(due + timedelta(milliseconds=2))
     await registry.run_due()
     assert await sent_at(pool) == due + timedelta(milliseconds=2)
+
+
+async def test_one_registry_run_has_one_run_id(runtime: Runtime, pool: asyncpg.Pool) -> None:
+    """The RunRecord, the handler's result and the correlation-id of every outbox record the
+    run wrote carry the registry's one run id."""
+    clock = runtime.clock
+    assert isinstance(clock, ManualClock)
+    for offset in (15, 16):
+        await apply(
+            CalendarEventsApplier(runtime),
+            calendar_event(StartAt=T0 + timedelta(minutes=offset), ReminderOffsetsMinutes=[15]),
+        )
+    registry = registry_with(runtime, CalendarReminderDispatcher(runtime))
+    clock.set(T0 + timedelta(minutes=2))
+    record = await registry.run_slot("calendar-dispatch")
+    assert record.result == "ok" and record.summary is not None
+    assert record.summary["sent_count"] == 2
+    assert record.summary["run_id"] == record.run_id
+    headers = [r["headers"] for r in await pool.fetch("SELECT headers FROM ops.outbox")]
+    assert [h["correlation-id"] for h in headers] == [record.run_id] * 2

@@ -25,6 +25,7 @@ from streams.slices.calendar.dispatch import (
     DispatchResult,
 )
 from streams.timers import Mode, Schedule, TimerRegistry
+from streams.timers.context import RunContext
 from streams.timers.testing import InMemoryTimerStore
 
 pytestmark = pytest.mark.integration
@@ -46,11 +47,11 @@ class Metered:
         self.inner, self.clock, self.end = inner, clock, end
         self.results: list[DispatchResult] = []
 
-    async def run_once(self, as_of: datetime) -> DispatchResult:
+    async def run_once(self, ctx: RunContext) -> DispatchResult:
         if self.clock.now() >= self.end:
             raise RuntimeError("past the measured minute")
         try:
-            result = await self.inner.run_once(as_of)
+            result = await self.inner.run_once(ctx)
         finally:
             self.clock.advance(RUN_COST)
         self.results.append(result)
@@ -184,14 +185,12 @@ async def test_skip_locked_counts_the_rows_a_full_batch_passed_over(
         assert (len(claim.rows), claim.passed_over) == (10, 5)
         # A run that ends on that full batch (as one under a backlog does when its budget
         # runs out; here a stop request after the first batch).
-        d = CalendarReminderDispatcher(
-            runtime, DispatchConfig(batch_size=10, lanes=1), should_stop=lambda: True
-        )
-        cut = await d.run_once(T0)
+        d = CalendarReminderDispatcher(runtime, DispatchConfig(batch_size=10, lanes=1))
+        cut = await d.run_once(RunContext.at(T0, clock=d.clock, should_stop=lambda: True))
         # The next run finds only the 5 locked rows: one empty claim, passing over them.
         whole = await CalendarReminderDispatcher(
             runtime, DispatchConfig(batch_size=10, lanes=1)
-        ).run_once(T0)
+        ).run_once(RunContext.at(T0, clock=runtime.clock))
         await tx.rollback()
     finally:
         await holder.close()
@@ -214,10 +213,8 @@ async def test_a_lone_dispatcher_draining_a_backlog_in_two_lanes_counts_nothing_
         await events_repo.seed(
             conn, events=2000, offsets=[0], start=T0 - timedelta(minutes=50), spread_ms=10
         )
-    d = CalendarReminderDispatcher(
-        runtime, DispatchConfig(batch_size=100, lanes=2, max_duration=timedelta(minutes=5))
-    )
-    result = await d.run_once(T0)
+    d = CalendarReminderDispatcher(runtime, DispatchConfig(batch_size=100, lanes=2))
+    result = await d.run_once(RunContext.at(T0, clock=d.clock, budget=timedelta(minutes=5)))
     assert result.sent_count == 2000 and result.batches > 20
     assert result.skipped_locked_count == 0
 

@@ -26,6 +26,7 @@ from devkit.harness.profile import (
 )
 from devkit.wait import eventually
 from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, decode
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +64,7 @@ async def test_empty_batch(h: Harness, pool: asyncpg.Pool) -> None:
         person_document(DaysLeft=3, IsDeleted=True),
         person_document(DaysLeft=-91),  # expired before the retention horizon
     )
-    result = await h.run().run_once(SLOT)
+    result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert (result.owners_total, result.reminders_sent, result.owners_notified) == (0, 0, 0)
     assert (result.documents_scanned, result.batches, result.backlog) == (0, 1, 0)
     assert await marks(pool) == set() and await reminder_events(pool) == []
@@ -77,9 +78,9 @@ async def test_threshold_crossing(h: Harness, pool: asyncpg.Pool) -> None:
     did, owner = doc["DocumentId"], doc["OwnerUserId"]
     await h.apply(doc)
     # 23 days earlier the document crossed 30 (and got that reminder): (doc, 7) is unmarked.
-    await h.run().run_once(SLOT - 23 * DAY)
+    await h.run().run_once(RunContext.at(SLOT - 23 * DAY, clock=h.runtime.clock))
     assert await marks(pool) == {(did, 30)}
-    result = await h.run().run_once(SLOT)
+    result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert (result.reminders_sent, result.owners_notified) == (1, 1)
     assert await marks(pool) == {(did, 30), (did, 7)}
     first, event = await reminder_events(pool)
@@ -107,13 +108,13 @@ async def test_expiry_date_reached(h: Harness, pool: asyncpg.Pool) -> None:
     gone = person_document(DaysLeft=-3)
     today = person_document(DaysLeft=0)
     await h.apply(gone, today)
-    await h.run().run_once(SLOT)
+    await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert items(await reminder_events(pool)) == {
         (gone["DocumentId"], 0, -3),
         (today["DocumentId"], 0, 0),
     }
     for day in (SLOT, SLOT + DAY, SLOT + 30 * DAY):
-        result = await h.run().run_once(day)
+        result = await h.run().run_once(RunContext.at(day, clock=h.runtime.clock))
         assert result.reminders_sent == 0
     assert len(await reminder_events(pool)) == 2
 
@@ -123,7 +124,7 @@ async def test_fresh_almost_expired(h: Harness, pool: asyncpg.Pool) -> None:
     """DaysLeft = 5: thresholds 30 and 7 marked, only t* = 7 sent (no spam for every window)."""
     doc = person_document(DaysLeft=5)
     await h.apply(doc)
-    result = await h.run().run_once(SLOT)
+    result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     did = doc["DocumentId"]
     assert await marks(pool) == {(did, 30), (did, 7)}
     assert items(await reminder_events(pool)) == {(did, 7, 5)}
@@ -135,14 +136,16 @@ async def test_idempotency_restart(h: Harness, pool: asyncpg.Pool, database_url:
     """A repeated run over the same data inserts no marker and sends no event."""
     docs = [person_document(DaysLeft=d) for d in (30, 6, 1, -2)]
     await h.apply(*docs)
-    first = await h.run().run_once(SLOT)
+    first = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert first.reminders_sent == 4
     before_marks, before_events = await marks(pool), await reminder_events(pool)
     # A restarted worker: a new process (runtime, pool, handler), nothing carried over.
     restarted = Harness(database_url)
     try:
-        again = await restarted.run().run_once(SLOT)
-        later = await restarted.run().run_once(SLOT + timedelta(hours=2))
+        again = await restarted.run().run_once(RunContext.at(SLOT, clock=restarted.runtime.clock))
+        later = await restarted.run().run_once(
+            RunContext.at(SLOT + timedelta(hours=2), clock=restarted.runtime.clock)
+        )
     finally:
         await restarted.close()
     for result in (again, later):
@@ -167,9 +170,9 @@ async def test_parallel_instances(pool: asyncpg.Pool, database_url: str) -> None
         tx = blocker.transaction()
         await tx.start()
         await blocker.execute("LOCK TABLE ops.outbox IN SHARE ROW EXCLUSIVE MODE")
-        run_a = asyncio.create_task(a.run().run_once(SLOT))
+        run_a = asyncio.create_task(a.run().run_once(RunContext.at(SLOT, clock=a.runtime.clock)))
         await wait_for_lock_waiters(pool, 1)
-        run_b = asyncio.create_task(b.run().run_once(SLOT))
+        run_b = asyncio.create_task(b.run().run_once(RunContext.at(SLOT, clock=b.runtime.clock)))
         await wait_for_lock_waiters(pool, 2)
         await tx.rollback()
         ra, rb = await asyncio.gather(run_a, run_b)
@@ -194,7 +197,7 @@ async def test_grouping(h: Harness, pool: asyncpg.Pool) -> None:
     other = person_document(OwnerUserId=owner, DaysLeft=45)  # not in the window
     await h.apply(*docs, other)
     # Batches of 2 documents: the owner shows up in two of them and is still handed out once.
-    result = await h.run(batch_size=2).run_once(SLOT)
+    result = await h.run(batch_size=2).run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     [event] = await reminder_events(pool)
     assert event["_key"] == owner and len(event["Documents"]) == 3
     assert items([event]) == {
@@ -217,7 +220,7 @@ async def test_read_only_no_pii(
     await h.apply(*docs)
     snapshot = "SELECT xmin::text AS x, d.* FROM profile.person_documents d ORDER BY document_id"
     before = [dict(r) for r in await pool.fetch(snapshot)]
-    result = await h.run().run_once(SLOT)
+    result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert result.reminders_sent == 2
     # Not one row written (xmin would change), nothing stored that could hold the cipher.
     assert [dict(r) for r in await pool.fetch(snapshot)] == before
@@ -267,7 +270,7 @@ async def test_open_ended_document(h: Harness, pool: asyncpg.Pool) -> None:
         person_document(ExpiresAt=None, Type="Inn"),
     )
     for day in (SLOT, SLOT + 400 * DAY):
-        result = await h.run().run_once(day)
+        result = await h.run().run_once(RunContext.at(day, clock=h.runtime.clock))
         assert (result.documents_scanned, result.reminders_sent, result.backlog) == (0, 0, 0)
     assert await marks(pool) == set() and await reminder_events(pool) == []
 
@@ -279,9 +282,11 @@ async def test_prune(h: Harness, pool: asyncpg.Pool) -> None:
     edge = person_document(DaysLeft=-90)  # exactly on the horizon: kept
     live = person_document(DaysLeft=5)
     await h.apply(old, edge, live)
-    await h.run().run_once(SLOT - 10 * DAY)  # all three were in the window then
+    await h.run().run_once(
+        RunContext.at(SLOT - 10 * DAY, clock=h.runtime.clock)
+    )  # all three were in the window then
     assert len(await marks(pool)) == 4 + 4 + 1  # live: 15 days left then → only 30
-    result = await h.run().run_once(SLOT)
+    result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert result.pruned == 4
     kept = await marks(pool)
     assert {d for d, _ in kept} == {edge["DocumentId"], live["DocumentId"]}
@@ -295,10 +300,12 @@ async def test_threshold_added(h: Harness, pool: asyncpg.Pool) -> None:
     passed and marked are not reminded again."""
     x, y = person_document(DaysLeft=10), person_document(DaysLeft=5)
     await h.apply(x, y)
-    await h.run().run_once(SLOT)
+    await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     first = items(await reminder_events(pool))
     assert first == {(x["DocumentId"], 30, 10), (y["DocumentId"], 7, 5)}
-    result = await h.run(thresholds=(30, 14, 7, 1, 0)).run_once(SLOT + DAY)
+    result = await h.run(thresholds=(30, 14, 7, 1, 0)).run_once(
+        RunContext.at(SLOT + DAY, clock=h.runtime.clock)
+    )
     assert items(await reminder_events(pool)) - first == {
         (x["DocumentId"], 14, 9),
         (y["DocumentId"], 14, 4),
@@ -315,11 +322,13 @@ async def test_threshold_removed(h: Harness, pool: asyncpg.Pool) -> None:
     """Markers of a removed threshold stay (dedupe holds); no new reminder for it."""
     marked, fresh = person_document(DaysLeft=5), person_document(DaysLeft=12)
     await h.apply(marked)
-    await h.run().run_once(SLOT)
+    await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert await marks(pool) == {(marked["DocumentId"], 30), (marked["DocumentId"], 7)}
     await h.apply(fresh)
     without_7 = (30, 1, 0)
-    result = await h.run(thresholds=without_7).run_once(SLOT + 6 * DAY)  # fresh: 6 days left
+    result = await h.run(thresholds=without_7).run_once(
+        RunContext.at(SLOT + 6 * DAY, clock=h.runtime.clock)
+    )  # fresh: 6 days left
     assert (marked["DocumentId"], 7) in await marks(pool)
     assert not any(t == 7 for _, t in await marks(pool) - {(marked["DocumentId"], 7)})
     # marked: 30 and 7 done, DaysLeft -1 now crosses 1 and 0 → t* = 0; fresh: 30 only.
@@ -336,17 +345,21 @@ async def test_document_renewal(h: Harness, pool: asyncpg.Pool) -> None:
     reminders; the old markers do not get in the way (dedupe by (doc, threshold))."""
     doc = person_document(DaysLeft=5)
     await h.apply(doc)
-    await h.run().run_once(SLOT)
+    await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     renewed = TODAY + 400 * DAY
     await h.apply({**doc, "Version": 2, "ExpiresAt": renewed.isoformat()})
     for day in (SLOT + DAY, SLOT + 30 * DAY):
-        assert (await h.run().run_once(day)).reminders_sent == 0
+        assert (
+            await h.run().run_once(RunContext.at(day, clock=h.runtime.clock))
+        ).reminders_sent == 0
     did = doc["DocumentId"]
     assert await marks(pool) == {(did, 30), (did, 7)}
     # Once the old markers' ExpiresAt copy is past the retention horizon they are pruned,
     # and the renewed document gets its reminders again when it nears its new date.
-    assert (await h.run().run_once(SLOT + 100 * DAY)).pruned == 2
-    result = await h.run().run_once(SLOT + 371 * DAY)
+    assert (
+        await h.run().run_once(RunContext.at(SLOT + 100 * DAY, clock=h.runtime.clock))
+    ).pruned == 2
+    result = await h.run().run_once(RunContext.at(SLOT + 371 * DAY, clock=h.runtime.clock))
     assert items(await reminder_events(pool)) - {(did, 7, 5)} == {(did, 30, 29)}
     assert result.reminders_sent == 1
 
@@ -371,7 +384,9 @@ async def test_cancellation(h: Harness, pool: asyncpg.Pool, database_url: str) -
             SLOT,
         )
         # One document per batch: each owner is its own transaction, in ExpiresAt order.
-        run = asyncio.create_task(h.run(batch_size=1).run_once(SLOT))
+        run = asyncio.create_task(
+            h.run(batch_size=1).run_once(RunContext.at(SLOT, clock=h.runtime.clock))
+        )
         await wait_for_lock_waiters(pool, 1)
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -383,7 +398,7 @@ async def test_cancellation(h: Harness, pool: asyncpg.Pool, database_url: str) -
     assert await marks(pool) == {(first["DocumentId"], t) for t in (30, 7, 1)}
     assert items(await reminder_events(pool)) == {(first["DocumentId"], 1, 1)}
     # The next run picks up exactly what was left.
-    result = await h.run().run_once(SLOT)
+    result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert result.reminders_sent == 2
     assert items(await reminder_events(pool)) == {
         (first["DocumentId"], 1, 1),

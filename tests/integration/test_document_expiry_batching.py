@@ -25,6 +25,7 @@ from devkit.harness.profile import (
 )
 from streams.agents.consumer import Decoded
 from streams.slices.profile.work import RunOrder
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +68,7 @@ async def test_failing_owners_of_one_transaction_are_isolated_and_the_others_com
     await refuse_markers_of(pool, bad)
     caplog.set_level(logging.INFO)
     # All 21 owners reach the per-owner worker in one batch: one group, one transaction.
-    result = await h.run().run_once(SLOT)
+    result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert (result.owners_total, result.owners_done, result.owners_failed) == (21, 21, 2)
     good = [d for d in docs if d["OwnerUserId"] not in bad]
     assert result.reminders_sent == len(good) and result.owners_notified == 19
@@ -83,7 +84,7 @@ async def test_failing_owners_of_one_transaction_are_isolated_and_the_others_com
     assert MASK not in caplog.text
     # Fixed: the next run sends exactly what the two owners were owed.
     await pool.execute("DROP TRIGGER refuse_owners ON profile.document_expiry_reminders")
-    again = await h.run().run_once(SLOT)
+    again = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert (again.owners_failed, again.owners_notified) == (0, 2)
     assert again.reminders_sent == len(docs) - len(good)
 

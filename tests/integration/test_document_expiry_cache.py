@@ -28,6 +28,7 @@ from devkit.harness.profile import (
 from streams.agents.consumer import Decoded
 from streams.domain.profile import encode_marks
 from streams.slices.profile.work import RunOrder
+from streams.timers.context import RunContext
 from tests.conftest import DATABASE_URL, _admin
 
 pytestmark = pytest.mark.integration
@@ -75,8 +76,8 @@ async def simulate(
     for day in range(DAYS):
         change(day, table)
         as_of = SLOT + day * DAY
-        got = await cached.run().run_once(as_of)
-        want = await reference.run().run_once(as_of)
+        got = await cached.run().run_once(RunContext.at(as_of, clock=cached.runtime.clock))
+        want = await reference.run().run_once(RunContext.at(as_of, clock=reference.runtime.clock))
         assert (got.reminders_sent, got.owners_notified) == (
             want.reminders_sent,
             want.owners_notified,
@@ -160,13 +161,15 @@ async def test_a_lie_in_a_batch_of_true_claims_sends_exactly_the_due_reminder(
     try:
         liar, honest = person_document(DaysLeft=14), person_document(DaysLeft=20)
         await h.apply(liar, honest)
-        await h.run().run_once(SLOT - 7 * DAY)  # both crossed 30 then: marked and reminded
+        await h.run().run_once(
+            RunContext.at(SLOT - 7 * DAY, clock=h.runtime.clock)
+        )  # both crossed 30 then: marked and reminded
         assert h.cache is not None
         table = h.cache.table
         # The cache says the liar's document is marked for 7 as well; it is not.
         table[liar["OwnerUserId"]] = encode_marks({uuid.UUID(liar["DocumentId"]): {30, 7}})
         await h.apply({**liar, "Version": 2, "ExpiresAt": (TODAY + 7 * DAY).isoformat()})
-        result = await h.run().run_once(SLOT)
+        result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
         assert items(await reminder_events(pool)) - {
             (liar["DocumentId"], 30, 21),
             (honest["DocumentId"], 30, 27),
@@ -175,7 +178,9 @@ async def test_a_lie_in_a_batch_of_true_claims_sends_exactly_the_due_reminder(
         assert (liar["DocumentId"], 7) in await marks(pool)
         # Put right: the next run settles both owners from the cache, verified, no transaction.
         before = h.owners.totals.settled_by_cache
-        assert (await h.run().run_once(SLOT + timedelta(hours=1))).reminders_sent == 0
+        assert (
+            await h.run().run_once(RunContext.at(SLOT + timedelta(hours=1), clock=h.runtime.clock))
+        ).reminders_sent == 0
         assert h.owners.totals.settled_by_cache - before == 2
         assert h.owners.totals.disagreements == 1
     finally:
@@ -191,10 +196,12 @@ async def test_a_verified_cache_settles_owners_with_fewer_statements(
         h = Harness(database_url=url, cache=cache, batch_size=50)
         try:
             await h.apply(*docs)
-            first = await h.run().run_once(SLOT)
+            first = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
             statements = h.runtime.metrics.db.statements
             before = statements._value.get()
-            second = await h.run().run_once(SLOT + timedelta(hours=1))
+            second = await h.run().run_once(
+                RunContext.at(SLOT + timedelta(hours=1), clock=h.runtime.clock)
+            )
             counts[label] = statements._value.get() - before
             assert first.reminders_sent > 0 and second.reminders_sent == 0
         finally:
@@ -262,10 +269,12 @@ async def test_an_owner_that_grew_past_its_cache_value_is_checked_by_a_bounded_r
         owner = str(uuid.uuid4())
         first = person_document(OwnerUserId=owner, DaysLeft=20)
         await h.apply(first)
-        assert (await h.run().run_once(SLOT - DAY)).reminders_sent == 1
+        assert (
+            await h.run().run_once(RunContext.at(SLOT - DAY, clock=h.runtime.clock))
+        ).reminders_sent == 1
         grown = [person_document(OwnerUserId=owner, DaysLeft=10) for _ in range(2_000)]
         await h.apply(*grown)
-        result = await h.run().run_once(SLOT)
+        result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
         assert read and max(read) <= 2, read  # the value names one document
         assert result.reminders_sent == 2_000
         sent = items(await reminder_events(await h.runtime.pool()))

@@ -23,6 +23,7 @@ from devkit.harness.profile import (
     person_document,
     reminder_events,
 )
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +60,7 @@ async def test_a_failing_owner_is_logged_and_skipped_while_the_others_commit(
     await h.apply(*docs)
     await refuse_markers_of(pool, bad["OwnerUserId"], "22023")  # a data exception
     caplog.set_level(logging.INFO)
-    result = await h.run().run_once(SLOT)
+    result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert (result.owners_total, result.owners_done, result.owners_failed) == (3, 3, 1)
     assert result.reminders_sent == 2
     assert items(await reminder_events(pool)) == {
@@ -73,7 +74,7 @@ async def test_a_failing_owner_is_logged_and_skipped_while_the_others_commit(
     assert h.metrics.errors._value.get() == 1
     # Fixed: the next run sends what was left, and only that.
     await pool.execute("DROP TRIGGER refuse_owner ON profile.document_expiry_reminders")
-    again = await h.run().run_once(SLOT)
+    again = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert again.reminders_sent == 1
     assert (bad["DocumentId"], 7, 4) in items(await reminder_events(pool))
 
@@ -85,19 +86,19 @@ async def test_an_unwell_database_fails_the_owners_inline_and_the_agent_retries(
     await h.apply(*docs)
     await refuse_markers_of(pool, docs[1]["OwnerUserId"], "53100")  # disk full: not the input
     # Inline (the run does the owners): the batch's owners fail together, nothing half-done.
-    result = await h.run().run_once(SLOT)
+    result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
     assert (result.owners_done, result.owners_failed, result.reminders_sent) == (2, 2, 0)
     assert await marks(pool) == set() and await reminder_events(pool) == []
     # Through the agent the batch raises instead: the consumer retries it and acks nothing.
     agent = Harness(h.runtime.settings.database_url, cache=True)
     try:
         with pytest.raises(DatabaseUnavailable):
-            await agent.run().run_once(SLOT)
+            await agent.run().run_once(RunContext.at(SLOT, clock=agent.runtime.clock))
         assert await marks(pool) == set() and await reminder_events(pool) == []
     finally:
         await agent.close()
     await pool.execute("DROP TRIGGER refuse_owner ON profile.document_expiry_reminders")
-    assert (await h.run().run_once(SLOT)).reminders_sent == 2
+    assert (await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))).reminders_sent == 2
 
 
 async def hold_marker_of(database_url: str, document: dict[str, Any]) -> asyncpg.Connection:
@@ -136,7 +137,7 @@ async def test_one_failing_owner_among_500_leaves_the_others_reminded_in_the_sam
             await refuse_markers_of(pool, bad["OwnerUserId"], "22023")
         else:
             holder = await hold_marker_of(database_url, bad)
-        result = await h.run().run_once(SLOT)
+        result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
         assert (result.owners_total, result.owners_done, result.owners_failed) == (500, 500, 1)
         assert result.reminders_sent == 499 and result.owners_notified == 499
         row = await pool.fetchrow(
@@ -153,7 +154,7 @@ async def test_one_failing_owner_among_500_leaves_the_others_reminded_in_the_sam
             await holder.execute("ROLLBACK")
         else:
             await pool.execute("DROP TRIGGER refuse_owner ON profile.document_expiry_reminders")
-        again = await h.run().run_once(SLOT)
+        again = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
         assert (again.owners_failed, again.reminders_sent) == (0, 1)
         events = await reminder_events(pool)
         assert len(events) == 500

@@ -23,6 +23,7 @@ from streams.agents.consumer import Decoded
 from streams.clock import ManualClock
 from streams.contracts import decode
 from streams.slices.profile.work import OWNER_WORK, KafkaFanout, partition_of
+from streams.timers.context import RunContext
 from streams.timers.slots import fanout_key
 
 pytestmark = pytest.mark.integration
@@ -77,7 +78,9 @@ async def test_owners_go_out_by_partition_each_once_and_the_run_waits_for_them(
     # At most 4 owners per item: several items per partition, the last ones sent at close.
     fanout = KafkaFanout(h.runtime.settings, owners_per_item=4)
     # Batches of 5 documents: owners show up in several and are still handed out once.
-    run = asyncio.create_task(h.run(fanout, batch_size=5).run_once(SLOT))
+    run = asyncio.create_task(
+        h.run(fanout, batch_size=5).run_once(RunContext.at(SLOT, clock=h.runtime.clock))
+    )
     topic = topic_prefix + OWNER_WORK.name
     records = await take(kafka_bootstrap, topic, len(owners))
     assert not run.done()  # it waits for the owners to be done
@@ -123,7 +126,9 @@ async def test_a_run_whose_owners_nobody_does_ends_on_its_budget(
     assert isinstance(clock, ManualClock)
     budget = timedelta(minutes=10)
     run = asyncio.create_task(
-        h.run(KafkaFanout(h.runtime.settings), max_duration=budget).run_once(SLOT)
+        h.run(KafkaFanout(h.runtime.settings)).run_once(
+            RunContext.at(SLOT, clock=h.runtime.clock, budget=budget)
+        )
     )
     await take(kafka_bootstrap, topic_prefix + OWNER_WORK.name, 3)
     assert not run.done()

@@ -36,6 +36,7 @@ from streams.agents.consumer import Decoded
 from streams.contracts import decode
 from streams.slices.profile.owners import CACHE_MAX_DOCUMENTS, OwnerWorker
 from streams.slices.profile.work import OWNER_WORK, KafkaFanout, RunOrder, TopicContinuations
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,7 @@ async def test_an_owner_of_10000_documents_expiring_on_one_day_is_reminded_once_
         big, small = uuid.uuid4(), uuid.uuid4()
         await seed_documents(pool, [big], 10_000, TODAY)
         await seed_documents(pool, [small], 2, TODAY)
-        result = await h.run().run_once(SLOT)
+        result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
         events = await reminder_events(pool)
         counts = reminded(events)
         assert len(counts) == 10_002 and set(counts.values()) == {1}, "every document once"
@@ -107,7 +108,7 @@ async def test_an_owner_of_10000_documents_expiring_on_one_day_is_reminded_once_
             2,
             10_002,
         )
-        again = await h.run().run_once(SLOT)
+        again = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
         assert (again.reminders_sent, len(await event_rows(pool))) == (0, len(rows))
     finally:
         await h.close()
@@ -172,7 +173,7 @@ async def test_a_large_owner_has_no_cache_value_and_its_log_lines_carry_counts(
         # A value an older version wrote for the large owner (it claims every mark).
         table[str(big)] = ";".join(f"{uuid.uuid4()}=30,7,1,0" for _ in range(5000))
         caplog.set_level(logging.INFO, logger="streams.slices.profile.owners")
-        result = await h.run().run_once(SLOT)
+        result = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
         assert result.reminders_sent == CACHE_MAX_DOCUMENTS + 503
         assert len(str(table[str(small)]).split(";")) == 3
         assert not table.get(str(big)), "a large owner goes to the ledger: no value"
@@ -180,7 +181,9 @@ async def test_a_large_owner_has_no_cache_value_and_its_log_lines_carry_counts(
         assert lines and max(len(line) for line in lines) < 2000
         assert MASK not in caplog.text
         # The next day the large owner is settled by the ledger, not by a stale value.
-        again = await h.run().run_once(SLOT + timedelta(days=1))
+        again = await h.run().run_once(
+            RunContext.at(SLOT + timedelta(days=1), clock=h.runtime.clock)
+        )
         assert again.reminders_sent == 0 and not table.get(str(big))
     finally:
         await h.close()
@@ -229,7 +232,9 @@ async def test_ordinary_owners_wait_for_one_chunk_of_a_50000_document_owner_on_t
         await seed_documents(pool, [big], 50_000, TODAY + timedelta(days=20))
         await seed_documents(pool, ordinary, 5, TODAY + timedelta(days=25))
         fanout = SignalledFanout(h.runtime.settings)
-        run = asyncio.create_task(h.run(fanout).run_once(SLOT))
+        run = asyncio.create_task(
+            h.run(fanout).run_once(RunContext.at(SLOT, clock=h.runtime.clock))
+        )
         await asyncio.wait_for(fanout.closed.wait(), 120)
         # The agent of the owners' partition: batches of records, a continuation back on it.
         topic = h.runtime.settings.topic(OWNER_WORK.name)

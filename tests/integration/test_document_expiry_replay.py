@@ -13,6 +13,7 @@ import pytest
 
 from devkit.harness.profile import SLOT, Harness, items, person_document, reminder_events
 from streams.slices.profile.work import RunOrder
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +40,7 @@ async def runs_up_to_d(h: Harness, first: int) -> None:
     docs = [person_document(ExpiresAt=(D + timedelta(days=o)).date()) for o in OFFSETS]
     await h.apply(*docs)
     for back in range(first, -1, -1):
-        await h.run().run_once(D - timedelta(days=back))
+        await h.run().run_once(RunContext.at(D - timedelta(days=back), clock=h.runtime.clock))
 
 
 async def test_replays_of_past_days_send_nothing_already_covered(
@@ -51,7 +52,9 @@ async def test_replays_of_past_days_send_nothing_already_covered(
     horizon = await pool.fetchval("SELECT pruned_before FROM profile.document_expiry_prune_horizon")
     assert horizon == (D - timedelta(days=90)).date()
     for back in (1, 30, 120):
-        result = await h.run().run_once(D - timedelta(days=back))
+        result = await h.run().run_once(
+            RunContext.at(D - timedelta(days=back), clock=h.runtime.clock)
+        )
         assert (back, result.reminders_sent, result.owners_notified) == (back, 0, 0)
         assert await outbox(pool) == before
     assert items(await reminder_events(pool)) == sent

@@ -26,6 +26,7 @@ from streams.errors import install_log_redaction
 from streams.settings import Settings
 from streams.slices import SliceContext
 from streams.timers import Mode, Schedule
+from streams.timers.context import RunContext
 from streams.timers.manual import run_manual
 from streams.web.page import render_html
 from streams.web.status import status, timer_list
@@ -41,7 +42,7 @@ class Violate:
     def __init__(self, ctx: SliceContext, statement: str, *, translated: bool) -> None:
         self.ctx, self.statement, self.translated = ctx, statement, translated
 
-    async def run_once(self, as_of: object) -> None:
+    async def run_once(self, ctx: RunContext) -> None:
         pool = await self.ctx.runtime.pool()
         if self.translated:  # as the repositories run it: InputRejected from the driver error
             async with transaction(pool) as conn:

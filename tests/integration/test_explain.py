@@ -18,6 +18,7 @@ from streams.explain import explain
 from streams.runtime import Runtime
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher
 from streams.slices.calendar.events import CalendarEventsApplier
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +42,9 @@ async def test_a_sent_reminder_explains_its_input_row_and_published_record(
     start = T0 + timedelta(hours=2)
     e = calendar_event(StartAt=start, ReminderOffsetsMinutes=[60])
     await CalendarEventsApplier(runtime)([read_at(e, 3, 41)])
-    result = await CalendarReminderDispatcher(runtime).run_once(start)
+    result = await CalendarReminderDispatcher(runtime).run_once(
+        RunContext.at(start, clock=runtime.clock)
+    )
     assert result.sent_count == 1
     # The relay's mark, as it would record Kafka's acknowledgement.
     outbox_id = await pool.fetchval("SELECT id FROM ops.outbox")
@@ -74,7 +77,9 @@ async def test_a_poison_reminder_explains_its_attempts_and_retry_time(
     await CalendarEventsApplier(runtime)([read_at(e, 0, 7)])
     # A row the dispatcher cannot turn into a ReminderDueEvent (an unknown time zone).
     await pool.execute("UPDATE calendar.events SET time_zone = 'Mars/Olympus'")
-    result = await CalendarReminderDispatcher(runtime).run_once(start)
+    result = await CalendarReminderDispatcher(runtime).run_once(
+        RunContext.at(start, clock=runtime.clock)
+    )
     assert result.sent_count == 0
     reminder_id = await pool.fetchval("SELECT reminder_id::text FROM calendar.event_reminders")
     found = await explain(runtime, reminder_id)
@@ -92,7 +97,11 @@ async def test_a_reminder_whose_record_was_parked_says_so(
     start = T0 + timedelta(hours=2)
     e = calendar_event(StartAt=start, ReminderOffsetsMinutes=[60])
     await CalendarEventsApplier(runtime)([read_at(e, 3, 42)])
-    assert (await CalendarReminderDispatcher(runtime).run_once(start)).sent_count == 1
+    assert (
+        await CalendarReminderDispatcher(runtime).run_once(
+            RunContext.at(start, clock=runtime.clock)
+        )
+    ).sent_count == 1
     outbox_id = await pool.fetchval("SELECT id FROM ops.outbox")
     async with pool.acquire() as conn:  # what the relay does with a row Kafka refuses for good
         moved = await outbox_repo.parked_move(

@@ -22,6 +22,7 @@ from streams.faust_compat import partition_db, partition_dbs
 from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.tables.cache import KeyCache, _rocksdict_store
+from streams.timers.context import RunContext
 from tests.integration.test_input_errors_pg import Ev, Msg, RecordingDlq
 
 pytestmark = pytest.mark.integration
@@ -137,11 +138,13 @@ async def test_the_expiry_owner_worker_waits_for_a_refused_cache_write_and_sends
         docs = [person_document(DaysLeft=7) for _ in range(3)]
         await h.apply(*docs)
         table.writes_fail = 2
-        first = await h.run().run_once(SLOT)
+        first = await h.run().run_once(RunContext.at(SLOT, clock=h.runtime.clock))
         assert delays == [0.2, 0.4]  # held until the store took the marks
         assert first.reminders_sent == len(docs)
         assert len(table) == len(docs) and h.cache.failing() == {}
-        again = await h.run().run_once(SLOT)  # a rerun of the slot: the ledger says sent
+        again = await h.run().run_once(
+            RunContext.at(SLOT, clock=h.runtime.clock)
+        )  # a rerun of the slot: the ledger says sent
         assert again.reminders_sent == 0
         assert len(await reminder_events(pool)) == len(docs)
     finally:

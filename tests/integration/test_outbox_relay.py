@@ -24,7 +24,7 @@ import db.outbox as repo
 from db.connector import transaction
 from devkit.kafka import consume, create_topics, read_to_end
 from devkit.wait import eventually
-from streams.clock import ManualClock
+from streams.clock import ManualClock, SystemClock
 from streams.maintenance import OutboxRetention, RetentionConfig
 from streams.metrics import Metrics
 from streams.outbox import (
@@ -34,6 +34,7 @@ from streams.outbox import (
     insert_many,
     outbox_id_of,
 )
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -543,11 +544,15 @@ async def test_retention_deletes_published_rows_in_chunks(
         metrics=metrics.outbox,
         config=RetentionConfig(retention=timedelta(hours=24), chunk_size=3),
     )
-    early = await retention.run_once(published_at + timedelta(hours=23))
+    early = await retention.run_once(
+        RunContext.at(published_at + timedelta(hours=23), clock=SystemClock())
+    )
     assert (early.deleted, early.chunks, early.more) == (0, 1, False)
 
     due = published_at + timedelta(hours=24, seconds=1)
-    drained = await retention.run_once(due)  # to the horizon in one run, 3 rows a chunk
+    drained = await retention.run_once(
+        RunContext.at(due, clock=SystemClock())
+    )  # to the horizon in one run, 3 rows a chunk
     assert (drained.deleted, drained.chunks, drained.more) == (10, 4, False)
     assert sample(metrics, "outbox_deleted_total") == 10
     async with pool.acquire() as conn:

@@ -11,6 +11,7 @@ import pytest
 
 from devkit.harness.calendar import apply, make_runtime
 from devkit.messages.factories import T0, calendar_event
+from streams.clock import SystemClock
 from streams.maintenance import (
     OutboxRetention,
     RetentionConfig,
@@ -20,6 +21,7 @@ from streams.maintenance import (
 )
 from streams.metrics import Metrics
 from streams.slices.calendar.events import CalendarEventsApplier
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +71,7 @@ async def test_outbox_retention_drains_past_the_old_per_run_cap_in_one_run(
         config=RetentionConfig(retention=timedelta(hours=24), chunk_size=500),
         retention_metrics=metrics.family(RetentionMetrics),
     )
-    result = await retention.run_once(T0)
+    result = await retention.run_once(RunContext.at(T0, clock=SystemClock()))
     assert (result.deleted, result.chunks, result.more) == (60500, 122, False)
     left = sorted(r["id"] for r in await pool.fetch("SELECT id FROM ops.outbox"))
     assert left == sorted([keep, unpublished])
@@ -105,7 +107,9 @@ async def test_calendar_events_past_the_horizon_go_with_their_reminders_in_bound
     )
     assert await count(pool, "calendar.event_reminders") == 16
     metrics = Metrics()
-    result = await table_retention(pool, metrics, batch_size=2).run_once(LATER)
+    result = await table_retention(pool, metrics, batch_size=2).run_once(
+        RunContext.at(LATER, clock=SystemClock())
+    )
     assert result.deleted["calendar.events"] == 5
     assert result.deleted["calendar.event_reminders"] == 10
     assert not result.more["calendar.events"]
@@ -137,7 +141,7 @@ async def test_a_late_old_version_after_the_prune_resurrects_nothing(
     await apply(applier, v1)
     await apply(applier, {**v1, "Version": 2, "Status": "Cancelled", "OccurredAt": T0.isoformat()})
     metrics = Metrics()
-    await table_retention(pool, metrics).run_once(LATER)
+    await table_retention(pool, metrics).run_once(RunContext.at(LATER, clock=SystemClock()))
     assert await count(pool, "calendar.events") == 0
 
     late = CalendarEventsApplier(make_runtime(database_url, now=T0 + timedelta(minutes=1)))
@@ -162,11 +166,13 @@ async def test_tombstones_past_their_horizon_raise_the_prune_horizon(
     await apply(applier, {**v1, "Version": 2, "Status": "Cancelled", "OccurredAt": T0.isoformat()})
     metrics = Metrics()
     retention = table_retention(pool, metrics, tombstones=timedelta(days=100))
-    await retention.run_once(LATER)
+    await retention.run_once(RunContext.at(LATER, clock=SystemClock()))
     assert await count(pool, "calendar.event_tombstones") == 1
-    inside = await retention.run_once(LATER + timedelta(days=99))
+    inside = await retention.run_once(
+        RunContext.at(LATER + timedelta(days=99), clock=SystemClock())
+    )
     assert inside.deleted["calendar.event_tombstones"] == 0
-    gone = await retention.run_once(LATER + timedelta(days=101))
+    gone = await retention.run_once(RunContext.at(LATER + timedelta(days=101), clock=SystemClock()))
     assert gone.deleted["calendar.event_tombstones"] == 1
     assert await pool.fetchval("SELECT occurred_before FROM calendar.event_prune_horizon") == T0
 
@@ -230,7 +236,9 @@ async def test_finished_scheduler_rows_go_after_the_horizon_history_that_dedupes
     await pool.execute(
         "UPDATE automation.scheduler SET updated_on = $2 WHERE scheduler_id = $1", touched, recent
     )
-    result = await table_retention(pool, Metrics(), batch_size=4).run_once(LATER)
+    result = await table_retention(pool, Metrics(), batch_size=4).run_once(
+        RunContext.at(LATER, clock=SystemClock())
+    )
     assert result.deleted["automation.scheduler"] == len(doomed)
     left = {
         r["scheduler_id"] for r in await pool.fetch("SELECT scheduler_id FROM automation.scheduler")
@@ -273,7 +281,9 @@ async def test_a_late_source_version_after_the_scheduler_prune_sends_nothing_aga
     await before.close()
 
     as_of = datetime(2027, 2, 15, 9, 0, tzinfo=UTC)  # the dated rows 53 and 76 days past
-    result = await table_retention(pool, Metrics()).run_once(as_of)
+    result = await table_retention(pool, Metrics()).run_once(
+        RunContext.at(as_of, clock=SystemClock())
+    )
     assert result.deleted["automation.scheduler"] == 2
     (kept,) = (await by_status(pool))["Completed"]
     assert ":threshold:Booked:80:" in kept

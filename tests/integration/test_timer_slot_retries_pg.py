@@ -16,6 +16,7 @@ from db.timers import TimerRepository
 from devkit.wait import eventually
 from streams.clock import ManualClock
 from streams.timers import HandBack, Misfire, Mode, Schedule, TimerRegistry
+from streams.timers.context import RunContext
 from streams.timers.testing import FakeSleeper
 
 pytestmark = pytest.mark.integration
@@ -32,8 +33,8 @@ class Flaky:
         self.failures = failures
         self.calls: list[datetime] = []
 
-    async def run_once(self, as_of: datetime) -> str:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> str:
+        self.calls.append(ctx.as_of)
         if len(self.calls) <= self.failures:
             raise RuntimeError("kafka unreachable: secret DETAIL text")
         return "done"
@@ -126,7 +127,7 @@ class Hangs:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def run_once(self, as_of: datetime) -> str:
+    async def run_once(self, ctx: RunContext) -> str:
         self.calls += 1
         if self.calls == 1:
             await asyncio.Event().wait()
@@ -244,7 +245,7 @@ class Gate:
         self.release = asyncio.Event()
         self.hand_back = hand_back
 
-    async def run_once(self, as_of: datetime) -> str:
+    async def run_once(self, ctx: RunContext) -> str:
         self.started.set()
         await self.release.wait()
         if self.hand_back is not None and self.hand_back.stopping:

@@ -14,6 +14,7 @@ from db.queries import sql
 from db.timers import TimerRepository
 from streams.clock import ManualClock
 from streams.timers import Mode, Schedule, TimerRegistry
+from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
 
@@ -183,8 +184,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[datetime] = []
 
-    async def run_once(self, as_of: datetime) -> None:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> None:
+        self.calls.append(ctx.as_of)
 
 
 async def test_registries_sharing_postgres_run_each_cluster_once_slot_once(
@@ -227,7 +228,7 @@ class TwoInserts:
         self.inside = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def run_once(self, as_of: datetime) -> None:
+    async def run_once(self, ctx: RunContext) -> None:
         async with transaction(self.pool) as conn:
             await conn.execute("INSERT INTO shutdown_probe (v) VALUES (1)")
             self.inside.set()
@@ -346,7 +347,7 @@ class Gate:
         self.started = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def run_once(self, as_of: datetime) -> str:
+    async def run_once(self, ctx: RunContext) -> str:
         self.started.set()
         await self.release.wait()
         return "late"

@@ -18,6 +18,7 @@ from streams.maintenance import (
 from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.timers import Misfire, Mode, TimerRegistry
+from streams.timers.context import RunContext
 from streams.timers.on_pool import OnPool
 from streams.timers.testing import InMemoryTimerStore
 
@@ -71,7 +72,7 @@ async def test_the_handlers_prune_the_registry_store_and_retain_per_settings() -
     assert isinstance(prune, SlotPruner)
     for days in (10, 8, 6):
         await store.claim_slot("job", T0 - timedelta(days=days), "w", f"r{days}")
-    assert (await prune.run_once(T0)).deleted == 2
+    assert (await prune.run_once(RunContext.at(T0, clock=runtime.clock))).deleted == 2
     assert len(store.slots) == 1
     retention = registry.get("outbox-retention").handler
     assert isinstance(retention, OnPool)
@@ -123,7 +124,7 @@ async def test_slot_prune_counts_its_rows_per_table() -> None:
     registry, runtime, store = _registry({})
     for days in (10, 8, 6):
         await store.claim_slot("job", T0 - timedelta(days=days), "w", f"r{days}")
-    await registry.get("timer-slot-prune").handler.run_once(T0)
+    await registry.get("timer-slot-prune").handler.run_once(RunContext.at(T0, clock=runtime.clock))
     metrics = runtime.metrics.family(RetentionMetrics)
     assert metrics.last("ops.timer_slots")["last_deleted"] == 2
     value = runtime.metrics.registry.get_sample_value(
@@ -138,7 +139,7 @@ async def test_status_shows_every_pruned_table_with_its_horizon_and_last_run() -
 
     registry, runtime, store = _registry({})
     await store.claim_slot("job", T0 - timedelta(days=9), "w", "r")
-    await registry.get("timer-slot-prune").handler.run_once(T0)
+    await registry.get("timer-slot-prune").handler.run_once(RunContext.at(T0, clock=runtime.clock))
     rows = retention_status(runtime)
     assert [r["table"] for r in rows] == [
         "ops.outbox",

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from streams.timers.context import RunContext
 from streams.timers.misfire import Plan, PlannedRun, plan, reclaim_floor
 from streams.timers.schedule import Misfire, Mode, ResolvedSchedule
 from streams.timers.slots import Cadence, min_period, next_fire, slot_at
@@ -21,7 +22,7 @@ MAX_PERIODS = 60
 
 
 class Noop:
-    async def run_once(self, as_of: datetime) -> None:
+    async def run_once(self, ctx: RunContext) -> None:
         return None
 
 

@@ -25,8 +25,9 @@ from streams.timers import (
     TimerMetrics,
     TimerRegistry,
 )
+from streams.timers.context import RunContext
 from streams.timers.leases import CLAIM_RETRY_MAX, claim_backoff
-from streams.timers.testing import FakeSleeper, InMemoryTimerStore, settle
+from streams.timers.testing import FakeSleeper, InMemoryTimerStore, quiescent
 
 MINUTE = timedelta(minutes=1)
 # A minute boundary: slots of a 60 s interval are T0 + k minutes.
@@ -37,8 +38,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[datetime] = []
 
-    async def run_once(self, as_of: datetime) -> dict[str, int]:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> dict[str, int]:
+        self.calls.append(ctx.as_of)
         return {"handled": len(self.calls)}
 
 
@@ -53,8 +54,8 @@ class Slow:
         self.max_active = 0
         self.cancelled = 0
 
-    async def run_once(self, as_of: datetime) -> None:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> None:
+        self.calls.append(ctx.as_of)
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:
@@ -78,8 +79,8 @@ class Gate:
         self.cancelled = False
         self.finished = False
 
-    async def run_once(self, as_of: datetime) -> str:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> str:
+        self.calls.append(ctx.as_of)
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         self.started.set()
@@ -99,8 +100,8 @@ class Flaky:
         self.failures = failures
         self.calls: list[datetime] = []
 
-    async def run_once(self, as_of: datetime) -> str:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> str:
+        self.calls.append(ctx.as_of)
         if len(self.calls) <= self.failures:
             raise RuntimeError("boom")
         return "ok"
@@ -309,16 +310,16 @@ async def test_wake_runs_early_and_never_overlaps(world: World) -> None:
     await reg.start()
     try:
         reg.wake("job")
-        await settle()
-        assert gate.started.is_set()
+        await gate.started.wait()
         assert gate.calls == [world.clock.now()]
         # Wake-ups during the run are served after it, collapsed into one run.
         reg.wake("job")
         reg.wake("job")
-        await settle()
-        assert len(gate.calls) == 1
+        assert reg.finished_runs("job") == 0
         gate.release.set()
-        await settle()
+        first = await reg.run_finished("job", 1)
+        second = await reg.run_finished("job", 2)
+        assert (first.kind, second.kind) == ("wake", "wake")
         assert len(gate.calls) == 2
         assert gate.max_active == 1
         # A wake-up for a later instant runs then, not before.
@@ -379,7 +380,7 @@ async def test_every_turn_of_a_loop_reports_when_its_next_turn_is_due(world: Wor
     reg.report_turns(lambda name, within: turns.append((name, within)))
     await reg.start()
     try:
-        await settle()
+        await quiescent()
         assert turns == [("job", 59.0)]  # waits for the slot at T0 + 1 min
         await world.sleeper.advance(timedelta(seconds=59))
         assert gate.started.is_set()
@@ -387,7 +388,8 @@ async def test_every_turn_of_a_loop_reports_when_its_next_turn_is_due(world: Wor
         await world.sleeper.advance(timedelta(seconds=20))
         assert len(turns) == 2  # still in the run: nothing new to promise
         gate.release.set()
-        await settle()
+        await reg.run_finished("job", 1)
+        await quiescent()
         assert turns[2:] == [("job", 40.0)]  # back to waiting, for T0 + 2 min
         with pytest.raises(RuntimeError, match="before start"):
             reg.report_turns(lambda name, within: None)
@@ -408,7 +410,7 @@ async def test_the_timer_process_keeps_only_its_schedules(world: World) -> None:
     await reg.start()
     try:
         reg.wake("isolated")
-        await settle()
+        await reg.run_finished("isolated", 1)
         assert mine.calls == [world.clock.now()]
         with pytest.raises(ValueError, match="does not run in this process"):
             reg.wake("local")
@@ -595,11 +597,10 @@ async def test_stop_lets_the_current_run_finish_within_the_bound(world: World) -
     reg.register(sched(gate))
     await reg.start()
     reg.wake("job")
-    await settle()
-    assert gate.started.is_set()
+    await gate.started.wait()
     stopping = asyncio.create_task(reg.stop(timeout=5))
-    await settle()
-    assert not stopping.done()
+    await quiescent()
+    assert not stopping.done() and reg.finished_runs("job") == 0
     gate.release.set()
     await stopping
     assert gate.finished and not gate.cancelled
@@ -612,7 +613,7 @@ async def test_stop_cancels_a_run_that_exceeds_the_bound(world: World) -> None:
     reg.register(sched(gate))
     await reg.start()
     reg.wake("job")
-    await settle()
+    await gate.started.wait()
     await reg.stop(timeout=0)
     assert gate.cancelled and not gate.finished
     [row] = reg.list()
@@ -778,8 +779,8 @@ class Stalled:
         self.stall = stall
         self.calls: list[datetime] = []
 
-    async def run_once(self, as_of: datetime) -> str:
-        self.calls.append(as_of)
+    async def run_once(self, ctx: RunContext) -> str:
+        self.calls.append(ctx.as_of)
         try:
             await self.sleeper.sleep_until(self.sleeper.clock.now() + timedelta(hours=1))
         except asyncio.CancelledError:
@@ -919,7 +920,7 @@ class Returns:
     def __init__(self, value: object) -> None:
         self.value = value
 
-    async def run_once(self, as_of: datetime) -> object:
+    async def run_once(self, ctx: RunContext) -> object:
         return self.value
 
 
@@ -1010,7 +1011,7 @@ async def test_slot_pruner_deletes_old_claims(world: World) -> None:
     for k in range(5):
         await world.store.claim_slot("job", at(k), "w", f"r{k}")
     pruner = SlotPruner(world.store, retention=timedelta(minutes=2), batch=2)
-    result = await pruner.run_once(at(4))
+    result = await pruner.run_once(RunContext.at(at(4), clock=world.clock))
     assert result.deleted == 2
     assert sorted(s for _, s in world.store.claims) == [at(2), at(3), at(4)]
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from streams.timers import Mode, RegistrationError, Schedule
+from streams.timers.context import RunContext
 from streams.timers.retries import MAX_BACKOFF, RetryPolicy, retry_backoff, slot_end
 from streams.timers.schedule import resolve
 
@@ -15,7 +16,7 @@ POLICY = RetryPolicy(attempts=3, backoff=timedelta(seconds=60))
 
 
 class Handler:
-    async def run_once(self, as_of: datetime) -> None:
+    async def run_once(self, ctx: RunContext) -> None:
         return None
 
 

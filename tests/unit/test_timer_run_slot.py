@@ -8,6 +8,7 @@ import pytest
 
 from streams.clock import ManualClock
 from streams.timers import Mode, Schedule, TimerRegistry
+from streams.timers.context import RunContext
 from streams.timers.testing import InMemoryTimerStore
 
 NOW = datetime(2026, 6, 10, 9, 15, tzinfo=UTC)
@@ -19,8 +20,8 @@ class Recorder:
         self.as_of: list[datetime] = []
         self.fail = fail
 
-    async def run_once(self, as_of: datetime) -> dict[str, int]:
-        self.as_of.append(as_of)
+    async def run_once(self, ctx: RunContext) -> dict[str, int]:
+        self.as_of.append(ctx.as_of)
         if self.fail:
             raise RuntimeError("boom")
         return {"runs": len(self.as_of)}

@@ -17,6 +17,7 @@ from streams.timers import (
     Schedule,
     TimerRegistry,
 )
+from streams.timers.context import RunContext
 from streams.timers.testing import InMemoryTimerStore
 
 T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC)
@@ -25,12 +26,12 @@ EVERY_INSTANCE = Mode.EVERY_INSTANCE
 
 
 class Dispatcher:
-    async def run_once(self, as_of: datetime) -> int:
+    async def run_once(self, ctx: RunContext) -> int:
         return 0
 
 
 class SyncHandler:
-    def run_once(self, as_of: datetime) -> int:
+    def run_once(self, ctx: RunContext) -> int:
         return 0
 
 

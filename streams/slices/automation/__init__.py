@@ -22,7 +22,7 @@ Stage ② core, the ``automation.scheduler`` rows:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from streams.slices.automation.cleanup import CleanupConfig, StaleCleanup
@@ -86,7 +86,6 @@ def install_core(ctx: SliceContext) -> AutomationCore:
         ),
         metrics=metrics,
         on_next_due=wake,
-        should_stop=lambda: registry.stopping,
     )
     spec = registry.register(
         Schedule(
@@ -99,7 +98,6 @@ def install_core(ctx: SliceContext) -> AutomationCore:
         )
     )
     config.check_lease(spec.max_duration, "TIMER_AUTOMATION_SCHEDULER_MAX_DURATION_SECONDS")
-    runner.config = replace(runner.config, max_duration=spec.max_duration)
     cleanup = StaleCleanup(
         runtime,
         handlers,
@@ -111,7 +109,6 @@ def install_core(ctx: SliceContext) -> AutomationCore:
         ),
         metrics=metrics,
         on_retry_due=wake,
-        should_stop=lambda: registry.stopping,
     )
     registry.register(
         Schedule(

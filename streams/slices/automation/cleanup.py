@@ -7,7 +7,6 @@ ladder (RetryCount + 1, NextRetryOn 5 min → 15 min → 1 h) and ends on suppor
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
@@ -24,6 +23,8 @@ from streams.runtime import Runtime
 from streams.slices.automation.handlers import LEASE_EXPIRED, HandlerRegistry
 from streams.slices.automation.interruptions import interruption_write
 from streams.slices.automation.metrics import AutomationMetrics
+from streams.timers.context import RunContext
+from streams.timers.drain import drain
 
 log = logging.getLogger("streams.slices.automation.cleanup")
 
@@ -52,7 +53,7 @@ class CleanupResult:
 
 
 class StaleCleanup:
-    """``run_once(as_of)``: rescue every expired lease, a batch per transaction. Rows are
+    """``run_once(ctx)``: rescue every expired lease, a batch per transaction. Rows are
     locked SKIP LOCKED and written under their current Version, so any number of workers
     may run it at once, and the rescued claimant's late write is fenced."""
 
@@ -64,20 +65,19 @@ class StaleCleanup:
         *,
         metrics: AutomationMetrics | None = None,
         on_retry_due: Callable[[datetime], None] | None = None,
-        should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         self.runtime = runtime
         self.handlers = handlers
         self.config = config or CleanupConfig()
         self.metrics = metrics or runtime.metrics.family(AutomationMetrics)
         self.on_retry_due = on_retry_due
-        self.should_stop = should_stop
 
-    async def run_once(self, as_of: datetime) -> CleanupResult:
-        result = CleanupResult(run_id=uuid.uuid4().hex[:12])
-        now = max(as_of, self.runtime.clock.now())
+    async def run_once(self, ctx: RunContext) -> CleanupResult:
+        result = CleanupResult(run_id=ctx.run_id)
+        now = max(ctx.as_of, self.runtime.clock.now())
         pool = await self.runtime.pool()
-        while not self.should_stop():
+
+        async def batch() -> int:
             async with transaction(pool) as conn:
                 stale = await repo.lock_stale(conn, now, self.config.batch_size)
                 writes = []
@@ -115,8 +115,17 @@ class StaleCleanup:
                     w.hold,
                 )
             self.metrics.stale_rescued.inc(len(written))
-            if len(stale) < self.config.batch_size:
-                break
+            return len(stale)
+
+        # Every expired lease in one run: the registry's max duration is the only bound.
+        await drain(
+            ctx,
+            batch,
+            clock=self.runtime.clock,
+            batch_size=self.config.batch_size,
+            reserve=None,
+            stop_first=True,
+        )
         if result.next_retry is not None and self.on_retry_due is not None:
             self.on_retry_due(result.next_retry)
         return result

@@ -101,7 +101,6 @@ def install_inputs(ctx: SliceContext, core: AutomationCore) -> Planner:
                     config,
                     providers=providers,
                     on_planned=wake_for,
-                    should_stop=lambda: registry.stopping,
                 ),
                 max_duration=timedelta(minutes=5),
                 mode=Mode.CLUSTER_ONCE,

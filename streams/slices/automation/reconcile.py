@@ -27,7 +27,6 @@ An empty allowlist reconciles nothing.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -44,6 +43,7 @@ from db.reconcile_watermarks import Changed, Watermark
 from streams.runtime import Runtime
 from streams.settings import ConfigError
 from streams.slices.automation.planning import Planned, Planner, ref
+from streams.timers.context import RunContext
 
 log = logging.getLogger("streams.slices.automation.reconcile")
 
@@ -181,7 +181,7 @@ PROVIDERS = (SOURCES_PROVIDER, SETTINGS_PROVIDER, UNITS_PROVIDER, REPORTS_PROVID
 
 
 class Reconciliation:
-    """``run_once(as_of)``: one bounded pass for each of ``providers`` (the worker registers
+    """``run_once(ctx)``: one bounded pass for each of ``providers`` (the worker registers
     one job per provider; tests may run both at once)."""
 
     def __init__(
@@ -192,7 +192,6 @@ class Reconciliation:
         *,
         providers: tuple[str, ...] = PROVIDERS,
         on_planned: Callable[[Planned], None] | None = None,
-        should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         unknown = set(providers) - set(PROVIDERS)
         if unknown:
@@ -202,16 +201,15 @@ class Reconciliation:
         self.config = config
         self.providers = providers
         self.on_planned = on_planned
-        self.should_stop = should_stop
 
-    async def run_once(self, as_of: datetime) -> ReconcileResult:
-        result = ReconcileResult(run_id=uuid.uuid4().hex[:12])
+    async def run_once(self, ctx: RunContext) -> ReconcileResult:
+        result = ReconcileResult(run_id=ctx.run_id)
         for provider in self.providers if self.config.units else ():
             path = REPAIR_PATHS.get(provider)
             if path is not None:
-                await self._changed_since(path, as_of, result)
+                await self._changed_since(path, ctx, result)
             else:
-                await self._reports(as_of, result)
+                await self._reports(ctx, result)
         log.info(
             "action=automation_reconcile run_id=%s providers=%s sources=%d settings=%d "
             "units=%d subscriptions=%d batches=%d ensured=%d deactivated=%d",
@@ -235,13 +233,14 @@ class Reconciliation:
             self.on_planned(planned)
 
     async def _changed_since(
-        self, path: RepairPath, as_of: datetime, result: ReconcileResult
+        self, path: RepairPath, ctx: RunContext, result: ReconcileResult
     ) -> None:
-        cfg = self.config
+        # At most max_batches per provider: the bound is the batch count, not the clock.
+        cfg, as_of = self.config, ctx.as_of
         horizon = as_of + timedelta(days=cfg.window_days)
         pool = await self.runtime.pool()
         for _ in range(cfg.max_batches):
-            if self.should_stop():
+            if ctx.should_stop():
                 return
             async with transaction(pool) as conn:
                 mark = await watermarks_repo.get(conn, path.provider) or Watermark(
@@ -258,11 +257,11 @@ class Reconciliation:
             if page.count < cfg.batch_size:
                 return
 
-    async def _reports(self, as_of: datetime, result: ReconcileResult) -> None:
-        cfg = self.config
+    async def _reports(self, ctx: RunContext, result: ReconcileResult) -> None:
+        cfg, as_of = self.config, ctx.as_of
         pool = await self.runtime.pool()
         for _ in range(cfg.max_batches):
-            if self.should_stop():
+            if ctx.should_stop():
                 return
             async with transaction(pool) as conn:
                 mark = await watermarks_repo.get(conn, REPORTS_PROVIDER)

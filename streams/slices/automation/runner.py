@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -45,20 +44,21 @@ from streams.slices.automation.handlers import (
 )
 from streams.slices.automation.interruptions import interruption_write
 from streams.slices.automation.metrics import AutomationMetrics
+from streams.timers.context import RunContext
+from streams.timers.drain import drain
 
 log = logging.getLogger("streams.slices.automation.runner")
 
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    """``max_duration`` is the run's budget (the schedule's): no batch starts that could not
-    finish inside it. A batch interrupted by a transient database error or a cancellation is
+    """The run's budget is its schedule's max duration (the run context's deadline): no batch
+    starts that could not finish inside it. A batch interrupted by a transient database error or a cancellation is
     handed back (``interruption_plan``) on a fresh connection within ``hand_back_timeout``."""
 
     batch_size: int = 200
     lease: timedelta = timedelta(seconds=120)
     backoff: tuple[timedelta, ...] = DEFAULT_BACKOFF
-    max_duration: timedelta = timedelta(seconds=30)
     reserve: float = 0.1
     interruption_allowance: int = DEFAULT_INTERRUPTION_ALLOWANCE
     interruption_delay: timedelta = DEFAULT_INTERRUPTION_DELAY
@@ -67,8 +67,8 @@ class RunnerConfig:
     def __post_init__(self) -> None:
         if not 0 < self.batch_size <= 10_000:
             raise ValueError(f"batch_size must be in 1..10000, got {self.batch_size}")
-        if self.lease <= timedelta(0) or self.max_duration <= timedelta(0):
-            raise ValueError("lease and max_duration must be positive")
+        if self.lease <= timedelta(0):
+            raise ValueError("lease must be positive")
 
 
 @dataclass
@@ -133,7 +133,7 @@ class _Plan:
 
 
 class AutomationRunner:
-    """A timer handler: ``run_once(as_of)`` drains due rows in batches of ``batch_size``."""
+    """A timer handler: ``run_once(ctx)`` drains due rows in batches of ``batch_size``."""
 
     def __init__(
         self,
@@ -143,7 +143,6 @@ class AutomationRunner:
         *,
         metrics: AutomationMetrics | None = None,
         on_next_due: Callable[[datetime], None] | None = None,
-        should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         self.runtime = runtime
         self.handlers = handlers
@@ -151,32 +150,34 @@ class AutomationRunner:
         self.metrics = metrics or runtime.metrics.family(AutomationMetrics)
         self.clock: Clock = runtime.clock
         self.on_next_due = on_next_due
-        self.should_stop = should_stop
         self.topic_prefix = runtime.settings.topic_prefix
 
     def _now(self, as_of: datetime) -> datetime:
         # A run's as_of may be its slot time, slightly in the past: leases count from now.
         return max(as_of, self.clock.now())
 
-    async def run_once(self, as_of: datetime) -> RunResult:
-        result = RunResult(run_id=uuid.uuid4().hex[:12])
+    async def run_once(self, ctx: RunContext) -> RunResult:
+        as_of = ctx.as_of
+        result = RunResult(run_id=ctx.run_id)
         started = self.clock.monotonic()
-        deadline = started + self.config.max_duration.total_seconds() * (1 - self.config.reserve)
-        longest = 0.0
         pool = await self.runtime.pool()
+
+        async def batch() -> int:
+            rows = await self.claim(pool, self._now(as_of))
+            if rows:
+                await self._execute_or_hand_back(pool, rows, self._now(as_of), result)
+            return len(rows)
+
         try:
-            while not self.should_stop():
-                began = self.clock.monotonic()
-                rows = await self.claim(pool, self._now(as_of))
-                if rows:
-                    await self._execute_or_hand_back(pool, rows, self._now(as_of), result)
-                ended = self.clock.monotonic()
-                longest = max(longest, ended - began)
-                if len(rows) < self.config.batch_size:
-                    break
-                if ended + longest >= deadline:
-                    result.budget_exhausted = True
-                    break
+            done = await drain(
+                ctx,
+                batch,
+                clock=self.clock,
+                batch_size=self.config.batch_size,
+                reserve=self.config.reserve,
+                stop_first=True,
+            )
+            result.budget_exhausted = done.budget_exhausted
             await self._observe(pool, self._now(as_of), result)
         finally:
             result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)

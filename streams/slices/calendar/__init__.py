@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 from streams.contracts import CALENDAR_EVENTS
@@ -51,9 +50,11 @@ def install(ctx: SliceContext) -> None:
         ),
         metrics=runtime.metrics.family(CalendarDispatchMetrics),
         on_next_due=waker,
-        should_stop=lambda: registry.stopping,
     )
-    spec = registry.register(
+    # One budget: the dispatcher drains for as long as the schedule's (possibly overridden)
+    # max duration allows (the run context's deadline), and stops between batches before
+    # the registry would cancel it, or when the registry stops.
+    registry.register(
         Schedule(
             name=CALENDAR_DISPATCH,
             interval=timedelta(seconds=60),
@@ -65,9 +66,6 @@ def install(ctx: SliceContext) -> None:
             isolated=True,
         )
     )
-    # One budget: the dispatcher drains for as long as the schedule's (possibly overridden)
-    # max duration allows, and stops between batches before the registry would cancel it.
-    dispatcher.config = replace(dispatcher.config, max_duration=spec.max_duration)
 
     cache = ctx.cache_table(
         "calendar-event-cache", help="EventId -> last applied Version and reminder fingerprint"

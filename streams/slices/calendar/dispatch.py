@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -21,6 +20,8 @@ from streams.domain.calendar import dispatch_skip_reason
 from streams.outbox.records import OutboxRecord, columns, record_for
 from streams.runtime import Runtime
 from streams.slices.calendar.metrics import CalendarDispatchMetrics
+from streams.timers.context import RunContext
+from streams.timers.drain import drain
 
 log = logging.getLogger("streams.slices.calendar.dispatch")
 
@@ -29,13 +30,13 @@ log = logging.getLogger("streams.slices.calendar.dispatch")
 class DispatchConfig:
     """ReminderDispatchOptions: defaults from the seed; validated at construction.
 
-    ``max_duration`` is the run's one budget: the registry's schedule passes its own
-    (``TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS``), and the dispatcher starts no batch
-    it could not finish inside it, so the registry's timeout never cuts a batch.
+    The run's one budget is its schedule's max duration
+    (``TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS``), given in the run context: the
+    dispatcher starts no batch it could not finish inside it, so the registry's timeout
+    never cuts a batch.
     """
 
     batch_size: int = 200
-    max_duration: timedelta = timedelta(seconds=30)
     # Batches in flight at once while there is a backlog (each its own transaction).
     lanes: int = 2
     # Part of the budget kept free at the end (besides the longest batch seen so far).
@@ -50,8 +51,6 @@ class DispatchConfig:
             raise ValueError(f"lanes must be in 1..8, got {self.lanes}")
         if not 0 < self.batch_size <= 10_000:
             raise ValueError(f"batch_size must be in 1..10000, got {self.batch_size}")
-        if self.max_duration <= timedelta(0):
-            raise ValueError("max_duration must be positive")
         if not timedelta(seconds=1) <= self.poison_backoff <= self.poison_backoff_max:
             raise ValueError(
                 "poison_backoff must be at least 1 s and at most poison_backoff_max, got "
@@ -125,7 +124,7 @@ def build_event(row: ClaimedReminder) -> ReminderDueEvent:
 
 
 class CalendarReminderDispatcher:
-    """A timer handler: ``run_once(as_of)`` drains due reminders in batches of ``batch_size``.
+    """A timer handler: ``run_once(ctx)`` drains due reminders in batches of ``batch_size``.
 
     Each batch is one transaction: claim (SKIP LOCKED) → transitions → outbox rows. Once a
     batch comes back full (a backlog), a second runs beside it (``lanes``), claiming the
@@ -142,14 +141,12 @@ class CalendarReminderDispatcher:
         *,
         metrics: CalendarDispatchMetrics | None = None,
         on_next_due: Callable[[datetime], None] | None = None,
-        should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         self.runtime = runtime
         self.config = config or DispatchConfig()
         self.metrics = metrics or runtime.metrics.family(CalendarDispatchMetrics)
         self.clock: Clock = runtime.clock
         self.on_next_due = on_next_due
-        self.should_stop = should_stop
         self.topic_prefix = runtime.settings.topic_prefix
         # Rows the run's batches hold right now: another lane's claim leaves them out, so
         # they are not counted as passed over (they are this run's own work).
@@ -158,59 +155,41 @@ class CalendarReminderDispatcher:
         # running beside another would pass over rows whose ids the run does not know yet.
         self._claiming = asyncio.Lock()
 
-    async def run_once(self, as_of: datetime) -> DispatchResult:
-        result = DispatchResult(run_id=uuid.uuid4().hex[:12])
+    async def run_once(self, ctx: RunContext) -> DispatchResult:
+        as_of = ctx.as_of
+        result = DispatchResult(run_id=ctx.run_id)
         started = self.clock.monotonic()
-        budget = self.config.max_duration.total_seconds()
-        deadline = started + budget * (1 - self.config.reserve)
-        longest = 0.0
         # What the run's last claim saw, when that settles the state after the run.
         seen: DueState | None = None
-        cut_short = False
         log.debug("action=cycle_started run_id=%s as_of=%s", result.run_id, as_of.isoformat())
         pool = await self.runtime.pool()
-        lanes: list[asyncio.Task[None]] = []
 
-        async def drain() -> None:
-            nonlocal longest, seen, cut_short
-            while True:
-                began = self.clock.monotonic()
-                claimed, seen = await self._batch(pool, as_of, result)
-                ended = self.clock.monotonic()
-                longest = max(longest, ended - began)
-                if (
-                    claimed < self.config.batch_size
-                    # Stop between batches: the next one might not finish inside the budget.
-                    or ended + longest >= deadline
-                    or self.should_stop()  # shutdown: stop between batches, not inside one
-                ):
-                    if claimed == self.config.batch_size and ended + longest >= deadline:
-                        result.budget_exhausted = True
-                    elif claimed == self.config.batch_size:
-                        cut_short = True  # stopped for a shutdown with a backlog left
-                    return
-                if len(lanes) < self.config.lanes:
-                    # A full batch: there is a backlog. Another batch in its own transaction
-                    # claims the next rows (SKIP LOCKED) while this one writes, so Python's
-                    # work on one overlaps PostgreSQL's on the other.
-                    lanes.append(asyncio.create_task(drain()))
+        async def batch() -> int:
+            nonlocal seen
+            claimed, seen = await self._batch(pool, as_of, result)
+            return claimed
 
         try:
-            lanes.append(asyncio.create_task(drain()))
-            while not all(lane.done() for lane in lanes):
-                await asyncio.wait(lanes)  # a lane may start another while we wait
-            for lane in lanes:
-                lane.result()
-            due = seen if len(lanes) == 1 else None
+            # Once a batch comes back full (a backlog), another lane claims the next rows
+            # (SKIP LOCKED) while this one writes, so Python's work on one overlaps
+            # PostgreSQL's on the other. No batch starts that might not finish inside the
+            # budget; a shutdown stops it between batches, not inside one.
+            done = await drain(
+                ctx,
+                batch,
+                clock=self.clock,
+                batch_size=self.config.batch_size,
+                reserve=self.config.reserve,
+                lanes=self.config.lanes,
+            )
+            result.budget_exhausted = done.budget_exhausted
+            due = seen if done.lanes == 1 else None
             if due is None:
                 async with connection(pool) as conn:
                     due = await repo.due_state(conn, as_of)
             result.backlog = due.backlog
-            result.next_due = wake_after(as_of, due, result.budget_exhausted or cut_short)
+            result.next_due = wake_after(as_of, due, done.cut_short)
         except BaseException:
-            for lane in lanes:
-                lane.cancel()  # a failed batch ends the run; the others roll back too
-            await asyncio.gather(*lanes, return_exceptions=True)
             self.metrics.errors.inc()
             raise
         finally:

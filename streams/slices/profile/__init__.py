@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -60,9 +59,8 @@ def install(ctx: SliceContext) -> None:
         fanout,
         ExpiryConfig.from_settings(settings, name=DOCUMENT_EXPIRY),
         metrics=metrics,
-        should_stop=lambda: registry.stopping,
     )
-    spec = registry.register(
+    registry.register(
         Schedule(
             name=DOCUMENT_EXPIRY,
             cron=DEFAULT_CRON,
@@ -74,7 +72,6 @@ def install(ctx: SliceContext) -> None:
             settings_prefix="TIMER_DOCUMENT_EXPIRY_",
         )
     )
-    run.config = replace(run.config, max_duration=spec.max_duration)
 
     documents = ctx.cache_table(
         "profile-document-cache", help="DocumentId -> last applied Version and fingerprint"

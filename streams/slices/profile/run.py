@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -31,6 +29,8 @@ from streams.settings import Settings
 from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.work import Fanout, RunOrder
 from streams.timers import HandBack
+from streams.timers.context import RunContext
+from streams.timers.drain import drain
 
 log = logging.getLogger("streams.slices.profile.run")
 
@@ -42,15 +42,15 @@ PRUNE_BATCH = 10_000
 class ExpiryConfig:
     """DocumentExpiryReminderOptions: defaults from the seed; validated at construction.
 
-    ``max_duration`` is the run's one budget (the schedule's, possibly overridden by
-    ``TIMER_DOCUMENT_EXPIRY_MAX_DURATION_SECONDS``): the scan stops handing out owners and
-    the wait for them ends in time for prune and backlog before the registry would cancel.
+    The run's one budget is its schedule's max duration (possibly overridden by
+    ``TIMER_DOCUMENT_EXPIRY_MAX_DURATION_SECONDS``), given in the run context: the scan
+    stops handing out owners and the wait for them ends in time for prune and backlog
+    before the registry would cancel.
     """
 
     name: str = "document-expiry"
     thresholds: tuple[int, ...] = DEFAULT_THRESHOLDS
     batch_size: int = 500
-    max_duration: timedelta = timedelta(minutes=10)
     # Part of the budget kept for prune and backlog at the end.
     reserve: float = 0.1
     poll_seconds: float = 0.1
@@ -60,8 +60,6 @@ class ExpiryConfig:
             raise ValueError("thresholds must be distinct and descending (normalize_thresholds)")
         if not 0 < self.batch_size <= 10_000:
             raise ValueError(f"batch_size must be in 1..10000, got {self.batch_size}")
-        if self.max_duration <= timedelta(0):
-            raise ValueError("max_duration must be positive")
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> ExpiryConfig:
@@ -112,7 +110,7 @@ class ExpiryRunResult:
 
 
 class DocumentExpiryRun:
-    """A timer handler: ``run_once(as_of)`` is one cycle of the seed's algorithm.
+    """A timer handler: ``run_once(ctx)`` is one cycle of the seed's algorithm.
 
     Registered cluster-once, so one worker runs each daily slot; it hands every owner with
     a document in the window to the per-owner worker (``fanout``) and waits for them on the
@@ -126,23 +124,20 @@ class DocumentExpiryRun:
         config: ExpiryConfig | None = None,
         *,
         metrics: DocumentExpiryMetrics | None = None,
-        should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         self.runtime = runtime
         self.fanout = fanout
         self.config = config or ExpiryConfig()
         self.metrics = metrics or runtime.metrics.family(DocumentExpiryMetrics)
         self.clock: Clock = runtime.clock
-        self.should_stop = should_stop
         self.last: ExpiryRunResult | None = None
 
-    async def run_once(self, as_of: datetime) -> ExpiryRunResult:
+    async def run_once(self, ctx: RunContext) -> ExpiryRunResult:
         cfg = self.config
+        as_of = ctx.as_of
         today = utc_date(as_of)
-        result = ExpiryRunResult(uuid.uuid4().hex[:12], as_of, today, cfg.thresholds)
+        result = ExpiryRunResult(ctx.run_id, as_of, today, cfg.thresholds)
         started = self.clock.monotonic()
-        budget = cfg.max_duration.total_seconds()
-        deadline = started + budget * (1 - cfg.reserve)
         log.info(
             "action=cycle_started run_id=%s as_of=%s as_of_date=%s thresholds=%s batch_size=%d",
             result.run_id,
@@ -156,9 +151,9 @@ class DocumentExpiryRun:
             await runs_repo.start(
                 pool, result.run_id, as_of, today, cfg.thresholds, self.clock.now()
             )
-            await self._scan(result, deadline)
+            await self._scan(result, ctx)
             await runs_repo.total_set(pool, result.run_id, result.owners_total)
-            row = await self._wait(result, deadline)
+            row = await self._wait(result, ctx)
             if result.stopped:
                 # The worker stops with owners not handed out or not done: give the slot
                 # back so another worker runs it (the marks keep what was sent sent).
@@ -203,61 +198,74 @@ class DocumentExpiryRun:
         )
         return result
 
-    async def _scan(self, result: ExpiryRunResult, deadline: float) -> None:
+    async def _scan(self, result: ExpiryRunResult, ctx: RunContext) -> None:
         """Documents in the window, ExpiresAt ascending, BatchSize at a time while batches are
-        full; each owner is handed out once, the first time one of its documents shows up."""
+        full; each owner is handed out once, the first time one of its documents shows up.
+        Between batches it stops for a shutdown, or once the budget (less the reserve for
+        prune and backlog) is spent."""
         cfg = self.config
         window = scan_window(result.as_of_date, cfg.thresholds)
         pool = await self.runtime.pool()
         emitted: set[UUID] = set()
         order = RunOrder(cfg.name, result.run_id, result.as_of, result.thresholds)
         after = (window.lo - timedelta(days=1), NIL)
+
+        async def batch() -> int:
+            nonlocal after
+            page = await documents_repo.scan(pool, window.lo, window.hi, after, cfg.batch_size)
+            result.batches += 1
+            result.documents_scanned += page.documents
+            new = [owner for owner in page.owners if owner not in emitted]
+            emitted.update(new)
+            log.info(
+                "action=batch_selected run_id=%s count=%d owners=%d",
+                result.run_id,
+                page.documents,
+                len(new),
+            )
+            if new:
+                faults.hit("expiry_run.fanout")
+                await self.fanout.send(order, new)
+            result.owners_total = len(emitted)
+            if page.last is None:
+                return 0
+            after = page.last
+            return page.documents
+
         await self.fanout.start()
         try:
-            while True:
-                batch = await documents_repo.scan(pool, window.lo, window.hi, after, cfg.batch_size)
-                result.batches += 1
-                result.documents_scanned += batch.documents
-                new = [owner for owner in batch.owners if owner not in emitted]
-                emitted.update(new)
-                log.info(
-                    "action=batch_selected run_id=%s count=%d owners=%d",
-                    result.run_id,
-                    batch.documents,
-                    len(new),
-                )
-                if new:
-                    faults.hit("expiry_run.fanout")
-                    await self.fanout.send(order, new)
-                result.owners_total = len(emitted)
-                if batch.last is None or batch.documents < cfg.batch_size:
-                    break
-                after = batch.last
-                if self.should_stop():
-                    result.stopped = True
-                    break
-                if self.clock.monotonic() >= deadline:
-                    result.budget_exhausted = True
-                    log.warning(
-                        "action=cycle_budget_exhausted run_id=%s owners=%d documents=%d",
-                        result.run_id,
-                        len(emitted),
-                        result.documents_scanned,
-                    )
-                    break
+            done = await drain(
+                ctx,
+                batch,
+                clock=self.clock,
+                batch_size=cfg.batch_size,
+                reserve=cfg.reserve,
+                lookahead=False,
+            )
         finally:
             await self.fanout.close()
+        if done.stopped_with_backlog:
+            result.stopped = True
+        elif done.budget_exhausted:
+            result.budget_exhausted = True
+            log.warning(
+                "action=cycle_budget_exhausted run_id=%s owners=%d documents=%d",
+                result.run_id,
+                len(emitted),
+                result.documents_scanned,
+            )
 
-    async def _wait(self, result: ExpiryRunResult, deadline: float) -> RunRow | None:
+    async def _wait(self, result: ExpiryRunResult, ctx: RunContext) -> RunRow | None:
         """The run's row once every owner handed out is done (or the budget is spent)."""
         pool = await self.runtime.pool()
+        deadline = ctx.cutoff(self.config.reserve)
         while True:
             row = await runs_repo.get(pool, result.run_id)
             done = row is not None and row.owners_done >= result.owners_total
             if done or not self.fanout.waits:
                 return row
-            if self.should_stop() or self.clock.monotonic() >= deadline:
-                result.stopped = result.stopped or self.should_stop()
+            if ctx.should_stop() or self.clock.monotonic() >= deadline:
+                result.stopped = result.stopped or ctx.should_stop()
                 log.warning(
                     "action=cycle_owners_pending run_id=%s owners=%d owners_done=%d",
                     result.run_id,
