@@ -2,7 +2,7 @@
 
 The recipe's versioned-state applier does the batching, caching and transaction; this
 module says what an event's key, fingerprint and rows are (rules in streams/domain/calendar.py,
-SQL in db/calendar.py).
+SQL in db/events.py).
 """
 
 from __future__ import annotations

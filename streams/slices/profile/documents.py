@@ -1,7 +1,7 @@
 """Profile input: person document states become the read-only projection of open columns.
 
 The recipe's versioned-state applier does the batching, caching and transaction; this module
-says what a document's key and fingerprint are (SQL in db/profile.py). PayloadCipher is not
+says what a document's key and fingerprint are (SQL in db/person_documents.py). PayloadCipher is not
 in the contract, so it is dropped at parse time and can never be stored or logged.
 """
 
