@@ -27,7 +27,7 @@ from db.connector import Connection
 from db.scheduler import ClaimedRow
 from streams.clock import SystemClock
 from streams.contracts.automation import AutomationType
-from streams.domain.automation_revalidation import VALID
+from streams.domain.automation.revalidation import VALID
 from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices.automation.handlers import HandlerRegistry, Outcome

@@ -23,8 +23,8 @@ from streams.contracts.automation import (
     Threshold,
     TriggerType,
 )
-from streams.domain.automation_delivery import DeliverySettings
-from streams.domain.automation_revalidation import SettingState
+from streams.domain.automation.delivery import DeliverySettings
+from streams.domain.automation.revalidation import SettingState
 
 
 def _setting(r: asyncpg.Record) -> ReminderSettingChanged:

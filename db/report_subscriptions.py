@@ -14,7 +14,7 @@ import asyncpg
 from db.connector import Connection
 from db.queries import sql
 from streams.contracts.automation import ReportPeriod, ReportSubscriptionChanged
-from streams.domain.automation_revalidation import SubscriptionState
+from streams.domain.automation.revalidation import SubscriptionState
 
 
 def _subscription(r: asyncpg.Record) -> ReportSubscriptionChanged:

@@ -16,7 +16,7 @@ from db.connector import Connection
 from db.queries import sql
 from db.sources import SourceRef
 from db.threshold_states import Triple
-from streams.domain.automation import SchedulerCandidate, unique_by_key
+from streams.domain.automation.rules import SchedulerCandidate, unique_by_key
 
 # A batch racing a concurrent insert of the same new key is run again for those keys.
 _MAX_RACE_RETRIES = 5

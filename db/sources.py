@@ -15,8 +15,8 @@ from db.connector import Connection
 from db.queries import sql
 from db.reconcile_watermarks import Watermark
 from streams.contracts.automation import SourceEntityChanged
-from streams.domain.automation import norm_text
-from streams.domain.automation_revalidation import SourceState
+from streams.domain.automation.revalidation import SourceState
+from streams.domain.automation.rules import norm_text
 
 # (SourceType, SourceGuid): the key of a source.
 SourceRef = tuple[str, UUID]

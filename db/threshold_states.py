@@ -9,7 +9,7 @@ from uuid import UUID
 
 from db.connector import Connection
 from db.queries import sql
-from streams.domain.automation_triggers import ThresholdMemory
+from streams.domain.automation.triggers import ThresholdMemory
 
 # (SettingGuid, SourceType, SourceGuid): the pair a threshold memory belongs to.
 Triple = tuple[UUID, str, UUID]

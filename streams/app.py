@@ -10,8 +10,8 @@ import faust
 from mode import Service
 
 from streams import faust_compat
-from streams.agents.monitor import LeanMonitor
 from streams.connection_budget import plan as connection_plan
+from streams.input.monitor import LeanMonitor
 from streams.kafka_client import faust_credentials
 from streams.maintenance.schedules import WORKER_HEARTBEAT
 from streams.maintenance.status import retention_status
@@ -21,8 +21,8 @@ from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices import SliceContext, install_all
 from streams.timer_process.supervisor import TimerProcess
-from streams.timers.jobs import build_registry
 from streams.timers.registry import TimerRegistry
+from streams.timers.store import build_registry
 from streams.topics import Topics
 from streams.web import views
 

@@ -138,7 +138,7 @@ def _carries_exception(record: logging.LogRecord) -> bool:
 def redact_record(record: logging.LogRecord) -> logging.LogRecord:
     """The record formatted value-free: exceptions in its message or arguments are described
     and its traceback is too. ``args`` keep the exceptions themselves, for handlers that
-    read them (streams/wait.py tells a refused Kafka login from aiokafka's records)."""
+    read them (streams/startup_wait.py tells a refused Kafka login from aiokafka's records)."""
     if _carries_exception(record):
         # An instance attribute: formatters call record.getMessage(), this one.
         record.getMessage = functools.partial(_safe_message, record)  # type: ignore[method-assign]

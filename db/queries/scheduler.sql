@@ -5,7 +5,7 @@
 -- name: scheduler_ensure
 -- The seed's Ensure table for a batch of candidates, in one statement. Existing rows are
 -- locked in key order (two batches cannot deadlock) and read as they are now; the outcome
--- per key is decided on that state (streams/domain/automation.py: ensure_decision):
+-- per key is decided on that state (streams/domain/automation/rules.py: ensure_decision):
 --   no row → insert; Completed → returned with its coordinates, whatever its InputHash
 --   (history is never re-sent nor held); different InputHash on a live row → support hold,
 --   the candidate's hash recorded beside the row's (FailureReasonCode InputHashConflict),

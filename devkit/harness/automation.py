@@ -21,7 +21,7 @@ from streams.contracts.automation import (
     SourceEntityChanged,
     TriggerType,
 )
-from streams.domain.automation import ReminderDateInput, SchedulerCandidate
+from streams.domain.automation.rules import ReminderDateInput, SchedulerCandidate
 from streams.metrics import Metrics
 from streams.runtime import Runtime
 from streams.settings import Settings

@@ -9,7 +9,6 @@ from uuid import UUID
 import asyncpg
 
 from devkit.harness.automation import scheduler_rows
-from streams.agents.consumer import Decoded
 from streams.contracts.automation import (
     BusinessUnitChanged,
     ReminderSettingChanged,
@@ -17,7 +16,8 @@ from streams.contracts.automation import (
     SourceEntityChanged,
 )
 from streams.contracts.base import StateMessage
-from streams.domain.automation_triggers import default_providers
+from streams.domain.automation.triggers import default_providers
+from streams.input.consumer import Decoded
 from streams.runtime import Runtime
 from streams.slices.automation.inputs import (
     PlanningApplier,
@@ -26,7 +26,7 @@ from streams.slices.automation.inputs import (
     SubscriptionsWriter,
     UnitsWriter,
 )
-from streams.slices.automation.planning import Planned, Planner
+from streams.slices.automation.planner import Planned, Planner
 
 BU = UUID(int=7)
 

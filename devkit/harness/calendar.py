@@ -10,9 +10,9 @@ from unittest.mock import MagicMock
 import asyncpg
 
 from devkit.messages.factories import T0, parsed
-from streams.agents.applier import ApplyResult
-from streams.agents.consumer import Decoded
 from streams.clock import ManualClock
+from streams.input.applier import ApplyResult
+from streams.input.consumer import Decoded
 from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices.calendar.events import CalendarEventsApplier, CalendarWrite

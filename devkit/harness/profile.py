@@ -12,10 +12,10 @@ from unittest.mock import MagicMock
 
 import asyncpg
 
-from streams.agents.consumer import Decoded
 from streams.clock import ManualClock
 from streams.contracts import PERSON_DOCUMENTS, decode
 from streams.contracts.profile import PersonDocumentChanged
+from streams.input.consumer import Decoded
 from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices.profile.documents import PersonDocumentsApplier

@@ -2,7 +2,7 @@
 
 Each load keeps what the broker acknowledged (``Acked``) and computes the expected effects
 from that alone, with the product's pure rules (streams/domain/profile.py for seed 001,
-streams/domain/automation_triggers.py for seed 003), so the auditor never asks the service
+streams/domain/automation/triggers.py for seed 003), so the auditor never asks the service
 what it should have done. Both loads include reverts to an earlier state: a document
 Active → Archived → Active and ExpiresAt moved out of the window and back; a source
 deactivated and reactivated, its target date moved and moved back, its metric dropped
@@ -35,7 +35,7 @@ from streams.contracts.automation import (
     Threshold,
     TriggerType,
 )
-from streams.domain.automation_triggers import TriggerInput, default_providers
+from streams.domain.automation.triggers import TriggerInput, default_providers
 from streams.domain.profile import DEFAULT_THRESHOLDS, crossed, days_left, scan_window
 
 DOCUMENTS_TOPIC = "pin.profile.person-documents.v1"

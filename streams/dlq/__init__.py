@@ -1,1 +1,2 @@
-"""Dead-letter tooling: replaying a DLQ to its source topic (the writer is streams/agents/dlq.py)."""
+"""Dead letters: sending them with the reason in headers (send.py), redacting secret
+fields (redact.py), and replaying them to their source topic (replay.py, cli.py)."""

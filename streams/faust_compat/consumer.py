@@ -2,7 +2,7 @@
 
 - ``Consumer._committed_offset``: the committed offset per partition, as Faust last set it
   (at the assignment's seek, then at every commit). Lag and stall detection (/status,
-  /health) and the gap healer's first expectation (streams/agents/gaps.py) read it; Faust
+  /health) and the gap healer's first expectation (streams/input/gaps.py) read it; Faust
   has no public view of it, and asking the broker per partition on every page would not
   be the same figure (Faust's is what it will commit from).
 - ``Consumer._to_message`` of the aiokafka driver: a record the gap healer read itself,

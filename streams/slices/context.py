@@ -11,8 +11,8 @@ import faust
 from faust.types import StreamT
 from faust.web import Request, Response, View
 
-from streams.agents.consumer import ContractConsumer, Decoded
 from streams.contracts import Contract, TopicContract
+from streams.input.consumer import ContractConsumer, Decoded
 from streams.kafka_client import topic_config
 from streams.runtime import Runtime
 from streams.tables.cache import KeyCache

@@ -15,13 +15,13 @@ from prometheus_client import CollectorRegistry
 
 from streams.clock import Clock, SystemClock
 from streams.timers import slots
+from streams.timers.due_slots import count_overlap, plan_runs
 from streams.timers.executor import RunExecutor
 from streams.timers.finished import RunsFinished
 from streams.timers.leases import CLAIM_RETRY_FIRST, LEASE_MARGIN, RELEASED_POLL, SlotLeases
 from streams.timers.logfmt import event
 from streams.timers.metrics import TimerMetrics
 from streams.timers.misfire import PlannedRun
-from streams.timers.planning import count_overlap, plan_runs
 from streams.timers.ports import ClockSleeper, Sleeper, TimerStore
 from streams.timers.runs import RunRecord
 from streams.timers.schedule import (

@@ -10,9 +10,9 @@ from typing import Any
 import faust
 
 from db.connector import connection, ping
-from streams.agents.consumer import ContractConsumer
-from streams.agents.progress import Stall
 from streams.faust_compat import committed_offsets
+from streams.input.consumer import ContractConsumer
+from streams.input.progress import Stall
 from streams.runtime import Runtime
 from streams.tables.cache import KeyCache
 from streams.timer_process.supervisor import TimerProcess

@@ -13,7 +13,7 @@ from aiohttp import web
 from streams.timer_process.supervisor import TimerProcess
 from streams.web.health import timer_process_check
 
-log = logging.getLogger("streams.wait")
+log = logging.getLogger("streams.startup_wait")
 
 
 def startup_checks(status: dict[str, str], timer_process: TimerProcess | None) -> dict[str, str]:

@@ -10,8 +10,8 @@ from typing import Any
 import faust
 
 from db.connector import DatabaseUnavailable, InputRejected
-from streams.agents.consumer import ContractConsumer
 from streams.faust_compat import committed_offsets
+from streams.input.consumer import ContractConsumer
 from streams.maintenance.heartbeat import live_workers
 from streams.runtime import Runtime
 from streams.slices.context import SliceContext

@@ -24,7 +24,7 @@ from devkit.messages.factories import parsed
 from devkit.stacks.private_stack import PrivateStack
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
-from streams.agents.consumer import Decoded
+from streams.input.consumer import Decoded
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.runtime import Runtime
 from streams.settings import Settings

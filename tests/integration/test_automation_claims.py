@@ -25,8 +25,11 @@ from devkit.harness.automation import (
     seed,
 )
 from streams.contracts.automation import AutomationType
-from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
-from streams.domain.automation_revalidation import VALID
+from streams.domain.automation.revalidation import VALID
+from streams.domain.automation.rules import (
+    DEFAULT_INTERRUPTION_ALLOWANCE,
+    DEFAULT_INTERRUPTION_DELAY,
+)
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import HandlerRegistry, Outcome
 from streams.slices.automation.support import SupportAction, put_back

@@ -27,13 +27,13 @@ from devkit.harness.automation import (
     subscription_msg,
 )
 from streams.clock import ManualClock
-from streams.domain.automation import (
+from streams.domain.automation.revalidation import SettingState, SourceState, SubscriptionState
+from streams.domain.automation.rules import (
     DAILY_RETRY,
     DEFAULT_INTERRUPTION_ALLOWANCE,
     ReportManualInput,
     SchedulerCandidate,
 )
-from streams.domain.automation_revalidation import SettingState, SourceState, SubscriptionState
 from streams.metrics import Metrics
 from streams.runtime import Runtime
 from streams.settings import Settings
@@ -42,7 +42,7 @@ from streams.slices.automation import install_core
 from streams.slices.automation.config import AutomationConfig
 from streams.slices.automation.handlers import HandlerRegistry, PgAutomationInputs, default_handlers
 from streams.timers.context import RunContext
-from streams.timers.jobs import build_registry
+from streams.timers.store import build_registry
 from streams.topics import Topics
 
 pytestmark = pytest.mark.integration

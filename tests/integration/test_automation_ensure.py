@@ -21,7 +21,7 @@ from devkit.harness.automation import (
     row,
     scheduler_rows,
 )
-from streams.domain.automation import (
+from streams.domain.automation.rules import (
     ReminderDateInput,
     RowState,
     SchedulerCandidate,

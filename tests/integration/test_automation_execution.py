@@ -37,7 +37,7 @@ from streams.contracts.automation import (
     Threshold,
     TriggerType,
 )
-from streams.domain.automation import (
+from streams.domain.automation.rules import (
     DEFAULT_INTERRUPTION_ALLOWANCE,
     ReminderThresholdInput,
     ReportManualInput,

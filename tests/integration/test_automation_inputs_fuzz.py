@@ -33,7 +33,6 @@ from devkit.messages.fuzz import (
     report_subscriptions,
     source_events,
 )
-from streams.agents.consumer import ContractConsumer
 from streams.contracts import (
     BUSINESS_UNITS,
     REMINDER_SETTINGS,
@@ -41,7 +40,8 @@ from streams.contracts import (
     SOURCE_EVENTS,
     TopicContract,
 )
-from streams.domain.automation import EnsureOutcome
+from streams.domain.automation.rules import EnsureOutcome
+from streams.input.consumer import ContractConsumer
 from streams.metrics import Metrics
 from streams.runtime import Runtime
 from tests.integration.test_input_fuzz import Ev, Msg, RecordingDlq

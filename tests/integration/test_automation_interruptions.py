@@ -30,7 +30,10 @@ from devkit.harness.automation import (
 )
 from devkit.wait import eventually
 from streams.contracts.automation import AutomationType
-from streams.domain.automation import DEFAULT_INTERRUPTION_ALLOWANCE, DEFAULT_INTERRUPTION_DELAY
+from streams.domain.automation.rules import (
+    DEFAULT_INTERRUPTION_ALLOWANCE,
+    DEFAULT_INTERRUPTION_DELAY,
+)
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import AutomationHandler, HandlerRegistry, Outcome
 from streams.slices.automation.metrics import AutomationMetrics

@@ -30,7 +30,7 @@ from devkit.harness.automation import (
 )
 from devkit.harness.automation_inputs import BU, Inputs, by_status, rows, unit_msg
 from streams.runtime import Runtime
-from streams.slices.automation.planning import Planner
+from streams.slices.automation.planner import Planner
 from streams.slices.automation.reconcile import (
     REPORTS_PROVIDER,
     SOURCES_PROVIDER,

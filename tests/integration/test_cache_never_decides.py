@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 from devkit.harness import profile as documents
 from devkit.harness.calendar import make_runtime
 from devkit.messages import factories
-from streams.agents.applier import VersionedStateApplier
-from streams.agents.consumer import Decoded
 from streams.domain.calendar import fingerprint as event_fingerprint
 from streams.domain.calendar import insertable, wanted_reminders
+from streams.input.applier import VersionedStateApplier
+from streams.input.consumer import Decoded
 from streams.metrics import Metrics
 from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsApplier

@@ -18,8 +18,8 @@ from db.connector import DatabaseUnavailable
 from devkit.harness.calendar import apply, make_runtime, outbox
 from devkit.messages.factories import T0, calendar_event
 from devkit.wait import eventually
-from streams.agents.applier import Origin, StateWriter, Written
 from streams.contracts.calendar import CalendarEventChanged
+from streams.input.applier import Origin, StateWriter, Written
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.slices.calendar.events import CalendarEventsApplier, CalendarWrite
 from streams.timers.context import RunContext

@@ -18,8 +18,8 @@ from streams.slices.calendar import CALENDAR_DISPATCH
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.timers.context import RunContext
-from streams.timers.jobs import build_registry
 from streams.timers.registry import TimerRegistry
+from streams.timers.store import build_registry
 from streams.topics import Topics
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from devkit.harness.profile import (
     person_document,
     reminder_events,
 )
-from streams.agents.consumer import Decoded
+from streams.input.consumer import Decoded
 from streams.slices.profile.work import RunOrder
 from streams.timers.context import RunContext
 

@@ -25,8 +25,8 @@ from devkit.harness.profile import (
     person_document,
     reminder_events,
 )
-from streams.agents.consumer import Decoded
 from streams.domain.profile import encode_marks
+from streams.input.consumer import Decoded
 from streams.slices.profile.work import RunOrder
 from streams.timers.context import RunContext
 from tests.conftest import DATABASE_URL, _admin

@@ -19,9 +19,9 @@ from aiokafka.structs import ConsumerRecord
 
 from devkit.harness.profile import SLOT, Harness, items, person_document, reminder_events
 from devkit.kafka import read_to_end
-from streams.agents.consumer import Decoded
 from streams.clock import ManualClock
 from streams.contracts import decode
+from streams.input.consumer import Decoded
 from streams.slices.profile.work import OWNER_WORK, KafkaFanout, partition_of
 from streams.timers.context import RunContext
 from streams.timers.slots import fanout_key

@@ -32,8 +32,8 @@ from devkit.harness.profile import (
     seed_documents,
 )
 from streams import faults
-from streams.agents.consumer import Decoded
 from streams.contracts import decode
+from streams.input.consumer import Decoded
 from streams.slices.profile.owners import CACHE_MAX_DOCUMENTS, OwnerWorker
 from streams.slices.profile.work import OWNER_WORK, KafkaFanout, RunOrder, TopicContinuations
 from streams.timers.context import RunContext

@@ -13,8 +13,8 @@ import pytest
 import db.outbox as outbox_repo
 from devkit.harness.calendar import make_runtime
 from devkit.messages.factories import T0, calendar_event, parsed
-from streams.agents.consumer import Decoded
 from streams.explain import explain
+from streams.input.consumer import Decoded
 from streams.runtime import Runtime
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher
 from streams.slices.calendar.events import CalendarEventsApplier

@@ -14,8 +14,8 @@ import pytest
 
 from devkit.harness.calendar import make_runtime
 from devkit.messages.factories import calendar_event, encode
-from streams.agents.consumer import ContractConsumer
 from streams.contracts import CALENDAR_EVENTS
+from streams.input.consumer import ContractConsumer
 from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsApplier
 

@@ -37,10 +37,10 @@ from hypothesis import strategies as st
 from devkit.harness.calendar import make_runtime
 from devkit.messages.fuzz import HOSTILE, VALID, History, Record, calendar_history, encode
 from devkit.messages.fuzz import calendar_events as valid_calendar_events
-from streams.agents.consumer import ContractConsumer
 from streams.contracts import CALENDAR_EVENTS
 from streams.contracts.calendar import CalendarEventChanged
 from streams.domain.calendar import insertable, wanted_reminders
+from streams.input.consumer import ContractConsumer
 from streams.metrics import Metrics
 from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsApplier

@@ -16,9 +16,9 @@ import pytest
 from devkit.harness.calendar import make_runtime
 from devkit.harness.profile import SLOT, Harness, MemoryTable, person_document, reminder_events
 from devkit.messages.factories import calendar_event, encode
-from streams.agents.consumer import ContractConsumer
 from streams.contracts import CALENDAR_EVENTS
 from streams.faust_compat import partition_db, partition_dbs
+from streams.input.consumer import ContractConsumer
 from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.tables.cache import KeyCache, _rocksdict_store

@@ -17,7 +17,7 @@ import pytest
 
 from db.connector import connect, create_pool, transaction
 from devkit.messages.factories import T0, calendar_event, parsed
-from streams.agents.applier import Origin
+from streams.input.applier import Origin
 from streams.slices.calendar.events import CalendarEventsWriter
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ import uuid
 
 from streams.contracts import DISPATCH_REQUESTED, REMINDER_SETTINGS, decode
 from streams.contracts.automation import DeliveryChannel
-from streams.domain.automation_delivery import (
+from streams.domain.automation.delivery import (
     DEFAULT_CHANNELS,
     Delivery,
     DeliverySettings,

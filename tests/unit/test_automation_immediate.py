@@ -11,17 +11,17 @@ from streams.contracts.automation import (
     SourceEntityChanged,
     TriggerType,
 )
-from streams.domain.automation import ReminderDateInput, input_hash, parse_scheduler_key
-from streams.domain.automation_immediate import (
+from streams.domain.automation.immediate import (
     DateBasedImmediate,
     default_immediate,
     immediate_reason,
     is_immediate_key,
     revalidate_immediate,
 )
-from streams.domain.automation_keys import ReminderImmediateInput
-from streams.domain.automation_revalidation import VerdictKind
-from streams.domain.automation_triggers import TriggerInput
+from streams.domain.automation.keys import ReminderImmediateInput
+from streams.domain.automation.revalidation import VerdictKind
+from streams.domain.automation.rules import ReminderDateInput, input_hash, parse_scheduler_key
+from streams.domain.automation.triggers import TriggerInput
 
 SETTING, SOURCE, BU = uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3)
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from streams.contracts.automation import FiringPolicy
-from streams.domain.automation import (
+from streams.domain.automation.rules import (
     AutomationInput,
     ReminderDateInput,
     ReminderThresholdInput,

@@ -13,8 +13,7 @@ from streams.contracts.automation import (
     SourceEntityChanged,
     TriggerType,
 )
-from streams.domain.automation import ReminderDateInput, input_hash, parse_scheduler_key
-from streams.domain.automation_recurring import (
+from streams.domain.automation.recurring import (
     RecurringInvalidation,
     RecurringProvider,
     ReminderRecurringInput,
@@ -24,8 +23,9 @@ from streams.domain.automation_recurring import (
     revalidate_recurring,
     successors,
 )
-from streams.domain.automation_revalidation import VerdictKind
-from streams.domain.automation_triggers import TriggerInput
+from streams.domain.automation.revalidation import VerdictKind
+from streams.domain.automation.rules import ReminderDateInput, input_hash, parse_scheduler_key
+from streams.domain.automation.triggers import TriggerInput
 
 SETTING, SOURCE, BU = uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3)
 

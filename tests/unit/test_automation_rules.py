@@ -11,7 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.contracts.automation import AutomationType, Comparator, FiringPolicy, TriggerType
-from streams.domain.automation import (
+from streams.domain.automation.revalidation import (
+    HOLD_INPUT_HASH_MISMATCH,
+    ReasonCode,
+    SettingState,
+    SourceState,
+    SubscriptionState,
+    VerdictKind,
+    revalidate_reminder,
+    revalidate_report,
+)
+from streams.domain.automation.rules import (
     DAILY_RETRY,
     DEFAULT_BACKOFF,
     DEFAULT_INTERRUPTION_ALLOWANCE,
@@ -32,16 +42,6 @@ from streams.domain.automation import (
     parse_ladder,
     retry_plan,
     unique_by_key,
-)
-from streams.domain.automation_revalidation import (
-    HOLD_INPUT_HASH_MISMATCH,
-    ReasonCode,
-    SettingState,
-    SourceState,
-    SubscriptionState,
-    VerdictKind,
-    revalidate_reminder,
-    revalidate_report,
 )
 from streams.settings import ConfigError, Settings
 from streams.slices.automation.cli import CandidateSpec

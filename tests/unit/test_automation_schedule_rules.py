@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.contracts.automation import ReminderSettingChanged, SourceEntityChanged, TriggerType
-from streams.domain.automation_reports import check_cron, period_starts
-from streams.domain.automation_triggers import DateBasedProvider, TriggerInput
+from streams.domain.automation.reports import check_cron, period_starts
+from streams.domain.automation.triggers import DateBasedProvider, TriggerInput
 from streams.domain.local_time import local_to_utc, wall_to_utc
 from streams.timers.slots import Cadence, cron_next, slots_between
 

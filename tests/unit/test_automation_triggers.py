@@ -19,10 +19,10 @@ from streams.contracts.automation import (
     Threshold,
     TriggerType,
 )
-from streams.domain.automation import parse_scheduler_key
-from streams.domain.automation_recurring import RecurringInvalidation, RecurringProvider
-from streams.domain.automation_reports import check_cron, period_starts, scheduled_runs
-from streams.domain.automation_triggers import (
+from streams.domain.automation.recurring import RecurringInvalidation, RecurringProvider
+from streams.domain.automation.reports import check_cron, period_starts, scheduled_runs
+from streams.domain.automation.rules import parse_scheduler_key
+from streams.domain.automation.triggers import (
     DateBasedProvider,
     ProviderRegistry,
     StaleOccurrences,

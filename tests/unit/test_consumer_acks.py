@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry
 
-from streams.agents.acks import InOrderAcks
-from streams.agents.consumer import ContractConsumer, Decoded
 from streams.contracts import TopicContract
 from streams.contracts.base import Contract
+from streams.input.acks import InOrderAcks
+from streams.input.consumer import ContractConsumer, Decoded
 from streams.metrics import AgentMetrics
 
 

@@ -21,7 +21,7 @@ ALSO_RUN_BY = {"server": ["connector"]}
 MIRRORED = {table: [table, *ALSO_RUN_BY.get(table, [])] for table in TABLES}
 SQL_TEXT = re.compile(r"\b(SELECT\s|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM)", re.I)
 # The startup probe tells a refused login from an absent server by asyncpg's error types.
-DRIVER_ALLOWED = {"streams/wait.py"}
+DRIVER_ALLOWED = {"streams/startup_wait.py"}
 
 
 def _sql_calls(fn: ast.AST) -> list[str]:

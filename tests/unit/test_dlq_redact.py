@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.agents.dlq import send_to_dlq
 from streams.contracts import PERSON_DOCUMENTS
 from streams.dlq.cli import summary
 from streams.dlq.redact import redact
 from streams.dlq.replay import ReplayResult
 from streams.dlq.rules import SKIP_REDACTED, decide
+from streams.dlq.send import send_to_dlq
 
 CIPHER = "c2VjcmV0LWNpcGhlci12YWx1ZQ=="
 SECRET = PERSON_DOCUMENTS.secret_fields

@@ -115,7 +115,7 @@ def test_every_entry_point_installs_the_redaction_before_it_runs() -> None:
 
 
 def test_a_handler_that_reads_the_arguments_still_gets_the_exception() -> None:
-    """streams/wait.py's _ConnectErrors tells a refused Kafka login from aiokafka's records."""
+    """streams/startup_wait.py's _ConnectErrors tells a refused Kafka login from aiokafka's records."""
     exc = ConnectionError(SECRET)
     record = redact_record(
         logging.LogRecord("aiokafka", logging.ERROR, __file__, 1, "failed: %s", (exc,), None)

@@ -1,4 +1,4 @@
-"""Input batches gather while earlier ones are applied (streams/agents/batches.py)."""
+"""Input batches gather while earlier ones are applied (streams/input/batches.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from streams.agents.batches import EventBatches
+from streams.input.batches import EventBatches
 
 
 class Source:

@@ -8,7 +8,7 @@ from typing import Any, cast
 import pytest
 from prometheus_client import CollectorRegistry
 
-from streams.agents.gaps import Gap, GapFiller, GapGuard, GapHealer, GapReadError
+from streams.input.gaps import Gap, GapFiller, GapGuard, GapHealer, GapReadError
 from streams.metrics import AgentMetrics
 
 

@@ -16,8 +16,8 @@ from aiokafka.errors import (
 from faust.exceptions import ProducerSendError
 
 from db.connector import DatabaseUnavailable, InputRejected, classify, translate
-from streams.agents.dlq import DeadLetterFailed, send_to_dlq
-from streams.agents.progress import PartitionProgress, ReasonCounts
+from streams.dlq.send import DeadLetterFailed, send_to_dlq
+from streams.input.progress import PartitionProgress, ReasonCounts
 
 
 @dataclass

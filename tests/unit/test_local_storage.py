@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from db.connector import DatabaseUnavailable, InputRejected
 from streams import faults
-from streams.agents.consumer import infrastructure
+from streams.input.consumer import infrastructure
 from streams.metrics import AgentMetrics
 from streams.tables.cache import KeyCache, LocalStorageError, describe
 

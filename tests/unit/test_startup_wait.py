@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from streams.settings import ConfigError, load_settings
-from streams.wait import (
+from streams.startup_wait import (
     Backoff,
     Dependency,
     DependencyConfigError,
@@ -57,7 +57,7 @@ async def test_transient_errors_are_retried_with_one_line_each(
     clock = FakeClock()
     errs = iter([ConnectionRefusedError(), ConnectionRefusedError(), OSError(), None])
     dep = Dependency("postgres", "DATABASE_URL", failing(errs))  # type: ignore[arg-type]
-    with caplog.at_level(logging.INFO, logger="streams.wait"):
+    with caplog.at_level(logging.INFO, logger="streams.startup_wait"):
         waited = await wait_for([dep], clock=clock, sleep=clock.sleep)
     assert clock.sleeps == [0.5, 1.0, 2.0] and waited == 3.5
     lines = [r.getMessage() for r in caplog.records if "waiting_for_dependency" in r.getMessage()]

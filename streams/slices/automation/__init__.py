@@ -2,7 +2,7 @@
 
 Stage ① (install_inputs.py): four agents (inputs.py) turn source, setting, BU and report
 subscription changes into Ensure/Deactivate through the planner (planning.py) and the
-trigger providers (streams/domain/automation_triggers.py, automation_reports.py); bounded
+trigger providers (streams/domain/automation/triggers.py, automation_reports.py); bounded
 reconciliation per provider (reconcile.py) repairs through the same key builders.
 
 Stage ② core, the ``automation.scheduler`` rows:

@@ -14,7 +14,7 @@ from typing import Any
 
 from db import scheduler as repo
 from db.connector import transaction
-from streams.domain.automation import (
+from streams.domain.automation.rules import (
     DEFAULT_BACKOFF,
     DEFAULT_INTERRUPTION_ALLOWANCE,
     DEFAULT_INTERRUPTION_DELAY,

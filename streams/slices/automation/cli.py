@@ -28,7 +28,8 @@ from pydantic.alias_generators import to_pascal
 from db import scheduler as repo
 from db.connector import DatabaseUnavailable, InputRejected, connection, create_pool, transaction
 from streams.contracts.automation import FiringPolicy, TriggerType
-from streams.domain.automation import (
+from streams.domain.automation.recurring import ReminderRecurringInput
+from streams.domain.automation.rules import (
     AutomationInput,
     ReminderDateInput,
     ReminderThresholdInput,
@@ -36,7 +37,6 @@ from streams.domain.automation import (
     ReportScheduledInput,
     SchedulerCandidate,
 )
-from streams.domain.automation_recurring import ReminderRecurringInput
 from streams.metrics import Metrics
 from streams.settings import Settings
 from streams.slices.automation.metrics import AutomationMetrics

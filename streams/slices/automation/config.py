@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from streams.contracts.automation import AutomationType
-from streams.domain.automation import (
+from streams.domain.automation.rules import (
     DEFAULT_BACKOFF,
     DEFAULT_INTERRUPTION_ALLOWANCE,
     DEFAULT_INTERRUPTION_DELAY,

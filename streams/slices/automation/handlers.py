@@ -29,15 +29,7 @@ from streams.contracts.automation import (
     SourceEntityChanged,
     TriggerType,
 )
-from streams.domain.automation import (
-    ReminderDateInput,
-    ReminderThresholdInput,
-    ReportManualInput,
-    ReportScheduledInput,
-    SchedulerCandidate,
-    parse_scheduler_key,
-)
-from streams.domain.automation_delivery import (
+from streams.domain.automation.delivery import (
     Delivery,
     DeliveryPolicy,
     DeliverySettings,
@@ -46,15 +38,15 @@ from streams.domain.automation_delivery import (
     SourceAttributeRecipients,
     resolve_delivery,
 )
-from streams.domain.automation_immediate import is_immediate_key, revalidate_immediate
-from streams.domain.automation_keys import ReminderImmediateInput
-from streams.domain.automation_recurring import (
+from streams.domain.automation.immediate import is_immediate_key, revalidate_immediate
+from streams.domain.automation.keys import ReminderImmediateInput
+from streams.domain.automation.recurring import (
     ReminderRecurringInput,
     as_recurring,
     revalidate_recurring,
     successors,
 )
-from streams.domain.automation_revalidation import (
+from streams.domain.automation.revalidation import (
     SettingState,
     SourceState,
     SubscriptionState,
@@ -62,6 +54,14 @@ from streams.domain.automation_revalidation import (
     VerdictKind,
     revalidate_reminder,
     revalidate_report,
+)
+from streams.domain.automation.rules import (
+    ReminderDateInput,
+    ReminderThresholdInput,
+    ReportManualInput,
+    ReportScheduledInput,
+    SchedulerCandidate,
+    parse_scheduler_key,
 )
 
 # FailureReasonCodes the scheduler itself sets (a handler may give its own through Failure).

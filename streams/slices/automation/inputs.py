@@ -26,7 +26,6 @@ from db import reminder_settings as settings_repo
 from db import report_subscriptions as subscriptions_repo
 from db import sources as sources_repo
 from db.connector import Connection
-from streams.agents.applier import Origin, StateWriter, VersionedStateApplier, Written
 from streams.contracts.automation import (
     BusinessUnitChanged,
     ReminderSettingChanged,
@@ -34,10 +33,11 @@ from streams.contracts.automation import (
     SourceEntityChanged,
 )
 from streams.contracts.base import StateMessage
-from streams.domain.automation import norm_text
-from streams.domain.automation_reports import manual_run
+from streams.domain.automation.reports import manual_run
+from streams.domain.automation.rules import norm_text
+from streams.input.applier import Origin, StateWriter, VersionedStateApplier, Written
 from streams.runtime import Runtime
-from streams.slices.automation.planning import Planned, Planner
+from streams.slices.automation.planner import Planned, Planner
 
 M = TypeVar("M", bound=StateMessage)
 

@@ -18,7 +18,7 @@ from streams.contracts.automation import (
     ReportSubscriptionChanged,
     SourceEntityChanged,
 )
-from streams.domain.automation_triggers import default_providers
+from streams.domain.automation.triggers import default_providers
 from streams.slices.automation.inputs import (
     PlanningApplier,
     SettingsWriter,
@@ -26,7 +26,7 @@ from streams.slices.automation.inputs import (
     SubscriptionsWriter,
     UnitsWriter,
 )
-from streams.slices.automation.planning import Planned, Planner
+from streams.slices.automation.planner import Planned, Planner
 from streams.slices.automation.reconcile import (
     REPORTS_PROVIDER,
     SETTINGS_PROVIDER,

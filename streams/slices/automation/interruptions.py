@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from db.scheduler import RetryWrite
-from streams.domain.automation import interruption_plan
+from streams.domain.automation.rules import interruption_plan
 from streams.slices.automation.handlers import HandlerRegistry
 
 

@@ -42,7 +42,7 @@ from db.connector import Connection, transaction
 from db.reconcile_watermarks import Changed, Watermark
 from streams.runtime import Runtime
 from streams.settings import ConfigError
-from streams.slices.automation.planning import Planned, Planner, ref
+from streams.slices.automation.planner import Planned, Planner, ref
 from streams.timers.context import RunContext
 
 log = logging.getLogger("streams.slices.automation.reconcile")

@@ -10,7 +10,7 @@ from datetime import datetime
 from db import scheduler as repo
 from db.connector import Connection
 from db.scheduler import DeactivatedRow, EnsuredRow
-from streams.domain.automation import EnsureOutcome, SchedulerCandidate, SchedulerStatus
+from streams.domain.automation.rules import EnsureOutcome, SchedulerCandidate, SchedulerStatus
 from streams.slices.automation.metrics import AutomationMetrics
 
 log = logging.getLogger("streams.slices.automation.rows")

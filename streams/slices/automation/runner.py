@@ -20,16 +20,16 @@ from db.scheduler import ClaimedRow, RetryWrite
 from streams.clock import Clock
 from streams.contracts import DISPATCH_REQUESTED
 from streams.contracts.automation import AutomationType, DispatchRequested, TriggerType
-from streams.domain.automation import (
+from streams.domain.automation.delivery import Delivery
+from streams.domain.automation.immediate import is_immediate_key
+from streams.domain.automation.revalidation import Verdict, VerdictKind
+from streams.domain.automation.rules import (
     DEFAULT_BACKOFF,
     DEFAULT_INTERRUPTION_ALLOWANCE,
     DEFAULT_INTERRUPTION_DELAY,
     SchedulerStatus,
     retry_plan,
 )
-from streams.domain.automation_delivery import Delivery
-from streams.domain.automation_immediate import is_immediate_key
-from streams.domain.automation_revalidation import Verdict, VerdictKind
 from streams.outbox.records import OutboxRecord, insert_many, record_for
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import (

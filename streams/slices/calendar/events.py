@@ -14,7 +14,6 @@ from uuid import UUID
 
 from db import events as repo
 from db.connector import Connection
-from streams.agents.applier import Origin, VersionedStateApplier, Written
 from streams.contracts.calendar import CalendarEventChanged
 from streams.domain.calendar import (
     ReminderSlot,
@@ -23,6 +22,7 @@ from streams.domain.calendar import (
     unwanted_reason,
     wanted_reminders,
 )
+from streams.input.applier import Origin, VersionedStateApplier, Written
 from streams.runtime import Runtime
 from streams.tables.cache import KeyCache
 

@@ -13,8 +13,8 @@ from datetime import datetime
 
 from db import person_documents as repo
 from db.connector import Connection
-from streams.agents.applier import Origin, VersionedStateApplier, Written
 from streams.contracts.profile import PersonDocumentChanged
+from streams.input.applier import Origin, VersionedStateApplier, Written
 from streams.runtime import Runtime
 from streams.tables.cache import KeyCache
 

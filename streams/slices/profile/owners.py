@@ -26,7 +26,6 @@ from db.connector import Connection, is_transient, transaction
 from db.document_expiry_reminders import ClaimedDocument
 from db.document_expiry_runs import RunProgress
 from streams import faults
-from streams.agents.consumer import Decoded
 from streams.asynctools import in_flight
 from streams.contracts.profile import ExpiringDocumentItem
 from streams.domain.profile import (
@@ -37,6 +36,7 @@ from streams.domain.profile import (
     settled_by,
     utc_date,
 )
+from streams.input.consumer import Decoded
 from streams.outbox.records import OutboxRecord, insert_many
 from streams.runtime import Runtime
 from streams.slices.profile.metrics import DocumentExpiryMetrics

@@ -31,7 +31,7 @@ from streams.timers.slots import iso_utc
 
 # Owners per work item as sent: the consumer applies up to 500 items at once, and a batch
 # must stay well under the seconds after which its gap healer reads a quiet partition's
-# tail itself (streams/agents/consumer.py), so a few owners each (500 items: 4,000 owners).
+# tail itself (streams/input/consumer.py), so a few owners each (500 items: 4,000 owners).
 OWNERS_PER_ITEM = 8
 # The most an item may carry (what a consumer accepts).
 MAX_OWNERS_PER_ITEM = 500

@@ -22,7 +22,7 @@ from streams.clock import Clock, SystemClock
 from streams.kafka_client import security_options
 from streams.settings import Settings
 
-log = logging.getLogger("streams.wait")
+log = logging.getLogger("streams.startup_wait")
 
 # asyncpg raises these for a reachable server that says "not like this": retrying does not help.
 _PG_CONFIG_ERRORS: tuple[tuple[type[BaseException], str], ...] = (
@@ -340,7 +340,7 @@ async def wait_for_dependencies(
 def startup_logging(level: str) -> Iterator[None]:
     """A stderr handler for the wait, before Faust sets up its own logging (removed after,
     so lines are not printed twice once the worker runs)."""
-    logger = logging.getLogger("streams.wait")
+    logger = logging.getLogger("streams.startup_wait")
     handler = logging.StreamHandler()
     handler.setFormatter(
         logging.Formatter("[%(asctime)s] [%(process)d] [%(levelname)s] [%(name)s] %(message)s")

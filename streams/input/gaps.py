@@ -47,7 +47,7 @@ from streams.errors import SafeMessage
 from streams.faust_compat import committed_offsets, to_message
 from streams.metrics import AgentMetrics
 
-log = logging.getLogger("streams.agents.gaps")
+log = logging.getLogger("streams.input.gaps")
 
 P = TypeVar("P")  # a partition identifier (faust TP in production, anything hashable in tests)
 R = TypeVar("R")  # a record read from the broker

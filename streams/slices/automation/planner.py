@@ -36,17 +36,17 @@ from streams.contracts.automation import (
     SourceEntityChanged,
     TriggerType,
 )
-from streams.domain.automation import SchedulerCandidate, norm_text, unique_by_key
-from streams.domain.automation_immediate import (
+from streams.domain.automation.immediate import (
     ImmediateNotificationProvider,
     default_immediate,
     immediate_reason,
     is_immediate_key,
 )
-from streams.domain.automation_keys import ReminderImmediateInput, parse_scheduler_key
-from streams.domain.automation_reports import scheduled_runs
-from streams.domain.automation_revalidation import ReasonCode
-from streams.domain.automation_triggers import (
+from streams.domain.automation.keys import ReminderImmediateInput, parse_scheduler_key
+from streams.domain.automation.reports import scheduled_runs
+from streams.domain.automation.revalidation import ReasonCode
+from streams.domain.automation.rules import SchedulerCandidate, norm_text, unique_by_key
+from streams.domain.automation.triggers import (
     VALUE_FREE,
     ProviderRegistry,
     ThresholdMemory,
@@ -56,7 +56,7 @@ from streams.slices.automation.rows import SchedulerRows
 
 SourceRef = tuple[str, UUID]
 
-log = logging.getLogger("streams.slices.automation.planning")
+log = logging.getLogger("streams.slices.automation.planner")
 
 
 @dataclass

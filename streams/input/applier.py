@@ -23,8 +23,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from db.connector import Connection, transaction
 from streams import faults
-from streams.agents.consumer import Decoded
 from streams.contracts.base import StateMessage
+from streams.input.consumer import Decoded
 from streams.runtime import Runtime
 from streams.tables.cache import KeyCache
 

@@ -11,7 +11,7 @@ from enum import StrEnum
 from uuid import UUID
 
 from streams.contracts.automation import AutomationType, TriggerType
-from streams.domain.automation_keys import (
+from streams.domain.automation.keys import (
     HASH_VERSION,
     MAX_KEY_LENGTH,
     AutomationInput,

@@ -2,7 +2,7 @@
 
 Why: Faust's commit is not guarded against acks out of order. The offsets its fetch loop saw
 skipped (a jump: transaction markers, or records lost and re-read into an earlier batch by
-``streams/agents/gaps.py``) count as acked as soon as any later offset is, and it commits from
+``streams/input/gaps.py``) count as acked as soon as any later offset is, and it commits from
 one past its committed offset. With two batches in flight, the second acked while the first
 still waits for PostgreSQL would let the committed offset pass records not yet processed
 (CI saw it: tests/e2e/test_input_gaps.py). So a batch is acked once it and every batch

@@ -20,7 +20,7 @@ from datetime import date, datetime, time, timedelta
 from uuid import UUID
 
 from streams.contracts.automation import ReportPeriod
-from streams.domain.automation import (
+from streams.domain.automation.rules import (
     ReportManualInput,
     ReportScheduledInput,
     SchedulerCandidate,

@@ -28,7 +28,7 @@ from typing import Any
 from uuid import UUID
 
 from streams.contracts.automation import Comparator, FiringPolicy, TriggerType
-from streams.domain.automation import (
+from streams.domain.automation.rules import (
     AutomationInput,
     ReminderDateInput,
     ReminderThresholdInput,

@@ -16,17 +16,17 @@ from typing import Any, Generic, TypeVar, cast
 from faust.types import EventT, StreamT, TopicT
 
 from db.connector import classify, is_transient
-from streams.agents.acks import InOrderAcks, Ticket
-from streams.agents.batches import EventBatches
-from streams.agents.dlq import DeadLetterFailed, send_to_dlq
-from streams.agents.gaps import GapGuard, GapHealer
-from streams.agents.progress import PartitionProgress, ReasonCounts
 from streams.contracts import Contract, ContractError, TopicContract, decode
+from streams.dlq.send import DeadLetterFailed, send_to_dlq
+from streams.input.acks import InOrderAcks, Ticket
+from streams.input.batches import EventBatches
+from streams.input.gaps import GapGuard, GapHealer
+from streams.input.progress import PartitionProgress, ReasonCounts
 from streams.metrics import AgentMetrics
 from streams.tables.cache import LocalStorageError
 
 M = TypeVar("M", bound=Contract)
-log = logging.getLogger("streams.agents")
+log = logging.getLogger("streams.input")
 
 BATCH_MAX = 500
 BATCH_WITHIN_SECONDS = 0.02
@@ -71,7 +71,7 @@ class ContractConsumer(Generic[M]):
         leaves correct (Version-guarded state: an older state committing after a newer one
         changes nothing; the recipe's applier also writes a key only once no earlier batch
         in flight is writing it). Acks are given in admission order whatever order the batches
-        finish in (``streams/agents/acks.py``)."""
+        finish in (``streams/input/acks.py``)."""
         self.contract = contract
         self.apply = apply
         self.dlq = dlq
@@ -93,7 +93,7 @@ class ContractConsumer(Generic[M]):
             cast(Any, stream).noack().events(), BATCH_MAX, within=BATCH_WITHIN_SECONDS
         )
         # Offsets the stream skipped are read from the broker and handled in order, ahead of
-        # the record that revealed the jump (streams/agents/gaps.py).
+        # the record that revealed the jump (streams/input/gaps.py).
         healer = GapHealer(
             stream.app, self.gaps, metrics=self.metrics, label=self.label, sleep=self._sleep
         )

@@ -20,9 +20,8 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from streams.contracts.automation import ReminderSettingChanged, SourceEntityChanged, TriggerType
-from streams.domain.automation import SchedulerCandidate, input_hash, norm_text
-from streams.domain.automation_keys import IMMEDIATE, ReminderImmediateInput
-from streams.domain.automation_revalidation import (
+from streams.domain.automation.keys import IMMEDIATE, ReminderImmediateInput
+from streams.domain.automation.revalidation import (
     HOLD_INPUT_HASH_MISMATCH,
     VALID,
     ReasonCode,
@@ -31,7 +30,8 @@ from streams.domain.automation_revalidation import (
     deactivate,
     target_date_of,
 )
-from streams.domain.automation_triggers import TriggerInput, applies
+from streams.domain.automation.rules import SchedulerCandidate, input_hash, norm_text
+from streams.domain.automation.triggers import TriggerInput, applies
 from streams.domain.local_time import local_today
 
 

@@ -48,19 +48,19 @@ from streams.contracts.automation import (
     SourceEntityChanged,
     TriggerType,
 )
-from streams.domain.automation import (
+from streams.domain.automation.revalidation import (
+    ReasonCode,
+    condition_met,
+    metric_of,
+    target_date_of,
+)
+from streams.domain.automation.rules import (
     ReminderDateInput,
     ReminderThresholdInput,
     SchedulerCandidate,
     norm_number,
     norm_text,
     parse_scheduler_key,
-)
-from streams.domain.automation_revalidation import (
-    ReasonCode,
-    condition_met,
-    metric_of,
-    target_date_of,
 )
 from streams.domain.local_time import local_to_utc, local_today
 
@@ -323,7 +323,7 @@ def default_providers() -> ProviderRegistry:
     registry.register(DateBasedProvider(), stale)
     registry.register(ThresholdProvider(), stale)
     # Imported here: the Recurring provider is built on this module's helpers.
-    from streams.domain.automation_recurring import RecurringInvalidation, RecurringProvider
+    from streams.domain.automation.recurring import RecurringInvalidation, RecurringProvider
 
     registry.register(RecurringProvider(), RecurringInvalidation())
     return registry

@@ -32,14 +32,7 @@ from streams.contracts.automation import (
     SourceEntityChanged,
     TriggerType,
 )
-from streams.domain.automation import (
-    ReminderDateInput,
-    SchedulerCandidate,
-    input_hash,
-    norm_text,
-    parse_scheduler_key,
-)
-from streams.domain.automation_revalidation import (
+from streams.domain.automation.revalidation import (
     HOLD_INPUT_HASH_MISMATCH,
     VALID,
     ReasonCode,
@@ -48,7 +41,14 @@ from streams.domain.automation_revalidation import (
     deactivate,
     target_date_of,
 )
-from streams.domain.automation_triggers import NOTHING, Evaluation, TriggerInput, applies
+from streams.domain.automation.rules import (
+    ReminderDateInput,
+    SchedulerCandidate,
+    input_hash,
+    norm_text,
+    parse_scheduler_key,
+)
+from streams.domain.automation.triggers import NOTHING, Evaluation, TriggerInput, applies
 from streams.domain.local_time import local_to_utc, local_today
 
 # How far back occurrences stay valid (an overdue Pending row is not stale).

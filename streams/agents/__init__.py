@@ -1,1 +1,0 @@
-"""Faust agents, one per input topic: decode the contract → domain rule → repository."""
