@@ -102,7 +102,10 @@ async def test_an_owner_of_10000_documents_expiring_on_one_day_is_reminded_once_
         # All of the owner's events carry the run's correlation id (and its work id).
         assert {c for _, key, c, _, _ in rows} == {result.run_id}
         assert len({json.dumps(e["_headers"]) for e in events if e["OwnerUserId"] == str(big)}) == 1
-        assert Counter(key for _, key, *_ in rows)[str(big)] == 10
+        # 1,000 documents per event within a chunk (5,000 documents, OwnerUserId order): 10
+        # events, or 11 when the small owner's work shares the big owner's first chunk
+        # (4,998 + 5,000 + 2 documents), which depends on how the work items are batched.
+        assert Counter(key for _, key, *_ in rows)[str(big)] in (10, 11)
         assert (result.owners_done, result.owners_notified, result.reminders_sent) == (
             2,
             2,
