@@ -5,8 +5,8 @@ current source / setting / subscription state through is in execution_inputs.py.
 A handler revalidates: given a batch of claimed rows of its type, it loads what those rows
 depend on (one statement per kind per batch) and returns a verdict per row. A valid reminder
 also carries what the recipient provider and delivery policy resolve from the setting and
-source as they are now (``Resolved``). Building and writing the dispatch request is the
-runner's job and the same for every type.
+source as they are now (``Resolved``). Building the dispatch request (batch_plan.py) and
+writing it (runner.py) is the same for every type.
 """
 
 from __future__ import annotations
