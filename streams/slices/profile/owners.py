@@ -32,7 +32,7 @@ from streams.asynctools import in_flight
 from streams.input.consumer import Decoded
 from streams.runtime import Runtime
 from streams.slices.profile.metrics import DocumentExpiryMetrics
-from streams.slices.profile.owner_cache import claimed_marks, committed_value, verify
+from streams.slices.profile.owner_cache import Claims, claimed_marks, committed_value, verify
 from streams.slices.profile.owner_ledger import OwnerLedger
 from streams.slices.profile.owner_plan import TOTALS, OwnerBatchResult, OwnerPlan
 from streams.slices.profile.reminders import queued_documents, threshold_counts
@@ -212,7 +212,7 @@ class OwnerWorker:
         """Settle by the verified cache what it can, the rest through the ledger; returns the
         positions of owners that failed."""
         misses: list[OwnerPlan] = []
-        claiming: dict[UUID, tuple[OwnerPlan, dict[str, frozenset[int]]]] = {}
+        claiming: Claims = {}
         for plan in plans:
             # A continuation is a large owner: the cache holds nothing for it.
             if self.cache is not None and plan.work.after is None:
