@@ -76,7 +76,7 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     app, timer_process = ctx.app, ctx.timer_process
-    from streams.startup_wait import startup_gate
+    from streams.startup_gate import startup_gate
     from streams.web.startup import startup_health
 
     # A worker started before PostgreSQL or Kafka waits for them (on the loop Faust

@@ -2,12 +2,12 @@
 
 faust-streaming 0.15 (pinned in pyproject.toml) hands each fetched record to the conductor with
 ``wait_first(callback(message), suspend_flow.wait())``: four futures, an ``asyncio.wait`` and
-three cancellations per record - about a tenth of the worker's CPU in the ingest profile
+three cancellations per record, a large share of the worker's CPU under ingest
 (docs/benchmarks.md). The callback nearly always finishes without suspending: it decodes the
 record and puts the event on the stream's queue, which has room. So ``drain_messages`` runs it
 inline up to its first suspension. Finished there: done, no task. Suspended (the queue is full,
-the flow is paused for a rebalance, the producer buffer is full): the rest runs under the same
-``wait_first`` as before, so a suspend or a stop interrupts it exactly as in Faust.
+the flow is paused for a rebalance, the producer buffer is full): the rest runs under Faust's
+``wait_first``, so a suspend or a stop interrupts it exactly as in Faust.
 
 Everything else is Faust's ``Consumer._drain_messages``, step for step (gap marks for skipped
 offsets, read offsets, ``commit_every``).
@@ -15,9 +15,9 @@ offsets, read offsets, ``commit_every``).
 The stall: when a stream's buffer passes its high mark, Faust stops fetching that partition
 until the buffer drains below its low mark. Under a steady backlog that happens to every
 partition at once, and then ``Consumer._wait_next_records`` sleeps a whole second before it
-looks again - while the buffer empties in a fraction of that (measured: an 80,000-event
-ingest spent about 5 s of 14 in such waits, the workers idle). ``wait_next_records`` waits
-for the first partition to have room again instead (at most the same second).
+looks again - while the buffer empties in a fraction of that, so the workers sit idle
+through much of a large ingest. ``wait_next_records`` waits for the first partition to have
+room again instead (at most the same second).
 
 ``install()`` replaces three methods on Faust's base consumer, after ``check()``: it raises
 FaustCompatError when a Faust method they copy is not the one it was copied from (its source

@@ -2,10 +2,9 @@
 
 Faust's ``Stream.noack_take`` stops reading while the batch it yielded is held: its buffer is
 released only when the consumer asks for the next batch. The input loop asks for a batch once
-a slot is free (two batches in flight at most), so with ``noack_take`` nothing was read while
-both slots were busy, and each new batch then waited for its events to trickle in (measured:
-a third of the ingest time waiting for a batch with a slot free; batches of 380 events on
-average, not 500).
+a slot is free (two batches in flight at most), so with ``noack_take`` nothing would be read
+while both slots are busy, and each new batch would then wait for its events to trickle in
+(short batches, and a free slot waiting for one: the ingest benchmark, docs/benchmarks.md).
 
 ``EventBatches`` reads the stream in a task of its own into a bounded buffer, so events
 gather while batches are applied: under load a free slot finds a full batch at once. A

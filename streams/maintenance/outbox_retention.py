@@ -18,7 +18,8 @@ from streams.timers.context import RunContext
 
 OUTBOX_TABLE = "ops.outbox"
 
-# The logger name it had under streams/outbox/, kept for log filters and dashboards.
+# Under the outbox's logger names: log filters and dashboards select the outbox's lines by
+# that prefix.
 log = logging.getLogger("streams.outbox.retention")
 
 

@@ -16,7 +16,7 @@ import errno
 import json
 import logging
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,6 @@ from faust.types import EventT, TableT
 
 from streams import faults
 from streams.faust_compat import (
-    changelog_producer,
     estimated_keys,
     in_event,
     is_rocks_store,
@@ -37,6 +36,7 @@ from streams.faust_compat import (
     write_batch,
 )
 from streams.metrics import AgentMetrics
+from streams.tables.changelog import OrderedSends, Records, send_changelog
 
 log = logging.getLogger("streams.tables")
 
@@ -214,7 +214,9 @@ class KeyCache:
             # The changelog is sent behind the caller's back, in order: a producer batch
             # waits for the previous one of its partition to leave, and the caller (the
             # next database batch) need not wait for that.
-            await self._changelog.submit(lambda: _send_changelog(self.table, records))
+            await self._changelog.submit(
+                lambda: send_changelog(self.table, records, self._persisted)
+            )
 
     def _store(self, entries: Sequence[tuple[EventT[Any], str, Any]]) -> Records | None:
         """Write the local store; the records for the changelog when this module sends it
@@ -288,6 +290,11 @@ class KeyCache:
         """Let the changelog sends still queued go out (a worker that stops)."""
         await self._changelog.drain(timeout)
 
+    def _persisted(
+        self, topic: str, partition: int, count: int
+    ) -> Callable[[asyncio.Future[Any]], None]:
+        return _persisted(self.table.data, topic, partition, count)
+
     def stats(self) -> dict[str, Any]:
         total = self.hits + self.misses
         return {
@@ -297,9 +304,6 @@ class KeyCache:
             "misses": self.misses,
             "hit_ratio": round(self.hits / total, 4) if total else None,
         }
-
-
-Records = dict[int, list[tuple[bytes, bytes]]]
 
 
 def _rocksdict_store(table: TableT[Any, Any]) -> Any:
@@ -324,67 +328,13 @@ def _store_locally(store: Any, entries: Sequence[tuple[EventT[Any], str, Any]]) 
     return dict(records)
 
 
-async def _send_changelog(table: TableT[Any, Any], records: Records) -> None:
-    """One producer batch per partition (more when a batch fills), the persisted offset set
-    when Kafka acknowledges each."""
-    store: Any = table.data
-    topic = table.changelog_topic.get_topic_name()
-    producer = changelog_producer(table.app.producer)
-    for partition, pending in records.items():
-        while pending:
-            batch = producer.create_batch()
-            taken = 0
-            for k, v in pending:
-                if batch.append(key=k, value=v, timestamp=None) is None:
-                    break
-                taken += 1
-            if taken == 0:  # one record larger than a batch: Faust's own path sends it
-                k, v = pending[0]
-                await table.app.producer.send(topic, k, v, partition, None, None)
-                pending = pending[1:]
-                continue
-            batch.close()
-            delivered = await producer.send_batch(batch, topic, partition=partition)
-            delivered.add_done_callback(_persisted(store, topic, partition, taken))
-            pending = pending[taken:]
+def _persisted(
+    store: Any, topic: str, partition: int, count: int
+) -> Callable[[asyncio.Future[Any]], None]:
+    """The delivery callback of one changelog batch of ``count`` records: once Kafka
+    acknowledged it, the partition's persisted offset in the local store moves to its
+    last record (never back: batches may be acknowledged out of order)."""
 
-
-class OrderedSends:
-    """Runs submitted sends one after another in the background; ``submit`` waits only when
-    ``limit`` are already queued (Kafka slower than the caller)."""
-
-    def __init__(self, name: str, limit: int = 8) -> None:
-        self.name = name
-        self.limit = limit
-        self._queue: deque[asyncio.Task[None]] = deque()
-
-    async def submit(self, send: Callable[[], Awaitable[None]]) -> None:
-        while self._queue and self._queue[0].done():
-            self._queue.popleft()
-        if len(self._queue) >= self.limit:
-            await asyncio.gather(self._queue.popleft(), return_exceptions=True)
-        previous = self._queue[-1] if self._queue else None
-        self._queue.append(asyncio.create_task(self._after(previous, send)))
-
-    async def drain(self, timeout: float) -> None:
-        """Wait (at most ``timeout`` seconds) for every submitted send to end."""
-        if self._queue:
-            await asyncio.wait(list(self._queue), timeout=timeout)
-
-    async def _after(
-        self, previous: asyncio.Task[None] | None, send: Callable[[], Awaitable[None]]
-    ) -> None:
-        if previous is not None:
-            await asyncio.gather(previous, return_exceptions=True)
-        try:
-            await send()
-        except Exception as exc:
-            # A lost changelog batch leaves the cache behind the database after a move or a
-            # restart; the applier checks what a cache says against the stored rows.
-            log.warning("action=changelog_send_failed table=%s error=%s", self.name, exc)
-
-
-def _persisted(store: Any, topic: str, partition: int, count: int) -> Any:
     def done(fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             # A lost changelog batch leaves the cache behind the database after a move or a

@@ -1,4 +1,5 @@
-"""The one registry of periodic jobs: declaration, lifecycle, wake-ups and one loop per schedule."""
+"""The one registry of periodic jobs: declaration, lifecycle, wake-ups, manual runs and one
+loop per schedule (the loop and its steps: streams/timers/loop.py)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,12 @@ from prometheus_client import CollectorRegistry
 
 from streams.clock import Clock, SystemClock
 from streams.timers import slots
-from streams.timers.due_slots import count_overlap, plan_runs
 from streams.timers.executor import RunExecutor
 from streams.timers.finished import RunsFinished
 from streams.timers.leases import CLAIM_RETRY_FIRST, LEASE_MARGIN, RELEASED_POLL, SlotLeases
 from streams.timers.logfmt import event
+from streams.timers.loop import ScheduleLoop
 from streams.timers.metrics import TimerMetrics
-from streams.timers.misfire import PlannedRun
 from streams.timers.ports import ClockSleeper, Sleeper, TimerStore
 from streams.timers.runs import RunRecord
 from streams.timers.schedule import (
@@ -63,7 +63,6 @@ class TimerRegistry:
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self._handlers: Mapping[str, Handler] = handlers or {}
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
-        self._tolerance = tick_tolerance
         self._store = store
         self._leases = (
             None
@@ -88,6 +87,15 @@ class TimerRegistry:
             stopping=self._stopping.is_set,
             turned=self._turned,
             finished=self._finished.ended,
+        )
+        self._loops = ScheduleLoop(
+            clock=self._clock,
+            sleeper=self._sleeper,
+            metrics=self._metrics,
+            executor=self._executor,
+            stopping=self._stopping,
+            tolerance=tick_tolerance,
+            turned=self._turned,
         )
         self._entries: dict[str, ScheduleState] = {}
         self._frozen = False
@@ -215,7 +223,7 @@ class TimerRegistry:
         await self._load()
         for entry in self._enabled():
             entry.loop_task = asyncio.create_task(
-                self._loop(entry), name=f"timer-loop:{entry.spec.name}"
+                self._loops.run(entry), name=f"timer-loop:{entry.spec.name}"
             )
         event(
             logging.INFO,
@@ -323,35 +331,7 @@ class TimerRegistry:
             return await self._executor.run(entry, None, "manual_rerun", as_of=slot)
         return await self._executor.run(entry, slot, "manual", as_of=slot)
 
-    # -- the loop ----------------------------------------------------------------------------
-
-    async def _loop(self, entry: ScheduleState) -> None:
-        while not self._stopping.is_set():
-            # Cleared before reading wake_at, so a wake() from here on is never lost.
-            entry.wake_event.clear()
-            target = entry.next_target(self._clock.now())
-            self._turned(entry.spec.name, (target - self._clock.now()).total_seconds())
-            if target > self._clock.now():
-                await self._wait(target, entry.wake_event)
-            if self._stopping.is_set():
-                break
-            try:
-                await self._step(entry)
-            except Exception as exc:
-                # _step isolates handlers and the store, so this is a bug; keep the worker up
-                # and skip to the next fire time rather than spin on the same failure.
-                event(logging.ERROR, "timer_loop_error", schedule=entry.spec.name, exc_info=exc)
-                entry.horizon = self._clock.now()
-
-    async def _wait(self, target: datetime, woken_event: asyncio.Event) -> None:
-        sleep = asyncio.create_task(self._sleeper.sleep_until(target))
-        woken = asyncio.create_task(woken_event.wait())
-        try:
-            await asyncio.wait({sleep, woken}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (sleep, woken):
-                task.cancel()
-            await asyncio.gather(sleep, woken, return_exceptions=True)
+    # -- single steps ------------------------------------------------------------------------
 
     async def run_due(self, now: datetime | None = None) -> builtins.list[RunRecord]:
         """Run everything due at ``now`` (default: the clock) for every schedule, then return.
@@ -362,68 +342,5 @@ class TimerRegistry:
         await self._load()
         records: list[RunRecord] = []
         for entry in self._enabled():
-            await self._step(entry, now, records)
+            await self._loops.step(entry, now, records)
         return records
-
-    async def _step(
-        self,
-        entry: ScheduleState,
-        now: datetime | None = None,
-        records: builtins.list[RunRecord] | None = None,
-    ) -> None:
-        """Run what is due, again and again while wake-ups keep coming (a step under steady
-        load can last for hours): ``records`` (run_due's) collects the runs, the loop keeps none."""
-        if entry.busy:
-            # run_due() raced the loop: the run in progress owns this schedule.
-            return
-        entry.busy = True
-        keep = records.append if records is not None else (lambda _record: None)
-        # (sequence number, as_of) of every run this step actually started.
-        executed: list[tuple[int, datetime]] = []
-        try:
-            while not self._stopping.is_set():
-                planned_at = (now or self._clock.now()) + self._tolerance
-                now = None
-                if entry.retry_at is not None and planned_at < entry.retry_at:
-                    runs: tuple[PlannedRun, ...] = ()  # a claim failed: wait for the backoff
-                else:
-                    entry.retry_at = None
-                    runs = plan_runs(entry, planned_at, self._metrics)
-                wake_at, wake_floor = entry.wake_at, entry.wake_floor
-                wake_due = wake_at is not None and wake_at <= planned_at
-                if wake_due:
-                    entry.wake_at = None
-                if not runs and not wake_due:
-                    break
-                for slot, kind in runs:
-                    if self._stopping.is_set():
-                        break
-                    record = await self._executor.run(entry, slot, kind, as_of=slot)
-                    keep(record)
-                    if record.started_at is not None:
-                        executed.append((entry.started, record.as_of))
-                    if entry.retry_at is not None:
-                        # The claim failed: this slot and the later ones are planned again
-                        # after the backoff (the store is likely down for them too).
-                        break
-                if wake_due and not self._stopping.is_set():
-                    assert wake_at is not None
-                    # A slot run that started after the request, as of its time or later,
-                    # already did what was asked (older runs can't: wake_floor only grows).
-                    executed = [(seq, at) for seq, at in executed if seq > wake_floor]
-                    if not any(as_of >= wake_at for _, as_of in executed):
-                        entry.stats.wakes += 1
-                        record = await self._executor.run(
-                            entry, None, "wake", as_of=self._clock.now()
-                        )
-                        keep(record)
-                        executed.append((entry.started, record.as_of))
-                ended = self._clock.now() + self._tolerance
-                count_overlap(entry, planned_at, ended, self._metrics)
-                if entry.retry_at is not None:
-                    break
-            if entry.spec.mode is Mode.CLUSTER_ONCE and not self._stopping.is_set():
-                for record in await self._executor.take_over_expired(entry, self._stopping):
-                    keep(record)
-        finally:
-            entry.busy = False

@@ -40,7 +40,8 @@ from streams.settings import Settings
 from streams.slices import SliceContext
 from streams.slices.automation import install_core
 from streams.slices.automation.config import AutomationConfig
-from streams.slices.automation.handlers import HandlerRegistry, PgAutomationInputs, default_handlers
+from streams.slices.automation.execution_inputs import PgAutomationInputs
+from streams.slices.automation.handlers import HandlerRegistry, default_handlers
 from streams.timers.context import RunContext
 from streams.timers.store import build_registry
 from streams.topics import Topics

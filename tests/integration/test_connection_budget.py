@@ -9,7 +9,8 @@ from db.connector import connect
 from streams import connection_budget
 from streams.runtime import Runtime
 from streams.settings import Settings
-from streams.startup_wait import DependencyConfigError, check_connection_budget
+from streams.startup_gate import check_connection_budget
+from streams.startup_wait import DependencyConfigError
 
 pytestmark = pytest.mark.integration
 

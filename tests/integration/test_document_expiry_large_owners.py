@@ -34,7 +34,8 @@ from devkit.harness.profile import (
 from streams import faults
 from streams.contracts import decode
 from streams.input.consumer import Decoded
-from streams.slices.profile.owners import CACHE_MAX_DOCUMENTS, OwnerWorker
+from streams.slices.profile.owner_cache import CACHE_MAX_DOCUMENTS
+from streams.slices.profile.owners import OwnerWorker
 from streams.slices.profile.work import OWNER_WORK, KafkaFanout, RunOrder, TopicContinuations
 from streams.timers.context import RunContext
 

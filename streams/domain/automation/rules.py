@@ -1,6 +1,6 @@
 """Automation scheduler rules (seed 003): candidates, the Ensure decision table and the
-backoff ladder; the SchedulerKey formats and InputHash are in ``automation_keys`` (re-exported
-here). Pure: no I/O, no clock, no randomness."""
+backoff ladder; the SchedulerKey formats and InputHash are in
+``streams.domain.automation.keys`` (re-exported here). Pure: no I/O, no clock, no randomness."""
 
 from __future__ import annotations
 
@@ -195,9 +195,10 @@ def retry_plan(
 
 # --- interruptions: a claim that ended without a verdict ----------------------------------------
 
-# Interruptions a row may have before they count as attempts (issue 21, finding 5): more than
-# the four short outages that put healthy rows on hold, few enough that a row which kills its
-# worker every time is held after ``allowance + len(ladder) + 1`` dead workers.
+# Interruptions a row may have before they count as attempts (a database blip must never
+# cost an attempt): more than the four short outages that put healthy rows on hold, few
+# enough that a row which kills its worker every time is held after
+# ``allowance + len(ladder) + 1`` dead workers.
 DEFAULT_INTERRUPTION_ALLOWANCE = 5
 DEFAULT_INTERRUPTION_DELAY = timedelta(seconds=15)
 

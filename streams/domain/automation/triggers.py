@@ -1,8 +1,9 @@
-"""Trigger providers (seed 003, stage ①): which scheduler rows a source + setting + BU zone
+"""Trigger providers (seed 003, planning): which scheduler rows a source + setting + BU zone
 should have. Pure: states in, candidates out; no I/O, no clock (``as_of`` is passed in).
 
-Providers are found by name in a registry (``TRIGGERS``, ``INVALIDATIONS``), never through a
-switch: a TriggerType names its trigger provider and its invalidation provider.
+Providers are found by name in a registry (``ProviderRegistry``, built by
+``default_providers()``), never through a switch: a TriggerType names its trigger provider
+and its invalidation provider.
 
 DateBased: ``scheduledLocalDate = targetDate - offsetDays`` at the setting's SendTimeLocal
 in the BU's zone, converted to UTC. The target date is the source attribute the setting's

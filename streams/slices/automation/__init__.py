@@ -27,12 +27,11 @@ from datetime import datetime, timedelta
 
 from streams.slices.automation.cleanup import CleanupConfig, StaleCleanup
 from streams.slices.automation.config import AutomationConfig
+from streams.slices.automation.execution_inputs import AutomationInputs, PgAutomationInputs
 from streams.slices.automation.handlers import (
     AutomationHandler,
-    AutomationInputs,
     Failure,
     HandlerRegistry,
-    PgAutomationInputs,
     default_handlers,
 )
 from streams.slices.automation.install_inputs import install_inputs

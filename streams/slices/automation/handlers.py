@@ -1,11 +1,12 @@
-"""Execution handlers, registered by AutomationType (no switch), and the port they load the
-current source / setting / subscription state through.
+"""Execution handlers, registered by AutomationType (no switch), and the outcomes they give:
+a verdict per row, or a ``Failure`` with its FailureReasonCode. The port they load the
+current source / setting / subscription state through is in execution_inputs.py.
 
 A handler revalidates: given a batch of claimed rows of its type, it loads what those rows
 depend on (one statement per kind per batch) and returns a verdict per row. A valid reminder
 also carries what the recipient provider and delivery policy resolve from the setting and
-source as they are now (``Resolved``). Building and writing the dispatch request is the
-runner's job and the same for every type.
+source as they are now (``Resolved``). Building the dispatch request (batch_plan.py) and
+writing it (runner.py) is the same for every type.
 """
 
 from __future__ import annotations
@@ -15,24 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
-from db import business_units as units_repo
-from db import reminder_settings as settings_repo
-from db import report_subscriptions as subscriptions_repo
 from db import scheduler as scheduler_repo
-from db import sources as sources_repo
 from db.connector import Connection
 from db.scheduler import ClaimedRow
 from streams.clock import Clock, SystemClock
-from streams.contracts.automation import (
-    AutomationType,
-    ReminderSettingChanged,
-    SourceEntityChanged,
-    TriggerType,
-)
+from streams.contracts.automation import AutomationType, TriggerType
 from streams.domain.automation.delivery import (
     Delivery,
     DeliveryPolicy,
-    DeliverySettings,
     RecipientProvider,
     SettingDeliveryPolicy,
     SourceAttributeRecipients,
@@ -47,9 +38,6 @@ from streams.domain.automation.recurring import (
     successors,
 )
 from streams.domain.automation.revalidation import (
-    SettingState,
-    SourceState,
-    SubscriptionState,
     Verdict,
     VerdictKind,
     revalidate_reminder,
@@ -63,6 +51,7 @@ from streams.domain.automation.rules import (
     SchedulerCandidate,
     parse_scheduler_key,
 )
+from streams.slices.automation.execution_inputs import AutomationInputs, PgAutomationInputs
 
 # FailureReasonCodes the scheduler itself sets (a handler may give its own through Failure).
 LEASE_EXPIRED = "LeaseExpired"
@@ -95,76 +84,6 @@ Outcome = Verdict | Failure
 
 def delivery_of(outcome: Outcome) -> Delivery | None:
     return outcome.delivery if isinstance(outcome, Resolved) else None
-
-
-class AutomationInputs(Protocol):
-    """The port to the current state rows depend on (PostgreSQL is authoritative at
-    execution). Each call loads a whole batch."""
-
-    async def reminder_settings(
-        self, conn: Connection, guids: Collection[UUID]
-    ) -> Mapping[UUID, SettingState]: ...
-
-    async def sources(
-        self, conn: Connection, refs: Collection[tuple[str, UUID]]
-    ) -> Mapping[tuple[str, UUID], SourceState]: ...
-
-    async def report_subscriptions(
-        self, conn: Connection, guids: Collection[UUID]
-    ) -> Mapping[UUID, SubscriptionState]: ...
-
-    async def delivery_settings(
-        self, conn: Connection, guids: Collection[UUID]
-    ) -> Mapping[UUID, DeliverySettings]: ...
-
-    # Recurring rows are revalidated on the full states, and their successor is planned in
-    # the BU's zone with the provider's own helpers.
-    async def setting_states(
-        self, conn: Connection, guids: Collection[UUID]
-    ) -> Mapping[UUID, ReminderSettingChanged]: ...
-
-    async def source_states(
-        self, conn: Connection, refs: Collection[tuple[str, UUID]]
-    ) -> Mapping[tuple[str, UUID], SourceEntityChanged]: ...
-
-    async def unit_zones(self, conn: Connection, units: Collection[UUID]) -> Mapping[UUID, str]: ...
-
-
-class PgAutomationInputs:
-    """``AutomationInputs`` over the projections in the ``automation`` schema."""
-
-    async def reminder_settings(
-        self, conn: Connection, guids: Collection[UUID]
-    ) -> Mapping[UUID, SettingState]:
-        return await settings_repo.states_get(conn, guids)
-
-    async def sources(
-        self, conn: Connection, refs: Collection[tuple[str, UUID]]
-    ) -> Mapping[tuple[str, UUID], SourceState]:
-        return await sources_repo.states_get(conn, refs)
-
-    async def report_subscriptions(
-        self, conn: Connection, guids: Collection[UUID]
-    ) -> Mapping[UUID, SubscriptionState]:
-        return await subscriptions_repo.states_get(conn, guids)
-
-    async def delivery_settings(
-        self, conn: Connection, guids: Collection[UUID]
-    ) -> Mapping[UUID, DeliverySettings]:
-        return await settings_repo.delivery_get(conn, guids)
-
-    async def setting_states(
-        self, conn: Connection, guids: Collection[UUID]
-    ) -> Mapping[UUID, ReminderSettingChanged]:
-        return await settings_repo.changes_get(conn, guids)
-
-    async def source_states(
-        self, conn: Connection, refs: Collection[tuple[str, UUID]]
-    ) -> Mapping[tuple[str, UUID], SourceEntityChanged]:
-        return await sources_repo.changes_get(conn, refs)
-
-    async def unit_zones(self, conn: Connection, units: Collection[UUID]) -> Mapping[UUID, str]:
-        return await units_repo.get_by_id(conn, units)
 
 
 class AutomationHandler(Protocol):

@@ -1,5 +1,5 @@
-"""Stage ① wiring: the four input agents and the bounded reconciliation job, on the core's
-Ensure/Deactivate (``AutomationCore.rows``) and wake-up."""
+"""The planning side of the automation scheduler, wired: the four input agents and the bounded
+reconciliation job, on the core's Ensure/Deactivate (``AutomationCore.rows``) and wake-up."""
 
 from __future__ import annotations
 

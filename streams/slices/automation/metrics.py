@@ -1,4 +1,5 @@
-"""Metrics of the automation scheduler (seed 003, stage ②), created once per worker."""
+"""Metrics of the automation scheduler (seed 003): its claims, outcomes, backlog, hand-backs,
+fenced writes, Ensure/Deactivate counts and durations, created once per worker."""
 
 from __future__ import annotations
 

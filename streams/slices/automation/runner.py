@@ -1,9 +1,10 @@
-"""Stage ② of seed 003: claim due rows (lease + new Version), revalidate them through the
-handler of their AutomationType, and finish each one under its token — Completed with a
-DispatchRequested in the outbox, Deactivated with a ReasonCode, or back on the backoff
-ladder — in one transaction per batch. A write whose token no longer matches is fenced.
-A batch that gets no verdict (a transient database error, a cancelled run) is handed back
-as interrupted, not failed: the database's fault costs the rows no attempt."""
+"""Execution of the automation scheduler (seed 003): claim due rows (lease + new Version),
+revalidate them through the handler of their AutomationType, and finish each one under its
+token — Completed with a DispatchRequested in the outbox, Deactivated with a ReasonCode, or
+back on the backoff ladder (what each outcome writes: batch_plan.py) — in one transaction
+per batch. A write whose token no longer matches is fenced. A batch that gets no verdict (a
+transient database error, a cancelled run) is handed back as interrupted, not failed: the
+database's fault costs the rows no attempt."""
 
 from __future__ import annotations
 
@@ -18,29 +19,22 @@ from db import scheduler as repo
 from db.connector import Connection, Pool, classify, connection, is_transient, transaction
 from db.scheduler import ClaimedRow, RetryWrite
 from streams.clock import Clock
-from streams.contracts import DISPATCH_REQUESTED
-from streams.contracts.automation import AutomationType, DispatchRequested, TriggerType
-from streams.domain.automation.delivery import Delivery
-from streams.domain.automation.immediate import is_immediate_key
-from streams.domain.automation.revalidation import Verdict, VerdictKind
 from streams.domain.automation.rules import (
     DEFAULT_BACKOFF,
     DEFAULT_INTERRUPTION_ALLOWANCE,
     DEFAULT_INTERRUPTION_DELAY,
     SchedulerStatus,
-    retry_plan,
 )
-from streams.outbox.records import OutboxRecord, insert_many, record_for
+from streams.outbox.records import insert_many
 from streams.runtime import Runtime
+from streams.slices.automation.batch_plan import plan_batch
 from streams.slices.automation.handlers import (
     HANDLER_ERROR,
     INTERRUPTED,
-    INVALID_DISPATCH,
     NO_HANDLER,
     Failure,
     HandlerRegistry,
     Outcome,
-    delivery_of,
 )
 from streams.slices.automation.interruptions import interruption_write
 from streams.slices.automation.metrics import AutomationMetrics
@@ -53,8 +47,9 @@ log = logging.getLogger("streams.slices.automation.runner")
 @dataclass(frozen=True)
 class RunnerConfig:
     """The run's budget is its schedule's max duration (the run context's deadline): no batch
-    starts that could not finish inside it. A batch interrupted by a transient database error or a cancellation is
-    handed back (``interruption_plan``) on a fresh connection within ``hand_back_timeout``."""
+    starts that could not finish inside it. A batch interrupted by a transient database error
+    or a cancellation is handed back (``interruption_plan``) on a fresh connection within
+    ``hand_back_timeout``."""
 
     batch_size: int = 200
     lease: timedelta = timedelta(seconds=120)
@@ -93,43 +88,6 @@ class RunResult:
         out = asdict(self)
         out["next_due"] = self.next_due.isoformat() if self.next_due else None
         return out
-
-
-def dispatch_event(
-    row: ClaimedRow, requested_at: datetime, delivery: Delivery | None = None
-) -> DispatchRequested:
-    """The DispatchRequested of a claimed row: identifiers and hashes only, and what the
-    handler resolved at execution (recipients, template, channels)."""
-    resolved = delivery or Delivery()
-    return DispatchRequested(
-        scheduler_key=row.scheduler_key,
-        automation_type=AutomationType(row.automation_type),
-        trigger_type=TriggerType(row.trigger_type),
-        setting_guid=row.setting_guid,
-        source_type=row.source_type,
-        source_guid=row.source_guid,
-        subscription_guid=row.subscription_guid,
-        scheduled_on=row.scheduled_on,
-        scheduled_local_date=row.scheduled_local_date,
-        time_zone_id=row.time_zone_id,
-        input_hash=row.input_hash,
-        requested_at=requested_at,
-        retry_count=row.retry_count,
-        recipient_user_ids=list(resolved.recipient_user_ids),
-        template_id=resolved.template_id,
-        delivery_channels=list(resolved.channels),
-        immediate=is_immediate_key(row.scheduler_key),
-    )
-
-
-@dataclass
-class _Plan:
-    """What one executed batch writes, by transition."""
-
-    completions: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
-    records: dict[int, OutboxRecord] = field(default_factory=dict)
-    retires: list[tuple[int, int, str]] = field(default_factory=list)
-    retries: list[RetryWrite] = field(default_factory=list)
 
 
 class AutomationRunner:
@@ -303,7 +261,15 @@ class AutomationRunner:
         by_id = {r.scheduler_id: r for r in rows}
         async with transaction(pool) as conn:
             outcomes = await self._revalidate(conn, rows)
-            plan = self._plan(rows, outcomes, now, result.run_id)
+            plan = plan_batch(
+                rows,
+                outcomes,
+                now,
+                result.run_id,
+                topic_prefix=self.topic_prefix,
+                backoff=self.config.backoff,
+                handlers=self.handlers,
+            )
             done = await repo.complete(conn, plan.completions, now)
             await insert_many(conn, [plan.records[i] for i in sorted(done)])
             retired = await repo.retire(conn, plan.retires, now)
@@ -362,79 +328,6 @@ class AutomationRunner:
                     r.scheduler_id, Failure(HANDLER_ERROR, "no verdict")
                 )
         return outcomes
-
-    def _plan(
-        self, rows: list[ClaimedRow], outcomes: Mapping[int, Outcome], now: datetime, run_id: str
-    ) -> _Plan:
-        plan = _Plan()
-        for row in rows:
-            outcome = outcomes[row.scheduler_id]
-            if isinstance(outcome, Verdict) and outcome.kind is VerdictKind.VALID:
-                try:
-                    record = record_for(
-                        DISPATCH_REQUESTED,
-                        dispatch_event(row, now, delivery_of(outcome)),
-                        topic_prefix=self.topic_prefix,
-                        headers={"correlation-id": run_id},
-                    )
-                except Exception as exc:
-                    outcome = Failure(INVALID_DISPATCH, type(exc).__name__)
-                else:
-                    coordinates = {
-                        "Topic": record.topic,
-                        "Key": record.key,
-                        "RequestedAt": now.isoformat(),
-                        "Attempt": row.retry_count + 1,
-                        "RunId": run_id,
-                    }
-                    plan.completions.append((row.scheduler_id, row.token, coordinates))
-                    plan.records[row.scheduler_id] = record
-                    continue
-            if isinstance(outcome, Verdict) and outcome.kind is VerdictKind.DEACTIVATE:
-                plan.retires.append((row.scheduler_id, row.token, outcome.reason or ""))
-            elif isinstance(outcome, Verdict):  # HOLD: never sent on a guess
-                plan.retries.append(
-                    RetryWrite(
-                        row.scheduler_id,
-                        row.token,
-                        SchedulerStatus.PENDING.value,
-                        row.retry_count,
-                        None,
-                        True,
-                        outcome.reason,
-                        None,
-                        outcome.current_hash,
-                    )
-                )
-            elif isinstance(outcome, Failure):
-                plan.retries.append(self.failure_write(row, outcome, now))
-        return plan
-
-    def failure_write(self, row: ClaimedRow, failure: Failure, now: datetime) -> RetryWrite:
-        handler = self.handlers.get(row.automation_type)
-        step = retry_plan(
-            row.retry_count,
-            now,
-            self.config.backoff,
-            daily_retry=bool(handler is not None and handler.daily_retry),
-        )
-        log.warning(
-            "action=automation_attempt_failed scheduler_id=%d reason=%s retry_count=%d hold=%s",
-            row.scheduler_id,
-            failure.code,
-            step.retry_count,
-            step.hold,
-        )
-        return RetryWrite(
-            row.scheduler_id,
-            row.token,
-            step.status.value,
-            step.retry_count,
-            step.next_retry_on,
-            step.hold,
-            failure.code,
-            (failure.detail or failure.code)[:500],
-        )
 
     def _fenced(
         self,

@@ -1,0 +1,137 @@
+"""The ledger transaction of document expiry owners: a chunk of owners' markers
+(insert-wins) and their DocumentExpiryReminderEvents in the outbox, one transaction per
+chunk, and the halving that isolates an owner whose rows fail so every other owner of the
+group commits in the same run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from db import document_expiry_reminders as marks_repo
+from db.connector import Connection, is_transient, transaction
+from streams import faults
+from streams.domain.profile import scan_window, utc_date
+from streams.outbox.records import OutboxRecord, insert_many
+from streams.slices.profile.owner_plan import OwnerPlan
+from streams.slices.profile.reminders import reminder_items, reminder_records
+from streams.slices.profile.work import OwnerWork
+
+NIL = UUID(int=0)
+
+# Transient SQLSTATEs that one owner's rows can cause while the database is well: a
+# serialization failure, a deadlock, a lock wait past lock_timeout (a marker held by another
+# session). A group failing with one of these is split like one failing on bad data, so the
+# other owners commit in the same run; the owner left alone is failed, counted, and taken by
+# the next cycle. Anything else transient (connection lost, disk full, shutdown) is the
+# database being unwell for every owner: the batch raises (or fails whole, inline).
+OWNER_SCOPED_STATES = frozenset({"40001", "40P01", "55P03"})
+
+
+def owner_scoped(exc: BaseException) -> bool:
+    """A transient error that one owner's rows can cause (``OWNER_SCOPED_STATES``)."""
+    return getattr(exc, "sqlstate", None) in OWNER_SCOPED_STATES
+
+
+class OwnerLedger:
+    """Commits owners' plans through the ledger, ``chunk`` documents per transaction;
+    ``owner_failed`` is told of each owner left alone in a failing chunk."""
+
+    def __init__(
+        self,
+        *,
+        chunk: int,
+        topic_prefix: str,
+        per_event: int,
+        owner_failed: Callable[[OwnerWork, BaseException], None],
+    ) -> None:
+        self.chunk = chunk
+        self.topic_prefix = topic_prefix
+        self.per_event = per_event
+        self._owner_failed = owner_failed
+
+    async def commit(
+        self, pool: Any, plans: list[OwnerPlan], as_of: datetime, thresholds: tuple[int, ...]
+    ) -> set[int]:
+        """``plans``, in OwnerUserId order, a chunk at a time, each chunk one transaction
+        (its markers and its owners' outbox rows), until every owner is claimed or left
+        unfinished at a chunk's end (a large owner: continued later). If a chunk fails for
+        anything but an unwell database (bad data, or a transient error one owner's rows can
+        cause: ``owner_scoped``), each half of the owners it was to cover again on its own,
+        down to single owners, so one bad owner is logged and skipped while the others
+        commit. Returns the failed positions."""
+        failed: set[int] = set()
+        remaining = sorted(plans, key=lambda p: p.work.owner_user_id)
+        while remaining:
+            try:
+                async with transaction(pool) as conn:
+                    covered = await self.claim(conn, remaining, as_of, thresholds)
+            except Exception as exc:
+                if is_transient(exc) and not owner_scoped(exc):
+                    raise
+                if len(remaining) == 1:
+                    self._owner_failed(remaining[0].work, exc)
+                    return failed | {remaining[0].position}
+                half = len(remaining) // 2
+                failed |= await self.commit(pool, remaining[:half], as_of, thresholds)
+                return failed | await self.commit(pool, remaining[half:], as_of, thresholds)
+            faults.hit("expiry_owners.after_chunk")
+            remaining = remaining[covered:]
+        return failed
+
+    async def claim(
+        self,
+        conn: Connection,
+        plans: list[OwnerPlan],
+        as_of: datetime,
+        thresholds: tuple[int, ...],
+    ) -> int:
+        """One chunk of ``plans`` on ``conn``'s transaction (the seed's steps 3-6): markers and
+        outbox rows of at most ``self.chunk`` documents, from the first plan's first document
+        (or its continuation's cursor) on. Returns how many plans the chunk covered: the last
+        of them is left unfinished (``resume_after``) when the chunk was full.
+
+        t* is decided by the insert: the smallest threshold this transaction newly marked.
+        Alone that is min(crossed - marked) exactly; next to a parallel instance it never
+        loses a reminder to a marker the SKIP LOCKED read passed over."""
+        today = utc_date(as_of)
+        window = scan_window(today, thresholds)
+        by_owner: dict[UUID, OwnerPlan] = {}
+        for plan in plans:
+            plan.docs, plan.items, plan.skipped = [], [], 0
+            plan.resume_after, plan.notified_here = None, False
+            by_owner[plan.work.owner_user_id] = plan
+        head = plans[0].work
+        rows = await marks_repo.claim(
+            conn,
+            list(by_owner),
+            window.lo,
+            window.hi,
+            today,
+            thresholds,
+            as_of,
+            (head.owner_user_id, head.after or NIL),
+            self.chunk,
+        )
+        for row in rows:
+            by_owner[row.owner_user_id].docs.append(row)
+        covered = len(plans)
+        if len(rows) >= self.chunk:
+            # Rows come in OwnerUserId order: the last owner may have more documents.
+            last = by_owner[rows[-1].owner_user_id]
+            last.resume_after = max(d.document_id for d in last.docs)
+            covered = plans.index(last) + 1
+        records: list[OutboxRecord] = []
+        for plan in plans[:covered]:
+            plan.skipped = sum(d.skipped for d in plan.docs)
+            plan.items = reminder_items(plan.docs)
+            if plan.items:
+                plan.notified_here = True
+                records += reminder_records(
+                    plan.work, as_of, plan.items, self.topic_prefix, self.per_event
+                )
+        await insert_many(conn, records)
+        return covered
