@@ -8,7 +8,6 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -16,7 +15,7 @@ import asyncpg
 
 from devkit.loads.fault_timeline import PG_DOWN, RUN_RETRIES, Timeline, at, cli
 from devkit.loads.slice_loads import DOCUMENTS_TOPIC, AckedSender, ExpiryLoad
-from devkit.wait import eventually
+from devkit.wait import NotWithin, eventually
 from devkit.workers import ROOT
 
 
@@ -82,25 +81,28 @@ async def sigtermed_run(env: dict[str, str], db: str, as_of: str, slot_day: str)
         stderr=asyncio.subprocess.DEVNULL,
     )
     conn: asyncpg.Connection | None = None
+
+    async def begun_or_ended() -> bool:
+        nonlocal conn
+        if proc.returncode is not None:
+            return True
+        try:
+            if conn is None:
+                conn = await asyncpg.connect(db, timeout=5)
+            started = await conn.fetchval(
+                "SELECT count(*) FROM profile.document_expiry_runs WHERE as_of_date = $1::date",
+                datetime.fromisoformat(slot_day).date(),
+            )
+        except PG_DOWN:
+            if conn is not None:
+                conn.terminate()
+            conn = None
+            return False
+        return bool(started)
+
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.returncode is None:
-            try:
-                if conn is None:
-                    conn = await asyncpg.connect(db, timeout=5)
-                started = await conn.fetchval(
-                    "SELECT count(*) FROM profile.document_expiry_runs WHERE as_of_date = $1::date",
-                    datetime.fromisoformat(slot_day).date(),
-                )
-            except PG_DOWN:
-                if conn is not None:
-                    conn.terminate()
-                conn = None
-                await asyncio.sleep(0.3)
-                continue
-            if started:
-                break
-            await asyncio.sleep(0.05)
+        with contextlib.suppress(NotWithin):  # not begun within 60 s: SIGTERMed all the same
+            await eventually(begun_or_ended, timeout=60, what="the run begun", interval=0.05)
     finally:
         if conn is not None:
             with contextlib.suppress(*PG_DOWN):

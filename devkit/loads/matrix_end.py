@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
@@ -17,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from devkit.loads.calendar_load import Acked
 from devkit.loads.fault_timeline import PG_DOWN
-from devkit.wait import eventually
+from devkit.wait import NotWithin, eventually
 from devkit.workers import WorkerProcess
 
 
@@ -35,9 +34,10 @@ def input_spans(acked: list[Acked], key: str) -> dict[str, tuple[datetime, datet
 async def wait_quiet(db: str, calendar_versions: dict[str, int], timeout: float) -> dict[str, int]:
     """Until every calendar Version is applied, nothing due is Pending in either ledger and
     the outbox is published (or the timeout passes); returns the last figures."""
-    deadline = time.monotonic() + timeout
     figures: dict[str, int] = {}
-    while True:
+
+    async def probe() -> dict[str, int]:
+        nonlocal figures
         try:
             conn = await asyncpg.connect(db, timeout=5)
             try:
@@ -61,14 +61,20 @@ async def wait_quiet(db: str, calendar_versions: dict[str, int], timeout: float)
                 }
             finally:
                 await conn.close()
-            if not any(figures.values()):
-                return figures
         except PG_DOWN as exc:
             figures = {"error": 1, **figures}
             print(f"quiesce: {exc!r}")
-        if time.monotonic() > deadline:
-            return figures
-        await asyncio.sleep(0.5)
+        return figures
+
+    with contextlib.suppress(NotWithin):  # not quiet in time: the caller reports the figures
+        await eventually(
+            probe,
+            timeout=timeout,
+            what="the workers quiet",
+            until=lambda f: not any(f.values()),
+            interval=0.5,
+        )
+    return figures
 
 
 def log_findings(workers: list[WorkerProcess]) -> list[str]:
