@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from streams.contracts.calendar import CalendarEventChanged, EventStatus
+from streams.contracts.calendar import CalendarEventChanged, EventStatus, ReminderDueEvent
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -46,3 +46,16 @@ def encode(msg: dict[str, Any]) -> bytes:
 
 def parsed(msg: dict[str, Any]) -> CalendarEventChanged:
     return CalendarEventChanged.model_validate(msg)
+
+
+def reminder_due() -> ReminderDueEvent:
+    return ReminderDueEvent(
+        reminder_id=uuid.UUID("00000000-0000-0000-0000-000000000001"),
+        event_id=uuid.UUID("00000000-0000-0000-0000-0000000000e1"),
+        tenant_id=uuid.UUID("00000000-0000-0000-0000-0000000000a1"),
+        owner_user_id=uuid.UUID("00000000-0000-0000-0000-0000000000b1"),
+        kind="Consultation",
+        start_at=datetime(2026, 12, 1, 9, 0, tzinfo=UTC),
+        time_zone="Europe/Berlin",
+        offset_minutes=60,
+    )

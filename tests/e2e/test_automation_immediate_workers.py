@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 
 from db.connector import create_pool
+from devkit.harness.automation_workers import topics, wait_until
 from devkit.kafka import consume, produce, read_to_end
 from devkit.workers import WorkerProcess, worker_env
 from streams.contracts import BUSINESS_UNITS, REMINDER_SETTINGS, SOURCE_EVENTS, TopicContract
@@ -29,7 +30,6 @@ from streams.contracts.automation import (
     TriggerType,
 )
 from streams.contracts.base import Contract
-from tests.e2e.test_automation_workers import topics, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 
 from db.connector import create_pool
+from devkit.harness.automation_workers import topics, wait_until
 from devkit.kafka import produce, read_to_end
 from devkit.workers import WorkerProcess, worker_env
 from streams.contracts import BUSINESS_UNITS, REMINDER_SETTINGS, SOURCE_EVENTS, TopicContract
@@ -30,7 +31,6 @@ from streams.contracts.automation import (
 )
 from streams.contracts.base import Contract
 from streams.outbox.records import outbox_id_of
-from tests.e2e.test_automation_workers import topics, wait_until
 
 pytestmark = pytest.mark.e2e
 

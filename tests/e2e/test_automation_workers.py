@@ -9,18 +9,15 @@ import signal
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
 
 from db.connector import create_pool
 from devkit.harness.automation import seed
+from devkit.harness.automation_workers import topics, wait_until
 from devkit.kafka import read_to_end
-from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
-from streams.kafka_admin import contract_topic_names, ensure_topics
-from streams.settings import Settings
 
 pytestmark = pytest.mark.e2e
 
@@ -34,36 +31,6 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
         yield p
     finally:
         await p.close()
-
-
-async def wait_until(
-    pool: asyncpg.Pool,
-    sql: str,
-    expect: Any,
-    timeout: float,
-    workers: list[WorkerProcess],
-    *args: Any,
-) -> None:
-
-    async def probe() -> Any:
-        value = await pool.fetchval(sql, *args)
-        if value != expect:
-            for w in workers:
-                assert w.proc is not None and w.proc.poll() is None, f"{w.name} died:\n{w.tail()}"
-        return value
-
-    await eventually(
-        probe,
-        timeout=timeout,
-        what=f"{sql} = {expect!r}",
-        until=lambda v: v == expect,
-        interval=0.1,
-    )
-
-
-async def topics(kafka_bootstrap: str, prefix: str) -> None:
-    settings = Settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=prefix)
-    await ensure_topics(settings, contract_topic_names(settings))
 
 
 def completed_by(worker: WorkerProcess) -> float:

@@ -6,64 +6,35 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import sys
 import uuid
 from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
 
+from devkit.harness.expiry_workers import (
+    REMINDERS,
+    cli,
+    expected_reminders,
+    poll,
+    published,
+)
 from devkit.harness.profile import CIPHER, Harness, person_document
 from devkit.kafka import produce, read_to_end
-from devkit.wait import eventually
-from devkit.workers import ROOT, WorkerProcess, worker_env
-from streams.domain.profile import crossed, days_left, scan_window
+from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import ensure_topics, service_topic_names
 from streams.settings import Settings
 
 pytestmark = pytest.mark.e2e
 
-REMINDERS = "pin.profile.document-expiry-reminders.v1"
 DOCUMENTS = "pin.profile.person-documents.v1"
-THRESHOLDS = (30, 7, 1, 0)
-
-
-async def poll(db: str, query: str, ok: Any, timeout: float, workers: list[WorkerProcess]) -> Any:
-    """Poll ``query`` until ``ok(value)``; fails on the deadline or when a worker died."""
-    conn = await asyncpg.connect(db)
-    try:
-
-        async def probe() -> Any:
-            value = await conn.fetchval(query)
-            if not ok(value):
-                for w in workers:
-                    assert w.proc is not None and w.proc.poll() is None, (
-                        f"{w.name} died:\n{w.tail()}"
-                    )
-            return value
-
-        return await eventually(probe, timeout=timeout, what=query, until=ok, interval=0.2)
-    finally:
-        await conn.close()
 
 
 def start_workers(env: dict[str, str], tmp: Path, n: int = 2) -> list[WorkerProcess]:
     return [WorkerProcess(env, tmp, f"expiry-worker-{i}").start() for i in range(n)]
-
-
-async def published(db: str, workers: list[WorkerProcess]) -> None:
-    await poll(
-        db,
-        "SELECT count(*) FROM ops.outbox WHERE published_at IS NULL",
-        lambda v: v == 0,
-        60,
-        workers,
-    )
 
 
 async def test_two_workers_run_each_slot_once_and_send_each_owner_one_event(
@@ -131,42 +102,6 @@ async def test_two_workers_run_each_slot_once_and_send_each_owner_one_event(
     assert all(
         r.key is not None and r.key.decode() == json.loads(r.value)["OwnerUserId"] for r in records
     )
-
-
-def expected_reminders(
-    docs: list[dict[str, Any]], days: list[date]
-) -> dict[date, set[tuple[str, int]]]:
-    """The seed's rules over a sequence of daily runs, from an empty ledger."""
-    marked: dict[str, set[int]] = defaultdict(set)
-    out: dict[date, set[tuple[str, int]]] = {}
-    for day in days:
-        window = scan_window(day, THRESHOLDS)
-        out[day] = set()
-        for d in docs:
-            expires = date.fromisoformat(d["ExpiresAt"])
-            if expires not in window:
-                continue
-            todo = crossed(days_left(expires, day), THRESHOLDS) - marked[d["DocumentId"]]
-            if todo:
-                out[day].add((d["DocumentId"], min(todo)))
-                marked[d["DocumentId"]] |= todo
-    return out
-
-
-async def cli(env: dict[str, str], *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "streams",
-        "timers",
-        *args,
-        cwd=ROOT,
-        env={**os.environ, **env},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    return proc.returncode or 0, out.decode() + err.decode()[-2000:]
 
 
 def count_of(output: str, name: str) -> int:

@@ -43,32 +43,54 @@ FAULTS_AUTOMATION_SOURCES.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import random
-import re
-import signal
-import sys
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
-from devkit.loads.calendar_load import Acked, CalendarLoad, expected_reminders, run_load
+from devkit.loads.calendar_load import CalendarLoad, expected_reminders, run_load
+from devkit.loads.expiry_days import DayRun, expiry_day, expiry_days
+from devkit.loads.fault_timeline import (
+    AUTOMATION_SOURCES,
+    CACHE_KILLS,
+    DOC_OWNERS,
+    EVENTS_TOPIC,
+    GRACE_SECONDS,
+    PRODUCE_SECONDS,
+    QUIESCE_TIMEOUT,
+    RATE,
+    SEED,
+    SLACK,
+    WORKERS,
+    Timeline,
+    at,
+    automation_sources,
+    broker_restart,
+    cache_write_kills,
+    cli,
+    postgres_restart,
+    rebalance,
+    stop_timer_process,
+    stop_worker,
+    watch_workers,
+)
+from devkit.loads.matrix_end import (
+    all_ready,
+    first_failure,
+    input_spans,
+    log_findings,
+    settled,
+    wait_quiet,
+)
 from devkit.loads.reminder_audit import (
     DISPATCH_TOPIC,
     DUE_TOPIC,
     EXPIRY_TOPIC,
-    FaultWindow,
     audit,
     audit_effects,
     calendar_effects,
@@ -79,42 +101,11 @@ from devkit.loads.reminder_audit import (
     matrix_rows,
     read_to_end,
 )
-from devkit.loads.slice_loads import (
-    DOCUMENTS_TOPIC,
-    SOURCES_TOPIC,
-    AckedSender,
-    AutomationLoad,
-    ExpiryLoad,
-)
+from devkit.loads.slice_loads import AckedSender, AutomationLoad, ExpiryLoad
 from devkit.stacks.private_stack import PrivateStack
-from devkit.wait import eventually
-from devkit.workers import ROOT, WorkerProcess, worker_env
+from devkit.workers import WorkerProcess, worker_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
-
-EVENTS_TOPIC = "pin.calendar.events.v1"
-SEED = int(os.environ.get("FAULTS_SEED", str(random.SystemRandom().randrange(1_000_000))))
-PRODUCE_SECONDS = float(os.environ.get("FAULTS_PRODUCE_SECONDS", "120"))
-RATE = float(os.environ.get("FAULTS_RATE", "3"))
-CACHE_KILLS = int(os.environ.get("FAULTS_CACHE_KILLS", "3"))
-AFTER_COMMIT_PASS = int(os.environ.get("FAULTS_AFTER_COMMIT_PASS", "6"))
-STORM_EVENTS = int(os.environ.get("FAULTS_STORM_EVENTS", "40"))
-STORM_SECONDS = 15.0
-CACHE_KILL_AT = (12, 45, 85)
-DOC_OWNERS = int(os.environ.get("FAULTS_DOC_OWNERS", "50"))
-AUTOMATION_SOURCES = int(os.environ.get("FAULTS_AUTOMATION_SOURCES", "60"))
-SCALE = PRODUCE_SECONDS / 120.0
-GRACE_SECONDS = 20.0
-# Hand retries of a document-expiry day whose run another fault broke.
-RUN_RETRIES = 3
-QUIESCE_TIMEOUT = 90.0
-# An effect is attributed to every fault in force within this much of its due time.
-SLACK = timedelta(seconds=15)
-WORKERS = 3
-
-
-def at(seconds: float) -> float:
-    return seconds * SCALE
 
 
 @pytest.fixture
@@ -125,576 +116,6 @@ def durable_stack() -> Iterator[PrivateStack]:
         yield stack
     finally:
         stack.down()
-
-
-@dataclass
-class Timeline:
-    """Faults as injected (named windows for the table) and worker exits nobody asked for."""
-
-    started: float = field(default_factory=time.monotonic)
-    windows: list[FaultWindow] = field(default_factory=list)
-    log: list[str] = field(default_factory=list)
-    unexpected_exits: list[str] = field(default_factory=list)
-    busy: set[str] = field(default_factory=set)
-    """Workers a fault is handling: the watcher leaves them alone."""
-
-    def note(self, text: str) -> None:
-        self.log.append(f"t={time.monotonic() - self.started:6.1f}s {text}")
-
-    def window(self, name: str, began: datetime, ended: datetime | None = None) -> None:
-        self.windows.append(FaultWindow(name, began, ended or datetime.now(UTC)))
-
-    async def until(self, seconds: float) -> None:
-        delay = self.started + seconds - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-
-    def counts(self) -> Counter[str]:
-        return Counter(w.name for w in self.windows)
-
-
-async def cli(env: dict[str, str], *args: str, timeout: float = 180) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "streams",
-        *args,
-        cwd=ROOT,
-        env={**os.environ, **env},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    return proc.returncode or 0, out.decode() + err.decode()[-1500:]
-
-
-def timer_process_pid(worker: WorkerProcess) -> int:
-    """The worker's timer process (its child running ``streams.timer_process``)."""
-    for pid in worker.pids[1:]:
-        with contextlib.suppress(OSError):
-            if b"streams.timer_process" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-    raise AssertionError(f"{worker.name} has no timer process: {worker.pids}")
-
-
-# ---------------------------------------------------------------------- faults
-
-
-async def cache_write_kills(tl: Timeline, worker: WorkerProcess, calendar: CalendarLoad) -> None:
-    """CACHE_KILLS rounds: the calendar load starts moving a burst of events (each moved back
-    about 20 s later) and the worker is restarted with STREAMS_FAULT=applier.after_commit:<n>;
-    it SIGKILLs itself after its n-th committed batch (likely one holding moves) before the
-    cache write, so the reverts come to a cache that lags the ledger. It is started again
-    without the fault point."""
-    for round_, when in enumerate(CACHE_KILL_AT[:CACHE_KILLS]):
-        await tl.until(at(when))
-        began = datetime.now(UTC)
-        tl.busy.add(worker.name)
-        try:
-            await asyncio.to_thread(worker.stop)
-            planned = calendar.storm(time.monotonic(), STORM_EVENTS, over=STORM_SECONDS)
-            worker.env["STREAMS_FAULT"] = f"applier.after_commit:{AFTER_COMMIT_PASS}"
-            worker.start()
-            tl.note(
-                f"{worker.name} restarted with the fault point (round {round_ + 1}); "
-                f"calendar storm: {planned} events moved over {STORM_SECONDS:.0f}s"
-            )
-        finally:
-            tl.busy.discard(worker.name)  # armed: the watcher leaves it to this task
-        assert worker.proc is not None
-        proc = worker.proc
-        try:
-            rc = await asyncio.wait_for(asyncio.to_thread(proc.wait), 120)
-        except TimeoutError:
-            tl.note(f"{worker.name}: fault point not reached in round {round_ + 1}")
-            rc = None
-        tl.busy.add(worker.name)
-        try:
-            worker.env.pop("STREAMS_FAULT", None)
-            if rc is None:
-                await asyncio.to_thread(worker.stop)
-            else:
-                assert rc == -signal.SIGKILL, f"{worker.name} exited {rc}, not by its fault point"
-                tl.note(f"{worker.name} SIGKILLed itself after a commit, before its cache write")
-            worker.start()
-        finally:
-            tl.busy.discard(worker.name)
-        if rc is not None:
-            tl.window(
-                "SIGKILL between commit and cache write",
-                began,
-                datetime.now(UTC) + timedelta(seconds=30),
-            )
-
-
-async def rebalance(tl: Timeline, extra: WorkerProcess) -> None:
-    await tl.until(at(20))
-    began = datetime.now(UTC)
-    extra.start()
-    tl.note(f"{extra.name} started (rebalance)")
-    await extra.wait_ready(timeout=180)
-    tl.window("rebalance mid-batch", began)
-    await tl.until(at(50))
-    began = datetime.now(UTC)
-    rc = await asyncio.to_thread(extra.stop)
-    tl.note(f"{extra.name} stopped (rebalance), rc {rc}")
-    tl.window("rebalance mid-batch", began, datetime.now(UTC) + timedelta(seconds=10))
-
-
-async def broker_restart(tl: Timeline, stack: PrivateStack) -> None:
-    await tl.until(at(40))
-    began = datetime.now(UTC)
-    pid = await asyncio.to_thread(stack.kill_broker)
-    await asyncio.to_thread(stack.start_broker)
-    tl.note(f"broker pid {pid} SIGKILLed and started again")
-    tl.window("broker SIGKILL + start", began, datetime.now(UTC) + timedelta(seconds=10))
-
-
-async def stop_worker(tl: Timeline, worker: WorkerProcess) -> None:
-    await tl.until(at(62))
-    began = datetime.now(UTC)
-    tl.busy.add(worker.name)
-    try:
-        worker.signal_all(signal.SIGSTOP)
-        tl.note(f"{worker.name} SIGSTOPped (both processes)")
-        await tl.until(at(62) + 20)
-        worker.signal_all(signal.SIGCONT)
-        tl.note(f"{worker.name} SIGCONTed")
-    finally:
-        tl.busy.discard(worker.name)
-    tl.window("SIGSTOP of a worker", began, datetime.now(UTC) + timedelta(seconds=10))
-
-
-async def stop_timer_process(tl: Timeline, worker: WorkerProcess) -> None:
-    await tl.until(at(70))
-    pid = timer_process_pid(worker)
-    began = datetime.now(UTC)
-    os.kill(pid, signal.SIGSTOP)
-    tl.note(f"{worker.name}'s timer process {pid} SIGSTOPped")
-    try:
-        await tl.until(at(70) + 22)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
-    tl.note(f"{worker.name}'s timer process {pid} SIGCONTed")
-    tl.window("SIGSTOP of a timer process", began, datetime.now(UTC) + timedelta(seconds=10))
-
-
-async def postgres_restart(tl: Timeline, stack: PrivateStack) -> None:
-    await tl.until(at(115))
-    began = datetime.now(UTC)
-    await asyncio.to_thread(stack.restart_postgres_immediate)
-    durable = await asyncio.to_thread(stack.settings, *PrivateStack.DURABLE)
-    tl.note(f"PostgreSQL restarted in immediate mode ({durable})")
-    assert durable == PrivateStack.DURABLE
-    tl.window("PostgreSQL immediate restart", began, datetime.now(UTC) + timedelta(seconds=10))
-
-
-async def watch_workers(tl: Timeline, workers: list[WorkerProcess]) -> None:
-    """A worker that exits by itself is a finding: note it and start it again."""
-    while True:
-        for w in workers:
-            if w.name in tl.busy or w.proc is None or w.proc.poll() is None:
-                continue
-            if w.env.get("STREAMS_FAULT"):
-                continue  # its own fault point: cache_write_kills restarts it
-            tl.unexpected_exits.append(f"{w.name} rc={w.proc.returncode}: {w.tail(15)}")
-            tl.note(f"{w.name} exited by itself (rc {w.proc.returncode})")
-            w.start()
-        await asyncio.sleep(0.5)
-
-
-# ---------------------------------------------------------------------- document-expiry days
-
-
-@dataclass
-class DayRun:
-    day: int
-    fault: str | None
-    attempts: list[tuple[str, int]] = field(default_factory=list)
-    began: datetime | None = None
-    ended: datetime | None = None
-
-
-# What a helper's PostgreSQL call raises while the timeline's immediate restart is under way
-# (the harness must outlive its own faults: the restart can fall on any day's run).
-PG_DOWN = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
-
-
-async def applied(db: str, table: str, key: str, want: dict[str, int], timeout: float) -> None:
-    """Until every acknowledged Version of ``want`` is in the projection (sequencing only: the
-    run of a day must see the states that day's expectation assumes)."""
-
-    async def caught_up() -> bool:
-        with contextlib.suppress(*PG_DOWN):
-            conn = await asyncpg.connect(db, timeout=5)
-            try:
-                rows = await conn.fetch(f"SELECT {key}::text AS k, version FROM {table}")
-            finally:
-                await conn.close()
-            stored = {r["k"]: r["version"] for r in rows}
-            return all(stored.get(k, -1) >= v for k, v in want.items())
-        return False
-
-    await eventually(caught_up, timeout=timeout, what=f"{table} caught up", interval=0.3)
-
-
-async def locked_runs_table(db: str, release: asyncio.Event, tl: Timeline) -> None:
-    """Hold the runs table locked until ``release``; a restart of PostgreSQL meanwhile ends
-    the lock with the session (noted: the run may then not fail)."""
-    try:
-        conn = await asyncpg.connect(db, timeout=10)
-        try:
-            async with conn.transaction():
-                await conn.execute(
-                    "LOCK TABLE profile.document_expiry_runs IN ACCESS EXCLUSIVE MODE"
-                )
-                await release.wait()
-        finally:
-            with contextlib.suppress(*PG_DOWN):
-                await conn.close()
-    except PG_DOWN as exc:
-        tl.note(f"the runs table lock ended early: {type(exc).__name__}")
-
-
-async def sigtermed_run(env: dict[str, str], db: str, as_of: str, slot_day: str) -> int:
-    """Start the run and SIGTERM it once its slot is claimed and its run has begun."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "streams",
-        "timers",
-        "run",
-        "document-expiry",
-        "--as-of",
-        as_of,
-        cwd=ROOT,
-        env={**os.environ, **env},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    conn: asyncpg.Connection | None = None
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.returncode is None:
-            try:
-                if conn is None:
-                    conn = await asyncpg.connect(db, timeout=5)
-                started = await conn.fetchval(
-                    "SELECT count(*) FROM profile.document_expiry_runs WHERE as_of_date = $1::date",
-                    datetime.fromisoformat(slot_day).date(),
-                )
-            except PG_DOWN:
-                if conn is not None:
-                    conn.terminate()
-                conn = None
-                await asyncio.sleep(0.3)
-                continue
-            if started:
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        if conn is not None:
-            with contextlib.suppress(*PG_DOWN):
-                await conn.close()
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    return await asyncio.wait_for(proc.wait(), 60)
-
-
-async def expiry_days(
-    tl: Timeline,
-    load: ExpiryLoad,
-    sender: AckedSender,
-    env: dict[str, str],
-    db: str,
-    runs: list[DayRun],
-) -> None:
-    """Days 0-4 during the load, each at its time; the last day runs after the load."""
-    schedule = {0: 3, 1: 48, 2: 58, 3: 95, 4: 125}
-    faults = {1: "failed daily run", 2: "SIGTERMed daily run"}
-    for k, when in sorted(schedule.items()):
-        await tl.until(at(when))
-        await expiry_day(tl, load, sender, env, db, runs, k, faults.get(k))
-
-
-async def expiry_day(
-    tl: Timeline,
-    load: ExpiryLoad,
-    sender: AckedSender,
-    env: dict[str, str],
-    db: str,
-    runs: list[DayRun],
-    k: int,
-    fault: str | None,
-) -> None:
-    for kind, msg in load.changes(k):
-        load.acked.append(await sender.send(DOCUMENTS_TOPIC, msg["OwnerUserId"], msg, kind))
-    states = load.snapshot(k)
-    await applied(
-        db,
-        "profile.person_documents",
-        "document_id",
-        {d: s["Version"] for d, s in states.items()},
-        120,
-    )
-    day = load.day(k).isoformat()
-    as_of = f"{day}T12:00:00Z"
-    run = DayRun(k, fault, began=datetime.now(UTC))
-    runs.append(run)
-    args = ("timers", "run", "document-expiry", "--as-of", as_of)
-    if fault == "failed daily run":
-        release = asyncio.Event()
-        holder = asyncio.create_task(locked_runs_table(db, release, tl))
-        await asyncio.sleep(0.5)
-        try:
-            rc, out = await cli(env, *args)
-        finally:
-            release.set()
-            await holder
-        run.attempts.append(("locked", rc))
-        tl.note(f"expiry day {k}: run with its table locked -> rc {rc} {last_line(out)}")
-    elif fault == "SIGTERMed daily run":
-        rc = await sigtermed_run(env, db, as_of, day)
-        run.attempts.append(("SIGTERM", rc))
-        tl.note(f"expiry day {k}: run SIGTERMed -> rc {rc}")
-    # The run itself, or the retry of the same slot by hand after a fault.
-    rc, out = await cli(env, *args)
-    run.attempts.append(("retry" if fault else "run", rc))
-    tl.note(f"expiry day {k}: {'retry' if fault else 'run'} -> rc {rc} {last_line(out)}")
-    # A run another fault of the timeline broke (the PostgreSQL restart or the broker kill
-    # can fall on any day's run) is retried for the same slot, as its schedule's slot retry
-    # would; a slot its broken run left claimed is run again with --rerun.
-    for _ in range(RUN_RETRIES):
-        if rc == 0:
-            break
-        await postgres_accepts(db, 120)
-        again = (*args, "--rerun") if rc == 3 else args
-        rc, out = await cli(env, *again)
-        run.attempts.append(("rerun" if "--rerun" in again else "retry", rc))
-        tl.note(f"expiry day {k}: retry after a failed run -> rc {rc} {last_line(out)}")
-    run.ended = datetime.now(UTC)
-    if fault:
-        tl.window(fault, run.began or run.ended, run.ended)
-
-
-async def postgres_accepts(db: str, timeout: float) -> None:
-
-    async def accepts() -> bool:
-        try:
-            conn = await asyncpg.connect(db, timeout=5)
-        except PG_DOWN:
-            return False
-        await conn.close()
-        return True
-
-    await eventually(accepts, timeout=timeout, what="PostgreSQL back", interval=0.5)
-
-
-def last_line(out: str) -> str:
-    lines = [x for x in out.splitlines() if x.startswith("timer ")]
-    return lines[-1] if lines else out.strip().splitlines()[-1][:200] if out.strip() else ""
-
-
-# ---------------------------------------------------------------------- automation
-
-
-async def automation_sources(tl: Timeline, load: AutomationLoad, sender: AckedSender) -> None:
-    versions: Counter[uuid.UUID] = Counter()
-    for offset, kind, guid in load.plan():
-        await tl.until(offset)
-        versions[guid] += 1
-        msg = load.message(kind, guid, versions[guid])
-        if msg is None:
-            continue
-        key = f"Booking:{guid}"
-        load.acked_sources.append(await sender.send(SOURCES_TOPIC, key, msg, kind))
-
-
-# ---------------------------------------------------------------------- the end
-
-
-def input_spans(acked: list[Acked], key: str) -> dict[str, tuple[datetime, datetime]]:
-    """Per entity, from the acknowledgement of its first input to that of its last (the
-    time its state was in flight; SLACK widens it by the time to apply it)."""
-    out: dict[str, tuple[datetime, datetime]] = {}
-    for a in acked:
-        k = str(a.payload[key])
-        lo, hi = out.get(k, (a.acked_at, a.acked_at))
-        out[k] = (min(lo, a.acked_at), max(hi, a.acked_at))
-    return out
-
-
-async def wait_quiet(db: str, calendar_versions: dict[str, int], timeout: float) -> dict[str, int]:
-    """Until every calendar Version is applied, nothing due is Pending in either ledger and
-    the outbox is published (or the timeout passes); returns the last figures."""
-    deadline = time.monotonic() + timeout
-    figures: dict[str, int] = {}
-    while True:
-        try:
-            conn = await asyncpg.connect(db, timeout=5)
-            try:
-                rows = await conn.fetch("SELECT event_id::text AS id, version FROM calendar.events")
-                stored = {r["id"]: r["version"] for r in rows}
-                figures = {
-                    "events_behind": sum(
-                        stored.get(k, -1) != v for k, v in calendar_versions.items()
-                    ),
-                    "due_pending": await conn.fetchval(
-                        "SELECT count(*) FROM calendar.event_reminders "
-                        "WHERE status = 'Pending' AND due_at < now()"
-                    ),
-                    "automation_due_open": await conn.fetchval(
-                        "SELECT count(*) FROM automation.scheduler WHERE status_id = 'Processing' "
-                        "OR (status_id = 'Pending' AND due_on < now() AND NOT is_on_support_hold)"
-                    ),
-                    "outbox_unpublished": await conn.fetchval(
-                        "SELECT count(*) FROM ops.outbox WHERE published_at IS NULL"
-                    ),
-                }
-            finally:
-                await conn.close()
-            if not any(figures.values()):
-                return figures
-        except PG_DOWN as exc:
-            figures = {"error": 1, **figures}
-            print(f"quiesce: {exc!r}")
-        if time.monotonic() > deadline:
-            return figures
-        await asyncio.sleep(0.5)
-
-
-def log_findings(workers: list[WorkerProcess]) -> list[str]:
-    """Distinct ERROR/Traceback lines of the worker logs (identifiers only), most common first."""
-    found: Counter[str] = Counter()
-    for w in workers:
-        try:
-            text = w.log_path.read_text(errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if "ERROR" in line or "Traceback" in line or "CRITICAL" in line:
-                key = re.sub(r"\d+", "N", line.split("]", 1)[-1].strip())[:160]
-                found[key] += 1
-    return [f"{n:5d}x {line}" for line, n in found.most_common(12)]
-
-
-async def first_failure(tasks: list[asyncio.Task[Any]]) -> None:
-    """Wait for ``tasks``; a fault that could not be injected ends the run at once."""
-    pending = set(tasks)
-    while pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-        for t in done:
-            if t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
-
-
-async def settled(db: str, query: str, want: Callable[[Any], bool], timeout: float) -> None:
-    conn = await asyncpg.connect(db)
-    try:
-        await eventually(
-            lambda: conn.fetchval(query),
-            timeout=timeout,
-            what=f"{query} settled",
-            until=want,
-            interval=0.3,
-        )
-    finally:
-        await conn.close()
-
-
-# ---------------------------------------------------------------------- diagnostics
-
-STALL = re.compile(r"^(?P<topic>\S+):(?P<partition>\d+) ")
-
-
-def worker_lines(worker: WorkerProcess, n: int = 12) -> list[str]:
-    """The worker's last log lines that are not its timer process's cycles, and its last
-    rebalance steps (a CI tail was all timer-process lines)."""
-    try:
-        text = worker.log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ["<no log>"]
-    own = [x for x in text if "[timer-process]" not in x]
-    steps = [x for x in own if "assigned partitions" in x or "Revoking" in x]
-    return [*(f"rebalance: {x[:200]}" for x in steps[-4:]), *(x[:240] for x in own[-n:])]
-
-
-async def group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        offsets = await admin.list_consumer_group_offsets(group)
-        return {(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()}
-    finally:
-        await admin.close()
-
-
-async def explain_not_ready(workers: list[WorkerProcess], bootstrap: str, group: str) -> str:
-    """Why workers are not ready: each one's /health, who holds each stalled partition with
-    what committed offset and high watermark (its /status), the group's committed offset
-    on the broker, and the worker's last own log lines."""
-    lines: list[str] = []
-    health: dict[str, Any] = {}
-    status: dict[str, Any] = {}
-    for w in workers:
-        if w.proc is None or w.proc.poll() is not None:
-            lines.append(f"{w.name}: not running (rc {w.proc.returncode if w.proc else None})")
-            continue
-        with contextlib.suppress(OSError, ValueError):
-            health[w.name] = (await asyncio.to_thread(w.get, "/health"))[1]
-            status[w.name] = (await asyncio.to_thread(w.get, "/status?format=json"))[1]
-    stalled: set[tuple[str, int]] = set()
-    for name, h in health.items():
-        lines.append(f"{name} /health: {h}")
-        for agent_stalls in (
-            (h.get("stalled_partitions") or {}).values() if isinstance(h, dict) else ()
-        ):
-            for text in agent_stalls:
-                m = STALL.match(text)
-                if m:
-                    stalled.add((m["topic"], int(m["partition"])))
-    group_view: dict[tuple[str, int], int] = {}
-    try:
-        group_view = await group_offsets(bootstrap, group)
-    except Exception as exc:  # a diagnostic must not hide the failure it explains
-        lines.append(f"group offsets of {group}: {exc!r}")
-    for topic, partition in sorted(stalled):
-        where = f"{topic}:{partition}"
-        lines.append(
-            f"stalled {where}: committed in the group {group_view.get((topic, partition))}"
-        )
-        for name, st in status.items():
-            for agent in st.get("agents", []) if isinstance(st, dict) else []:
-                for part in agent.get("partitions", []):
-                    if part["partition"] != where:
-                        continue
-                    mine = [x for x in agent.get("stalled", []) if x["partition"] == where]
-                    lines.append(
-                        f"  held by {name} ({agent['agent']}): committed {part['committed']} "
-                        f"highwater {part['highwater']} stalled {mine}"
-                    )
-                    if mine and part["committed"] == part["highwater"]:
-                        lines.append(
-                            "  (nothing left to read: the lag is the stall check's own "
-                            "position, behind the committed offset)"
-                        )
-    for w in workers:
-        h = health.get(w.name)
-        if h is not None and (not isinstance(h, dict) or h.get("status") != "ready"):
-            lines.append(f"{w.name} last lines:")
-            lines += [f"  {x}" for x in worker_lines(w)]
-    return "\n".join(lines)
-
-
-async def all_ready(
-    workers: list[WorkerProcess], bootstrap: str, group: str, timeout: float
-) -> None:
-    try:
-        await asyncio.gather(*(w.wait_ready(timeout=timeout) for w in workers))
-    except AssertionError as exc:
-        why = await explain_not_ready(workers, bootstrap, group)
-        raise AssertionError(f"{str(exc).splitlines()[0]}\n{why}") from None
 
 
 @pytest.mark.timeout(720)

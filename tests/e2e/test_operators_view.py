@@ -21,12 +21,12 @@ from devkit.messages.factories import calendar_event, encode
 from devkit.observe.metrics import sample
 from devkit.observe.promql import SHARED, dashboard_uses, exported_names, metric_names, rule_uses
 from devkit.seed import seed_reminders
+from devkit.tools import tool
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from streams.slices import SLICES
-from tests.unit.test_operators_files import tool
 
 pytestmark = pytest.mark.e2e
 

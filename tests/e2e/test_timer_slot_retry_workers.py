@@ -16,13 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from devkit.harness.profile import Harness, person_document
-from devkit.kafka import read_to_end
-from devkit.workers import WorkerProcess, worker_env
-from streams.kafka_admin import ensure_topics, service_topic_names
-from streams.settings import Settings
-from streams.timers.slots import interval_slot
-from tests.e2e.test_document_expiry_workers import (
+from devkit.harness.expiry_workers import (
     REMINDERS,
     THRESHOLDS,
     cli,
@@ -30,6 +24,12 @@ from tests.e2e.test_document_expiry_workers import (
     poll,
     published,
 )
+from devkit.harness.profile import Harness, person_document
+from devkit.kafka import read_to_end
+from devkit.workers import WorkerProcess, worker_env
+from streams.kafka_admin import ensure_topics, service_topic_names
+from streams.settings import Settings
+from streams.timers.slots import interval_slot
 
 pytestmark = pytest.mark.e2e
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 import asyncpg
 import pytest
 
 from db import scheduler as repo
-from db.connector import transaction
+from db.connector import Connection, transaction
 from db.scheduler import ClaimedRow
 from devkit.harness.automation import (
     LEASE,
@@ -56,7 +55,9 @@ class Gate:
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+    async def revalidate(
+        self, conn: Connection, rows: Sequence[ClaimedRow]
+    ) -> Mapping[int, Outcome]:
         self.entered.set()
         await self.release.wait()
         return {r.scheduler_id: VALID for r in rows}
@@ -66,7 +67,9 @@ class Broken:
     automation_type = AutomationType.REMINDER
     daily_retry = False
 
-    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+    async def revalidate(
+        self, conn: Connection, rows: Sequence[ClaimedRow]
+    ) -> Mapping[int, Outcome]:
         raise RuntimeError("downstream said no")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -15,7 +14,7 @@ import pytest
 
 from db import report_subscriptions as subscriptions_repo
 from db import scheduler as repo
-from db.connector import transaction
+from db.connector import Connection, transaction
 from devkit.harness.automation import (
     LEASE,
     T0,
@@ -61,17 +60,17 @@ class ReportBackendDown(PgAutomationInputs):
     reminders load as usual."""
 
     async def report_subscriptions(
-        self, conn: Any, guids: Collection[UUID]
+        self, conn: Connection, guids: Collection[UUID]
     ) -> Mapping[UUID, SubscriptionState]:
         raise RuntimeError("report backend unavailable")
 
     async def reminder_settings(
-        self, conn: Any, guids: Collection[UUID]
+        self, conn: Connection, guids: Collection[UUID]
     ) -> Mapping[UUID, SettingState]:
         raise RuntimeError("settings backend unavailable")
 
     async def sources(
-        self, conn: Any, refs: Collection[tuple[str, UUID]]
+        self, conn: Connection, refs: Collection[tuple[str, UUID]]
     ) -> Mapping[tuple[str, UUID], SourceState]:
         return {}
 

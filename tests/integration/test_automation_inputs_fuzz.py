@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from db.connector import transaction
 from devkit.harness.automation import make_runtime
 from devkit.harness.automation_inputs import Inputs
+from devkit.harness.input_events import IndexedEv, KeyedMsg, RecordingDlq
 from devkit.messages.fuzz import (
     business_units,
     encode,
@@ -44,7 +45,6 @@ from streams.domain.automation.rules import EnsureOutcome
 from streams.input.consumer import ContractConsumer
 from streams.metrics import Metrics
 from streams.runtime import Runtime
-from tests.integration.test_input_fuzz import Ev, Msg, RecordingDlq
 
 pytestmark = pytest.mark.integration
 
@@ -170,10 +170,10 @@ async def test_fuzzed_automation_inputs_end_in_a_fixpoint(
     }
     flat: list[tuple[str, bytes, bool, dict[str, Any] | None]] = []
     for batch in batches:
-        by_topic: dict[str, list[Ev]] = defaultdict(list)
+        by_topic: dict[str, list[IndexedEv]] = defaultdict(list)
         for topic, value, valid, msg in batch:
             note(f"#{len(flat)} {topic} {json.dumps(msg)[:300] if msg else value!r}")
-            by_topic[topic].append(Ev(len(flat), Msg(None, value, len(flat), topic)))
+            by_topic[topic].append(IndexedEv(len(flat), KeyedMsg(None, value, len(flat), topic)))
             flat.append((topic, value, valid, msg))
         for topic, events in by_topic.items():
             await consumers[topic].handle(events)  # type: ignore[arg-type]

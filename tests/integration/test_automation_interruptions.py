@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from db import scheduler as repo
-from db.connector import DatabaseUnavailable, connection
+from db.connector import Connection, DatabaseUnavailable, connection
 from db.scheduler import ClaimedRow
 from devkit.harness.automation import (
     LEASE,
@@ -73,7 +73,9 @@ class Scripted:
         self.calls = 0
         self.locker: asyncpg.Connection | None = None
 
-    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+    async def revalidate(
+        self, conn: Connection, rows: Sequence[ClaimedRow]
+    ) -> Mapping[int, Outcome]:
         step = self.script[self.calls] if self.calls < len(self.script) else "ok"
         self.calls += 1
         if step == "fail":
@@ -221,7 +223,9 @@ class Gate:
     def __init__(self) -> None:
         self.entered = asyncio.Event()
 
-    async def revalidate(self, conn: Any, rows: Sequence[ClaimedRow]) -> Mapping[int, Outcome]:
+    async def revalidate(
+        self, conn: Connection, rows: Sequence[ClaimedRow]
+    ) -> Mapping[int, Outcome]:
         self.entered.set()
         await asyncio.Event().wait()
         raise AssertionError("unreachable")

@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from db.connector import Connection
 from devkit.harness.calendar import apply, make_runtime, reminders
 from devkit.messages.factories import T0, calendar_event
 from devkit.wait import eventually
@@ -293,7 +294,9 @@ class GatedWriter(WriterProxy):
         self.gates = [asyncio.Event() for _ in range(gates)]
         self.arrived = [asyncio.Event() for _ in range(gates)]
 
-    async def write(self, conn: Any, changed: Any, unchanged: Any, now: Any, origins: Any) -> Any:
+    async def write(
+        self, conn: Connection, changed: Any, unchanged: Any, now: Any, origins: Any
+    ) -> Any:
         n, self.calls = self.calls, self.calls + 1
         self.arrived[n].set()
         await self.gates[n].wait()
@@ -354,7 +357,9 @@ class HeldWriter(WriterProxy):
         self.wrote = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def write(self, conn: Any, changed: Any, unchanged: Any, now: Any, origins: Any) -> Any:
+    async def write(
+        self, conn: Connection, changed: Any, unchanged: Any, now: Any, origins: Any
+    ) -> Any:
         first, self.calls = self.calls == 0, self.calls + 1
         written = await self.inner.write(conn, changed, unchanged, now, origins)
         if first:

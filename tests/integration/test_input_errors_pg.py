@@ -4,15 +4,14 @@ dead-lettered); errors that say the message is bad dead-letter that message only
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 import pytest
 
 from devkit.harness.calendar import make_runtime
+from devkit.harness.input_events import Ev, Msg, RecordingDlq
 from devkit.messages.factories import calendar_event, encode
 from streams.contracts import CALENDAR_EVENTS
 from streams.input.consumer import ContractConsumer
@@ -20,37 +19,6 @@ from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsApplier
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass
-class Msg:
-    value: bytes | None
-    offset: int
-    key: bytes | None = b"k"
-    topic: str = "pin.calendar.events.v1"
-    partition: int = 0
-
-    @property
-    def tp(self) -> tuple[str, int]:
-        return (self.topic, self.partition)
-
-
-@dataclass
-class Ev:
-    message: Msg
-
-
-@dataclass
-class RecordingDlq:
-    """Stands in for the DLQ topic (this tier is about PostgreSQL; e2e covers the real DLQ)."""
-
-    sent: list[dict[str, Any]] = field(default_factory=list)
-
-    async def send(self, **kwargs: Any) -> asyncio.Future[None]:
-        self.sent.append(kwargs)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        fut.set_result(None)
-        return fut
 
 
 class Harness:

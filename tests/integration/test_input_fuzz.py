@@ -21,7 +21,6 @@ theirs when their agents exist.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -35,6 +34,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from devkit.harness.calendar import make_runtime
+from devkit.harness.input_events import IndexedEv, KeyedMsg, RecordingDlq
 from devkit.messages.fuzz import HOSTILE, VALID, History, Record, calendar_history, encode
 from devkit.messages.fuzz import calendar_events as valid_calendar_events
 from streams.contracts import CALENDAR_EVENTS
@@ -50,43 +50,6 @@ pytestmark = pytest.mark.integration
 
 MAX_EXAMPLES = 200
 OUTCOMES = {"applied", "noop", "dlq"}
-
-
-@dataclass
-class Msg:
-    key: bytes | None
-    value: bytes | None
-    offset: int
-    topic: str = CALENDAR_EVENTS.name
-    partition: int = 0
-
-    @property
-    def tp(self) -> tuple[str, int]:
-        return (self.topic, self.partition)
-
-
-class Ev:
-    """Stands in for a Faust event: the message, and an index back to the record."""
-
-    def __init__(self, index: int, message: Msg) -> None:
-        self.index = index
-        self.message = message
-
-    def ack(self) -> None:  # the consumer's run loop acks; handle() never does
-        raise AssertionError("handle() must not ack")
-
-
-@dataclass
-class RecordingDlq:
-    """Stands in for the DLQ topic: records what was sent and acknowledges at once."""
-
-    sent: list[dict[str, Any]] = field(default_factory=list)
-
-    async def send(self, **kwargs: Any) -> asyncio.Future[None]:
-        self.sent.append(kwargs)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        fut.set_result(None)
-        return fut
 
 
 class DictTable(dict[str, Any]):
@@ -125,7 +88,7 @@ def calendar_consumer(runtime: Runtime, use_cache: bool, run_outcomes: list[Any]
         metrics.agents,
         sleep=no_retry,
         on_outcome=lambda ev, outcome, reason: run_outcomes.append(
-            (cast(Ev, ev).index, outcome, reason)
+            (cast(IndexedEv, ev).index, outcome, reason)
         ),
     )
     return Run(consumer, dlq, run_outcomes, retries)
@@ -173,11 +136,13 @@ async def _fresh(pool: asyncpg.Pool) -> None:
     await pool.execute("TRUNCATE calendar.event_reminders, calendar.events")
 
 
-def _events(history: History, batch: list[int]) -> list[Ev]:
-    return [Ev(i, Msg(history.records[i].key, history.records[i].value, i)) for i in batch]
+def _events(history: History, batch: list[int]) -> list[IndexedEv]:
+    return [
+        IndexedEv(i, KeyedMsg(history.records[i].key, history.records[i].value, i)) for i in batch
+    ]
 
 
-async def _handle(run: Run, events: list[Ev]) -> None:
+async def _handle(run: Run, events: list[IndexedEv]) -> None:
     try:
         await run.consumer.handle(events)  # type: ignore[arg-type]
     except Exception as exc:
@@ -327,7 +292,9 @@ async def test_fuzzed_sequences_end_in_the_newest_state(
     # Every draw happens before the first await: the example is the same on every replay.
     sentinel = {**sentinel, "EventId": str(uuid.uuid4()), "Version": 1}
     sentinel_index = len(history.records)
-    await _handle(run, [Ev(sentinel_index, Msg(b"sentinel", encode(sentinel), sentinel_index))])
+    await _handle(
+        run, [IndexedEv(sentinel_index, KeyedMsg(b"sentinel", encode(sentinel), sentinel_index))]
+    )
 
     check_outcomes(history, run, sentinel_index)
     check_dlq(history, run)

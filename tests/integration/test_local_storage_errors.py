@@ -14,6 +14,7 @@ import faust
 import pytest
 
 from devkit.harness.calendar import make_runtime
+from devkit.harness.input_events import Ev, Msg, RecordingDlq
 from devkit.harness.profile import SLOT, Harness, MemoryTable, person_document, reminder_events
 from devkit.messages.factories import calendar_event, encode
 from streams.contracts import CALENDAR_EVENTS
@@ -23,7 +24,6 @@ from streams.runtime import Runtime
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.tables.cache import KeyCache, _rocksdict_store
 from streams.timers.context import RunContext
-from tests.integration.test_input_errors_pg import Ev, Msg, RecordingDlq
 
 pytestmark = pytest.mark.integration
 

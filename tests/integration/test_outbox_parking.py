@@ -18,6 +18,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from devkit.harness.outbox import assert_per_key_order, ids_of, sample, write
 from devkit.kafka import create_topics, read_to_end
 from devkit.stacks.private_stack import PrivateStack
 from devkit.wait import eventually
@@ -28,7 +29,6 @@ from streams.outbox import OutboxRecord, OutboxRelay, RelayConfig
 from streams.outbox.limits import topics_below_limit
 from streams.settings import Settings
 from streams.web.status import outbox_stats
-from tests.integration.test_outbox_relay import assert_per_key_order, ids_of, sample, write
 
 pytestmark = pytest.mark.integration
 

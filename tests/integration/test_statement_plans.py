@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from db.connector import connect, create_pool, transaction
+from db.connector import Connection, connect, create_pool, transaction
 from devkit.messages.factories import T0, calendar_event, parsed
 from streams.input.applier import Origin
 from streams.slices.calendar.events import CalendarEventsWriter
@@ -35,7 +35,7 @@ async def write(conn: asyncpg.Connection, batch: list[Any]) -> int:
     statement as it ran, sent back as a notice)."""
     plans: list[Any] = []
 
-    def listen(_conn: Any, message: Any) -> None:
+    def listen(_conn: Connection, message: Any) -> None:
         text = str(message.message)
         if "plan:" in text:
             plans.append(json.loads(text.split("plan:", 1)[1]))

@@ -10,6 +10,7 @@ import warnings
 import pytest
 
 from streams.asynctools import in_flight
+from streams.timers.testing import quiescent
 
 
 async def test_results_come_in_order_with_at_most_the_limit_running() -> None:
@@ -28,8 +29,7 @@ async def test_results_come_in_order_with_at_most_the_limit_running() -> None:
 
     task = asyncio.ensure_future(in_flight([job(i) for i in range(7)], 2))
     await two.wait()
-    for _ in range(10):
-        await asyncio.sleep(0)  # room for a third to start, if the limit let it
+    await quiescent()  # room for a third to start, if the limit let it
     assert running == 2
     release.set()
     assert await task == [0, 10, 20, 30, 40, 50, 60]

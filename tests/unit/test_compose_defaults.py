@@ -55,7 +55,7 @@ def test_docker_compose_config_parses_without_a_daemon() -> None:
     """Debian's docker-compose validates the file (schema, interpolation) with no engine."""
     import subprocess
 
-    from tests.unit.test_operators_files import tool
+    from devkit.tools import tool
 
     out = subprocess.run(
         [tool("docker-compose"), "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],

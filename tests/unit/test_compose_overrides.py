@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_operators_files import tool
+from devkit.tools import tool
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERRIDES = ROOT / "deploy" / "compose"

@@ -21,6 +21,7 @@ from streams.contracts.base import Contract
 from streams.input.acks import InOrderAcks
 from streams.input.consumer import ContractConsumer, Decoded
 from streams.metrics import AgentMetrics
+from streams.timers.testing import quiescent
 
 
 class Item(Contract):
@@ -123,8 +124,7 @@ async def test_a_batch_that_finishes_first_is_acked_after_the_one_admitted_befor
     if depth == 2:
         # The second batch is applied while the first waits, but not acked before it.
         await asyncio.wait_for(second_applied.wait(), 5)
-        for _ in range(10):
-            await asyncio.sleep(0)
+        await quiescent()
         assert acks == []
     release_first.set()
     await asyncio.wait_for(acks.all_in.wait(), 5)

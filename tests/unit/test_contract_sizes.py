@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
+from devkit.messages.factories import reminder_due
 from streams.contracts import (
     DOCUMENT_EXPIRY_REMINDERS,
     RECORD_OVERHEAD_BYTES,
@@ -24,7 +25,6 @@ from streams.contracts.profile import (
 from streams.outbox.config import RelayConfig
 from streams.outbox.records import record_for
 from streams.settings import ConfigError, Settings
-from tests.unit.test_outbox_records import reminder_due
 
 
 def test_every_produced_contract_fits_the_default_producer_limit() -> None:

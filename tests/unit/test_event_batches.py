@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from streams.input.batches import EventBatches
+from streams.timers.testing import quiescent
 
 
 class Source:
@@ -32,18 +33,13 @@ class Source:
             yield item
 
 
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
-
-
 async def test_events_that_arrive_while_nobody_asks_are_read_and_come_as_full_batches() -> None:
     source = Source()
     batches = EventBatches(source.events(), size=3, within=60)
     source.put(1, 2, 3)
     assert await anext(batches) == [1, 2, 3]  # the reader runs from the first ask on
     source.put(*range(4, 10))
-    await settle()
+    await quiescent()
     assert source.read == 9  # read although no batch was asked for
     assert await anext(batches) == [4, 5, 6]
     assert await anext(batches) == [7, 8, 9]
@@ -56,7 +52,7 @@ async def test_a_partial_batch_is_ready_once_its_first_event_waited_within() -> 
     batches = EventBatches(source.events(), size=10, within=60, clock=lambda: now[0])
     taking = asyncio.ensure_future(anext(batches))
     source.put(1, 2)
-    await settle()
+    await quiescent()
     assert not taking.done()
     now[0] += 61  # the first event has waited longer than `within`
     source.put(3)  # any arrival re-checks the deadline
@@ -69,10 +65,10 @@ async def test_the_reader_pauses_at_the_limit_and_resumes_when_a_batch_is_taken(
     batches = EventBatches(source.events(), size=2, within=60, limit=4)
     source.put(*range(10))
     assert await anext(batches) == [0, 1]
-    await settle()
+    await quiescent()
     assert source.read == 6  # 2 taken + 4 buffered, then it waits for room
     assert await anext(batches) == [2, 3]
-    await settle()
+    await quiescent()
     assert source.read == 8
     await batches.aclose()
 

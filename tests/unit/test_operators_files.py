@@ -5,12 +5,8 @@ check (tests/e2e/test_operators_view.py) relies on reads PromQL right."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
-
-import pytest
 
 from devkit.observe.promql import (
     ALERTS,
@@ -21,17 +17,8 @@ from devkit.observe.promql import (
     metric_names,
     rule_uses,
 )
+from devkit.tools import tool
 from streams.slices import SLICES
-
-
-def tool(name: str) -> str:
-    """A required command-line tool: missing in CI is a failure (.ci/run installs it)."""
-    found = shutil.which(name)
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is not installed (.ci/run installs it with apt)")
-        pytest.skip(f"{name} is not installed (apt-get install the Debian package)")
-    return found
 
 
 def test_metric_names_reads_selectors_not_functions_labels_or_durations() -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
+from devkit.messages.factories import reminder_due
 from streams.contracts import CALENDAR_EVENTS, REMINDER_DUE
-from streams.contracts.calendar import ReminderDueEvent
 from streams.maintenance.outbox_retention import RetentionConfig
 from streams.outbox.config import RelayConfig
 from streams.outbox.records import (
@@ -19,19 +18,6 @@ from streams.outbox.records import (
     record_for,
     wire_headers,
 )
-
-
-def reminder_due() -> ReminderDueEvent:
-    return ReminderDueEvent(
-        reminder_id=uuid.UUID("00000000-0000-0000-0000-000000000001"),
-        event_id=uuid.UUID("00000000-0000-0000-0000-0000000000e1"),
-        tenant_id=uuid.UUID("00000000-0000-0000-0000-0000000000a1"),
-        owner_user_id=uuid.UUID("00000000-0000-0000-0000-0000000000b1"),
-        kind="Consultation",
-        start_at=datetime(2026, 12, 1, 9, 0, tzinfo=UTC),
-        time_zone="Europe/Berlin",
-        offset_minutes=60,
-    )
 
 
 def test_record_for_uses_contract_topic_key_payload_and_headers() -> None:

@@ -1,16 +1,6 @@
-"""A worker frozen (SIGSTOP) in the middle of a dispatch batch or of a relay pass must not
-hold the others up, and must not double anything when it is continued (SIGCONT).
-
-Two real workers on the shared stack. Worker A is frozen while PostgreSQL shows it inside
-the operation (row locks on reminders / advisory locks on outbox lanes, session ``idle in
-transaction``). Reschedules are then produced for events A holds; worker B must apply
-them and publish the new reminders while A is still frozen, which is only possible once
-PostgreSQL ends A's transaction (DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS, set to 5 s here)
-and, for events on A's input partitions, once B has taken those partitions over (A stops
-heartbeating; BROKER_SESSION_TIMEOUT, set to 10 s here).
-After SIGCONT, the output topic must carry one outbox record per reminder (re-publishes of
-the same record, same ``outbox-id``, are at-least-once delivery and allowed).
-"""
+"""Two workers on one database and one set of topics, one of them to be frozen (SIGSTOP):
+what its sessions hold, reschedules of the events it holds, where the input stands, and the
+audit of the output topic after it is continued."""
 
 from __future__ import annotations
 
@@ -19,7 +9,6 @@ import contextlib
 import json
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,7 +17,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
-import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
@@ -38,14 +26,11 @@ from aiokafka.structs import ConsumerRecord
 from db.outbox import LANE_LOCK_SPACE
 from devkit.loads.calendar_load import calendar_message
 from devkit.loads.reminder_audit import DUE_TOPIC, assigned, audit, read_to_end
-from devkit.seed import seed_reminders
-from devkit.stacks.pause import cont, process_state, stop_when
+from devkit.stacks.pause import cont
 from devkit.wait import NotWithin, eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-
-pytestmark = pytest.mark.e2e
 
 EVENTS_TOPIC = "pin.calendar.events.v1"
 IDLE_IN_TX_TIMEOUT = 5
@@ -72,10 +57,13 @@ class Pair:
         return urlsplit(self.db).port or 5432
 
 
-@pytest.fixture(scope="module")
-def pair(
+@contextlib.contextmanager
+def started_pair(
     module_database_url: str, kafka_bootstrap: str, module_topic_prefix: str, module_tmp: Path
 ) -> Iterator[Pair]:
+    """Workers A and B (Kafka client ids ``paused-a``, ``paused-b``) ready on the database and
+    topics, with the product's knobs for a stuck peer set short; both continued and stopped
+    on exit."""
     settings = Settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=module_topic_prefix)
 
     async def prepare() -> None:
@@ -93,7 +81,7 @@ def pair(
         module_topic_prefix,
         TIMER_CALENDAR_DISPATCH_INTERVAL_SECONDS="1",
         TIMER_CALENDAR_DISPATCH_MAX_DURATION_SECONDS="0.5",
-        # The product's knobs for a stuck peer (see the module docstring).
+        # The product's knobs for a stuck peer (tests/e2e/test_paused_worker_dispatch.py says why).
         DB_LOCK_TIMEOUT_SECONDS="5",
         DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS=str(IDLE_IN_TX_TIMEOUT),
         OUTBOX_MAX_LANES_PER_PASS="8",
@@ -384,199 +372,3 @@ async def drain_and_audit(pair: Pair, conn: asyncpg.Connection) -> tuple[int, in
         f"{report.republishes} re-publishes (same outbox-id), 0 duplicated effects"
     )
     return len(sent), report.republishes
-
-
-@pytest.mark.timeout(360)
-async def test_worker_frozen_mid_dispatch_batch_does_not_stop_the_other(pair: Pair) -> None:
-    assert pair.a.proc is not None
-    conn = await asyncpg.connect(pair.db)
-    try:
-        async with TopicWatch(pair.kafka, pair.prefix + DUE_TOPIC) as topic:
-            start = datetime.now(UTC) - timedelta(minutes=5)
-            assert await seed_reminders(pair.db, events=ROWS, offsets=[1], start=start) == ROWS
-            backends = await stop_when(
-                conn, pair.a.proc.pid, pair.pg_port, dispatch_holders, timeout=60
-            )
-            stopped_at = time.monotonic()
-            # The batch A holds: reminder rows its session has locked.
-            held = await conn.fetch(
-                "SELECT r.reminder_id, r.event_id, r.due_at "
-                "FROM pgrowlocks('calendar.event_reminders') l "
-                "JOIN calendar.event_reminders r ON r.ctid = l.locked_row "
-                "WHERE l.pids && $1::int[]",
-                backends,
-            )
-            assert held, (
-                f"A is frozen but holds no reminder rows: {await session_report(conn, backends)}"
-            )
-            sent_at_stop = await conn.fetchval(
-                "SELECT count(*) FROM calendar.event_reminders WHERE status = 'Sent'"
-            )
-            # One held event per input partition. Those on B's partitions come first: B can
-            # apply them once PostgreSQL has ended A's transaction (its locks block them until
-            # then). Those on A's partitions B reads only after taking them over (A stopped
-            # heartbeating: BROKER_SESSION_TIMEOUT).
-            a_partitions = await owned_partitions(pair, "paused-a")
-            assert a_partitions, "the group description shows no input partition for A"
-            targets: dict[int, asyncpg.Record] = {}
-            for row in sorted(held, key=lambda r: r["reminder_id"]):
-                targets.setdefault(input_partition(row["event_id"]), row)
-            new_starts: dict[int, datetime] = {}
-            applied_after: dict[str, float] = {}
-            for phase, parts in (
-                ("B's partitions", sorted(set(targets) - a_partitions)),
-                ("A's partitions (taken over)", sorted(set(targets) & a_partitions)),
-            ):
-                for p in parts:
-                    new_starts[p], sent_to = await reschedule(pair, conn, targets[p]["event_id"])
-                    assert sent_to == p
-                ids = [targets[p]["event_id"] for p in parts]
-                want = len(ids)
-                try:
-                    await poll(
-                        conn,
-                        "SELECT count(*) FROM calendar.events "
-                        "WHERE event_id = ANY($1) AND version = 2",
-                        ids,
-                        until=lambda v: v == want,  # noqa: B023 (used at once)
-                        timeout=IDLE_IN_TX_TIMEOUT + 40,
-                    )
-                except AssertionError:
-                    applied = {
-                        r["event_id"]
-                        for r in await conn.fetch(
-                            "SELECT event_id FROM calendar.events "
-                            "WHERE event_id = ANY($1) AND version = 2",
-                            ids,
-                        )
-                    }
-                    missing = [p for p in parts if targets[p]["event_id"] not in applied]
-                    raise AssertionError(
-                        f"reschedules on {phase} {missing} (A had {sorted(a_partitions)}) not "
-                        f"applied while A is frozen, after {IDLE_IN_TX_TIMEOUT + 40}s; "
-                        f"A's sessions: {await session_report(conn, backends)}; "
-                        f"{await input_report(pair, missing[0])}; "
-                        f"{await nudge_report(pair, conn, missing[0], targets[missing[0]]['event_id'])}"
-                    ) from None
-                applied_after[phase] = time.monotonic() - stopped_at
-            seen_at = 0.0
-            for p, row in targets.items():
-                new_id = await poll(
-                    conn,
-                    "SELECT reminder_id::text FROM calendar.event_reminders "
-                    "WHERE event_id = $1 AND due_at = $2",
-                    row["event_id"],
-                    new_starts[p],
-                    until=lambda v: v is not None,
-                    timeout=5,
-                )
-                seen_at = max(seen_at, await topic.wait_for(new_id, timeout=40))
-            assert process_state(pair.a.proc.pid) in {"T", "t"}, "A was continued too early"
-            sent_while_frozen = (
-                await conn.fetchval(
-                    "SELECT count(*) FROM calendar.event_reminders WHERE status = 'Sent'"
-                )
-                - sent_at_stop
-            )
-            old_status = Counter(
-                r["status"]
-                for r in await conn.fetch(
-                    "SELECT status FROM calendar.event_reminders WHERE reminder_id = ANY($1)",
-                    [row["reminder_id"] for row in targets.values()],
-                )
-            )
-            print(
-                f"\nA frozen holding {len(held)} reminder rows (A had input partitions "
-                f"{sorted(a_partitions)}); reschedules applied by B after "
-                + ", ".join(f"{k}: {v:.1f}s" for k, v in applied_after.items())
-                + f"; their new reminders all on the topic {seen_at - stopped_at:.1f}s after the "
-                f"stop; B sent {sent_while_frozen} reminders meanwhile; the held old reminders "
-                f"ended {dict(old_status)}"
-            )
-            assert sent_while_frozen > 0
-            cont(pair.a.proc.pid)
-            await drain_and_audit(pair, conn)
-    finally:
-        cont(pair.a.proc.pid)
-        await conn.close()
-
-
-@pytest.mark.timeout(360)
-async def test_worker_frozen_mid_relay_pass_does_not_stop_the_other(pair: Pair) -> None:
-    assert pair.a.proc is not None
-    conn = await asyncpg.connect(pair.db)
-    try:
-        async with TopicWatch(pair.kafka, pair.prefix + DUE_TOPIC) as topic:
-            start = datetime.now(UTC) - timedelta(minutes=5)
-            assert await seed_reminders(pair.db, events=ROWS, offsets=[1], start=start) == ROWS
-            backends = await stop_when(
-                conn, pair.a.proc.pid, pair.pg_port, relay_holders, timeout=60
-            )
-            stopped_at = time.monotonic()
-            lanes = sorted(
-                r["objid"]
-                for r in await conn.fetch(
-                    "SELECT objid::int FROM pg_locks WHERE locktype = 'advisory' "
-                    "AND classid = $2::oid AND pid = ANY($1::int[])",
-                    backends,
-                    LANE_LOCK_SPACE,
-                )
-            )
-            key = await conn.fetchval(
-                "SELECT key FROM ops.outbox WHERE lane = ANY($1::smallint[]) "
-                "AND published_at IS NULL ORDER BY id LIMIT 1",
-                lanes,
-            )
-            assert key is not None, f"A holds lanes {lanes} with nothing to publish"
-            event_id = uuid.UUID(key)
-            old_id = await conn.fetchval("SELECT max(id) FROM ops.outbox WHERE key = $1", key)
-            count_at_stop = len(topic.records)
-            new_start, partition = await reschedule(pair, conn, event_id)
-            try:
-                await poll(
-                    conn,
-                    "SELECT version FROM calendar.events WHERE event_id = $1",
-                    event_id,
-                    until=lambda v: v == 2,
-                    timeout=IDLE_IN_TX_TIMEOUT + 40,
-                )
-                new_id = await poll(
-                    conn,
-                    "SELECT reminder_id::text FROM calendar.event_reminders "
-                    "WHERE event_id = $1 AND due_at = $2",
-                    event_id,
-                    new_start,
-                    until=lambda v: v is not None,
-                    timeout=5,
-                )
-                # Same key, same lane as the rows A holds: B can publish it only after them.
-                seen_at = await topic.wait_for(new_id, timeout=40)
-            except AssertionError as exc:
-                raise AssertionError(
-                    f"{exc}; A holds lanes {lanes}; A's sessions: "
-                    f"{await session_report(conn, backends)}; {await input_report(pair, partition)}"
-                ) from None
-            assert process_state(pair.a.proc.pid) in {"T", "t"}, "A was continued too early"
-            published_while_frozen = len(topic.records) - count_at_stop
-            print(
-                f"\nA frozen holding lanes {lanes}; new reminder of event in lane published "
-                f"{seen_at - stopped_at:.1f}s after the stop; {published_while_frozen} records "
-                f"reached the topic meanwhile"
-            )
-            cont(pair.a.proc.pid)
-            await drain_and_audit(pair, conn)
-            # Per-key order: the reminder A was holding comes before the new one.
-            firsts: dict[str, tuple[int, int]] = {}
-            new_outbox_id = None
-            for _, r in topic.records:
-                if r.key != key.encode():
-                    continue
-                oid = dict(r.headers)["outbox-id"].decode()
-                firsts.setdefault(oid, (r.partition, r.offset))
-                if json.loads(r.value or b"{}")["ReminderId"] == new_id:
-                    new_outbox_id = oid
-            assert new_outbox_id is not None and str(old_id) in firsts, firsts
-            assert firsts[str(old_id)] < firsts[new_outbox_id], firsts
-    finally:
-        cont(pair.a.proc.pid)
-        await conn.close()
