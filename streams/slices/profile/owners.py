@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from db import document_expiry_reminders as marks_repo
@@ -36,7 +36,6 @@ from streams.domain.profile import (
     settled_by,
     utc_date,
 )
-from streams.input.consumer import Decoded
 from streams.outbox.records import OutboxRecord, insert_many
 from streams.runtime import Runtime
 from streams.slices.profile.metrics import DocumentExpiryMetrics
@@ -47,7 +46,10 @@ from streams.slices.profile.reminders import (
     threshold_counts,
 )
 from streams.slices.profile.work import Continuations, DoneItems, OwnersWork, OwnerWork, item_key
-from streams.tables.cache import KeyCache
+
+if TYPE_CHECKING:  # the stream side's types: the inline fan-out runs it without Faust
+    from streams.input.consumer import Decoded
+    from streams.tables.cache import KeyCache
 
 log = logging.getLogger("streams.slices.profile.owners")
 
