@@ -118,7 +118,7 @@ def worker_settings(url: str, prefix: str, data: Path) -> dict[str, str]:
 async def manual_run(env: dict[str, str], as_of: datetime, rerun: bool) -> tuple[RunRecord, float]:
     """The run through the manual trigger's path in this process (the worker does the owners);
     returns the record and the statements this process sent."""
-    from streams.app import create_context
+    from streams.timer_app import create_timers
     from streams.timers.manual import run_manual
 
     settings = Settings(
@@ -129,7 +129,7 @@ async def manual_run(env: dict[str, str], as_of: datetime, rerun: bool) -> tuple
         worker_data_dir=Path(env["WORKER_DATA_DIR"]) / "bench",
         log_level="warning",
     )
-    ctx = create_context(settings)
+    ctx = create_timers(settings)
     try:
         record = await run_manual(ctx, NAME, as_of, rerun=rerun)
         return record, ctx.runtime.metrics.db.statements._value.get()

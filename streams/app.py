@@ -1,6 +1,6 @@
-"""The Faust app, built once per process from settings: the shared services (timer registry,
-outbox relay, web views) and every slice in streams/slices, which adds its own topics,
-agents, tables, schedules and status sections."""
+"""The Faust app, built once per process from settings on the timer side (streams/timer_app.py):
+the shared services (timer registry, outbox relay, web views) and every slice's stream part,
+which adds its own topics, agents, tables, pages and status sections."""
 
 from __future__ import annotations
 
@@ -9,20 +9,19 @@ import logging
 import faust
 from mode import Service
 
-from streams import faust_compat
-from streams.connection_budget import plan as connection_plan
+from streams import faust_compat, slices
 from streams.input.monitor import LeanMonitor
 from streams.kafka_client import faust_credentials
 from streams.maintenance.schedules import WORKER_HEARTBEAT
 from streams.maintenance.status import retention_status
-from streams.outbox.config import RelayConfig
 from streams.outbox.relay import OutboxRelay
 from streams.runtime import Runtime
 from streams.settings import Settings
-from streams.slices import SliceContext, install_all
+from streams.slices.context import SliceContext
+from streams.slices.slice import install_streams
+from streams.timer_app import create_timers
 from streams.timer_process.supervisor import TimerProcess
 from streams.timers.registry import TimerRegistry
-from streams.timers.store import build_registry
 from streams.topics import Topics
 from streams.web import views
 
@@ -79,10 +78,10 @@ def create_context(
     settings: Settings, runtime: Runtime | None = None, *, worker_id: str | None = None
 ) -> SliceContext:
     """The app with every slice installed and the timer registry declared, not started (the
-    worker starts it; ``python -m streams timers run`` uses its registry directly)."""
-    RelayConfig.from_settings(settings)  # relay settings that cannot work stop startup here
-    connection_plan(settings)  # so does a connection budget that leaves a pool nothing
-    runtime = runtime or Runtime(settings)
+    worker starts it). The timers are those of ``create_timers``; the app adds the stream
+    parts, given what each slice's timers returned."""
+    timers = create_timers(settings, runtime, worker_id=worker_id)
+    runtime = timers.runtime
     settings.worker_data_dir.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.app_id,
@@ -110,8 +109,15 @@ def create_context(
         table_standby_replicas=0,
         logging_config=None,
     )
-    ctx = SliceContext(app, runtime, Topics(app, settings), build_registry(runtime, worker_id))
-    install_all(ctx)
+    ctx = SliceContext(
+        app,
+        runtime,
+        Topics(app, settings),
+        timers.registry,
+        status_sections=timers.status_sections,
+        on_started=timers.on_started,
+    )
+    install_streams(slices.declared(), ctx, timers)
     ctx.status("retention", lambda: retention_status(runtime))
     return ctx
 

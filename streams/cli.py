@@ -1,7 +1,7 @@
 """Command line: ``streams <command> …`` (also ``python -m streams``, with ``reminders`` as an
 alias): one argparse tree. The service-wide commands are here and in their packages (timers,
-dlq, outbox, explain); each slice in ``SLICES`` with a ``cli`` module adds its own through
-``add_commands``. Parsing (and ``--help`` at every level) reads no settings and connects to
+dlq, outbox, explain); each declared slice (streams/slices) with a ``cli`` adds its own
+(argparse ``add_commands``). Parsing (and ``--help`` at every level) reads no settings and connects to
 nothing; the settings load only once a command is about to run."""
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import importlib
-import importlib.util
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -124,13 +122,12 @@ def _demo(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _slice_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Each installed slice with a ``cli`` module adds its commands (``add_commands``)."""
-    from streams.slices import SLICES
+    """Each declared slice with a ``cli`` adds its commands."""
+    from streams import slices
 
-    for name in SLICES:
-        module = f"streams.slices.{name}.cli"
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module).add_commands(sub)
+    for s in slices.declared():
+        if s.cli is not None:
+            s.cli(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,5 +1,5 @@
-"""``explain ID``: ask every installed slice what it knows about an id (a slice package may
-define ``async def explain(runtime, ident) -> dict | None``)."""
+"""``explain ID``: ask every declared slice what it knows about an id (its ``explain``, an
+``async def explain(runtime, ident) -> dict | None``)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,15 @@ import asyncio
 import json
 from typing import Any
 
+from streams import slices
 from streams.runtime import Runtime
 from streams.settings import Settings
-from streams.slices import load
 
 
 async def explain(runtime: Runtime, ident: str) -> dict[str, Any] | None:
-    for module in load():
-        resolver = getattr(module, "explain", None)
-        if resolver is not None:
-            found: dict[str, Any] | None = await resolver(runtime, ident)
+    for s in slices.declared():
+        if s.explain is not None:
+            found = await s.explain(runtime, ident)
             if found is not None:
                 return found
     return None

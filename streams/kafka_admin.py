@@ -18,7 +18,7 @@ from aiokafka.errors import (
     for_code,
 )
 
-from streams.contracts import ALL_TOPICS, DLQ_SUFFIX
+from streams.contracts import DLQ_SUFFIX
 from streams.kafka_client import client_options, topic_config
 from streams.settings import Settings
 
@@ -31,8 +31,10 @@ _DYNAMIC_TOPIC_CONFIG = 1
 
 
 def contract_topic_names(settings: Settings) -> list[str]:
+    from streams.slices import catalogue
+
     names: list[str] = []
-    for contract in ALL_TOPICS:
+    for contract in catalogue():
         name = settings.topic(contract.name)
         names.append(name)
         if contract.direction == "in":
@@ -41,7 +43,7 @@ def contract_topic_names(settings: Settings) -> list[str]:
 
 
 def internal_topic_names(settings: Settings) -> list[str]:
-    """The slices' internal topics (streams/slices/*: ``INTERNAL_TOPICS``) and their DLQs."""
+    """The slices' internal topics (each ``Slice.internal_topics``) and their DLQs."""
     from streams.slices import internal_topics
 
     names: list[str] = []

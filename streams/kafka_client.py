@@ -8,13 +8,13 @@ Secrets stay in ``SecretStr`` until a client is built; nothing here logs them.
 from __future__ import annotations
 
 import ssl
-from typing import Any
-
-from faust.auth import SASLCredentials, SSLCredentials
-from faust.types.auth import CredentialsT
+from typing import TYPE_CHECKING, Any
 
 from streams.contracts import DLQ_SUFFIX
 from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from faust.types.auth import CredentialsT
 
 
 def ssl_context(settings: Settings) -> ssl.SSLContext | None:
@@ -57,6 +57,9 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 def faust_credentials(settings: Settings) -> CredentialsT | None:
     """The Faust app's ``broker_credentials`` (None for PLAINTEXT)."""
+    # Faust only here: the timer process builds its Kafka clients without it.
+    from faust.auth import SASLCredentials, SSLCredentials
+
     protocol = settings.kafka_security_protocol
     context = ssl_context(settings)
     if protocol.startswith("SASL_"):

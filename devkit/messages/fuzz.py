@@ -27,7 +27,6 @@ from typing import Any
 from hypothesis import strategies as st
 
 from streams.contracts import (
-    ALL_TOPICS,
     BUSINESS_UNITS,
     CALENDAR_EVENTS,
     PERSON_DOCUMENTS,
@@ -36,11 +35,12 @@ from streams.contracts import (
     SOURCE_EVENTS,
     TopicContract,
 )
+from streams.slices import catalogue
 
 Wire = dict[str, Any]
 
 INPUT_CONTRACTS: tuple[TopicContract[Any], ...] = tuple(
-    c for c in ALL_TOPICS if c.direction == "in"
+    c for c in catalogue() if c.direction == "in"
 )
 
 # Every zone key of the tz database the service runs with (sorted: reproducible examples).

@@ -1,4 +1,5 @@
-"""The one contract package: every topic name, its message model and its key, as other teams see them."""
+"""The one contract package: every topic name, its message model and its key, as other teams see them
+(which slice consumes or produces each: ``streams.slices.catalogue()``)."""
 
 from __future__ import annotations
 
@@ -90,18 +91,6 @@ DISPATCH_REQUESTED = TopicContract(
     "pin.automation.dispatch-requested.v1", DispatchRequested, lambda m: m.scheduler_key, "out"
 )
 
-ALL_TOPICS: tuple[TopicContract[Any], ...] = (
-    CALENDAR_EVENTS,
-    PERSON_DOCUMENTS,
-    SOURCE_EVENTS,
-    REMINDER_SETTINGS,
-    BUSINESS_UNITS,
-    REPORT_SUBSCRIPTIONS,
-    REMINDER_DUE,
-    DOCUMENT_EXPIRY_REMINDERS,
-    DISPATCH_REQUESTED,
-)
-
 DLQ_SUFFIX = ".dlq"
 
 
@@ -119,8 +108,10 @@ class ContractTooLarge(SafeMessage, ValueError):
 
 
 def produced_contracts() -> tuple[TopicContract[Any], ...]:
-    """The contracts this service publishes through the outbox."""
-    return tuple(c for c in ALL_TOPICS if c.direction == "out")
+    """The contracts this service publishes through the outbox (the slices' "out" topics)."""
+    from streams.slices import catalogue
+
+    return tuple(c for c in catalogue() if c.direction == "out")
 
 
 class ContractError(SafeMessage, ValueError):
@@ -225,7 +216,6 @@ def decode(contract: TopicContract[M], raw: bytes | None) -> M:
 
 
 __all__ = [
-    "ALL_TOPICS",
     "CONTRACT_VERSION",
     "Contract",
     "ContractError",

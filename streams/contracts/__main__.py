@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from streams.contracts import ALL_TOPICS
+from streams.slices import catalogue
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "docs" / "contracts"
 
@@ -14,7 +14,7 @@ DEFAULT_DIR = Path(__file__).resolve().parents[2] / "docs" / "contracts"
 def render() -> dict[str, str]:
     """{file name: JSON Schema text} for every topic's model."""
     out: dict[str, str] = {}
-    for topic in ALL_TOPICS:
+    for topic in catalogue():
         schema = topic.model.model_json_schema(by_alias=True, mode="serialization")
         schema["x-topic"] = topic.name
         schema["x-direction"] = topic.direction
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     target.mkdir(parents=True, exist_ok=True)
     for name, text in render().items():
         (target / name).write_text(text, encoding="utf-8")
-    print(f"wrote {len(ALL_TOPICS)} schemas to {target}")
+    print(f"wrote {len(catalogue())} schemas to {target}")
     return 0
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from streams.contracts import ALL_TOPICS, DLQ_SUFFIX
+from streams.contracts import DLQ_SUFFIX
 from streams.dlq.redact import H_REDACTED
 from streams.settings import Settings
 
@@ -40,7 +40,9 @@ class ReplayUsageError(Exception):
 
 
 def input_topic_names() -> list[str]:
-    return [c.name for c in ALL_TOPICS if c.direction == "in"]
+    from streams.slices import catalogue
+
+    return [c.name for c in catalogue() if c.direction == "in"]
 
 
 def resolve_topic(settings: Settings, name: str) -> tuple[str, str]:

@@ -10,37 +10,61 @@ The rest of streams/ imports these from here (the public Faust API stays where i
 
 from __future__ import annotations
 
-from streams.faust_compat import consumer, fetch_loop, producer, schema, stores, tables
-from streams.faust_compat.consumer import committed_offsets, to_message
-from streams.faust_compat.errors import FaustCompatError
-from streams.faust_compat.fetch_loop import install
-from streams.faust_compat.producer import abort, producer_closed, sender_task
-from streams.faust_compat.schema import RawBytes
-from streams.faust_compat.stores import (
-    estimated_keys,
-    is_rocks_store,
-    is_rocksdict_store,
-    partition_db,
-    partition_dbs,
-    write_batch,
-)
-from streams.faust_compat.tables import changelog_producer, in_event, json_bytes
+import importlib
+from typing import TYPE_CHECKING
 
-CHECKS = (
-    consumer.check,
-    fetch_loop.check,
-    stores.check,
-    tables.check,
-    producer.check,
-    schema.check,
-)
+from streams.faust_compat.errors import FaustCompatError
+
+if TYPE_CHECKING:
+    from streams.faust_compat.consumer import committed_offsets, to_message
+    from streams.faust_compat.fetch_loop import install
+    from streams.faust_compat.producer import abort, producer_closed, sender_task
+    from streams.faust_compat.schema import RawBytes
+    from streams.faust_compat.stores import (
+        estimated_keys,
+        is_rocks_store,
+        is_rocksdict_store,
+        partition_db,
+        partition_dbs,
+        write_batch,
+    )
+    from streams.faust_compat.tables import changelog_producer, in_event, json_bytes
+
+# Accessor → its module. Each module is imported on first use: the producer's accessors
+# need aiokafka alone, so the timer process and ``timers run`` never import Faust.
+_HOMES = {
+    "committed_offsets": "consumer",
+    "to_message": "consumer",
+    "install": "fetch_loop",
+    "abort": "producer",
+    "producer_closed": "producer",
+    "sender_task": "producer",
+    "RawBytes": "schema",
+    "estimated_keys": "stores",
+    "is_rocks_store": "stores",
+    "is_rocksdict_store": "stores",
+    "partition_db": "stores",
+    "partition_dbs": "stores",
+    "write_batch": "stores",
+    "changelog_producer": "tables",
+    "in_event": "tables",
+    "json_bytes": "tables",
+}
+CHECKED = ("consumer", "fetch_loop", "stores", "tables", "producer", "schema")
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
 
 
 def check() -> None:
     """Raise FaustCompatError when an internal this package wraps is missing or changed in
     the installed faust-streaming, mode or aiokafka."""
-    for one in CHECKS:
-        one()
+    for home in CHECKED:
+        importlib.import_module(f"{__name__}.{home}").check()
 
 
 __all__ = [

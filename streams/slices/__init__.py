@@ -1,41 +1,74 @@
-"""Slices: one folder per product capability (calendar reminders, document expiry, automation),
-each installing its own topics, agents, tables, schedules, metrics and status sections
-through ``SliceContext``. The worker installs every slice listed in ``SLICES``.
+"""Slices: one folder per product capability (calendar reminders, automation, document expiry),
+each declaring ``SLICE = Slice(...)`` in its ``__init__.py`` (streams/slices/slice.py). ``SLICES``
+is the one list of them: the contract catalogue, topic creation, the worker, the timer process,
+``timers run``, the demo, the CLI and ``explain`` all iterate over it.
 
 Adding a slice: see "Adding a slice" in docs/architecture.md.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from streams.contracts import TopicContract
-from streams.slices.context import SliceContext
+from streams.slices.automation import SLICE as AUTOMATION
+from streams.slices.calendar import SLICE as CALENDAR
+from streams.slices.profile import SLICE as PROFILE
+from streams.slices.slice import Slice, TimerContext, install_streams, install_timers
 
-# The installed slices, in installation order: streams/slices/<name>/__init__.py has install().
-SLICES: tuple[str, ...] = ("calendar", "automation", "profile")
+if TYPE_CHECKING:
+    from streams.slices.context import SliceContext
 
-
-def load(names: Sequence[str] = SLICES) -> list[ModuleType]:
-    return [importlib.import_module(f"streams.slices.{name}") for name in names]
-
-
-def internal_topics(names: Sequence[str] = SLICES) -> list[TopicContract[Any]]:
-    """The internal topics the slices declare (``INTERNAL_TOPICS`` in their package), so that
-    ``python -m streams topics`` creates them with the contract topics."""
-    found: list[TopicContract[Any]] = []
-    for module in load(names):
-        found.extend(getattr(module, "INTERNAL_TOPICS", ()))
-    return found
+# The installed slices, in installation order (their schedules, agents and status sections
+# are registered in this order).
+SLICES: tuple[Slice, ...] = (CALENDAR, AUTOMATION, PROFILE)
 
 
-def install_all(ctx: SliceContext, names: Sequence[str] = SLICES) -> None:
-    for module in load(names):
-        install: Callable[[SliceContext], None] = module.install
-        install(ctx)
+def declared(names: Sequence[str] | None = None) -> tuple[Slice, ...]:
+    """The declared slices (read at each call), or those of ``names`` in that order."""
+    if names is None:
+        return SLICES
+    by_name = {s.name: s for s in SLICES}
+    return tuple(by_name[name] for name in names)
 
 
-__all__ = ["SLICES", "SliceContext", "install_all", "internal_topics", "load"]
+def names() -> tuple[str, ...]:
+    return tuple(s.name for s in declared())
+
+
+def catalogue() -> tuple[TopicContract[Any], ...]:
+    """Every contract topic of the service: what the slices consume ("in") and produce
+    through the outbox ("out"), each once."""
+    found: dict[str, TopicContract[Any]] = {}
+    for s in declared():
+        for contract in s.contracts:
+            found.setdefault(contract.name, contract)
+    return tuple(found.values())
+
+
+def internal_topics(names: Sequence[str] | None = None) -> list[TopicContract[Any]]:
+    """The internal topics the slices declare, so that ``python -m streams topics`` creates
+    them with the contract topics."""
+    return [t for s in declared(names) for t in s.internal_topics]
+
+
+def install_all(ctx: SliceContext, names: Sequence[str] | None = None) -> TimerContext:
+    """Install the slices' timers and stream parts on a worker's context."""
+    slices = declared(names)
+    timers = TimerContext(ctx.runtime, ctx.registry, ctx.status_sections, ctx.on_started)
+    install_timers(slices, timers)
+    install_streams(slices, ctx, timers)
+    return timers
+
+
+__all__ = [
+    "SLICES",
+    "Slice",
+    "TimerContext",
+    "catalogue",
+    "declared",
+    "install_all",
+    "internal_topics",
+    "names",
+]

@@ -1,5 +1,7 @@
-"""What a slice gets to install itself: the app, the runtime, the topics, the timer registry,
-and helpers that wire an input, a cache table or a status section the same way every time."""
+"""What a slice's stream part is installed on (its ``install_stream``): the worker's Faust app,
+the runtime, the topics, the timer registry, and helpers that wire an input, a cache table,
+a page or a status section the same way every time. Its timers get ``TimerContext``
+(streams/slices/slice.py), which needs no Faust."""
 
 from __future__ import annotations
 

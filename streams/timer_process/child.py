@@ -96,9 +96,9 @@ async def beat(
 
 
 async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> int:
-    from streams.app import create_context
+    from streams.timer_app import create_timers
 
-    ctx = create_context(settings, worker_id=worker_id)
+    ctx = create_timers(settings, worker_id=worker_id)
     registry, runtime = ctx.registry, ctx.runtime
     isolated = [n for n in registry.names if registry.get(n).isolated]
     registry.delegate([n for n in registry.names if n not in isolated], _runs_in_the_worker)

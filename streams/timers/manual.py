@@ -18,7 +18,7 @@ import sys
 from datetime import datetime
 
 from streams.settings import ConfigError, Settings
-from streams.slices.context import SliceContext
+from streams.slices.slice import TimerContext
 from streams.timers.runs import RunRecord
 from streams.timers.schedule import RegistrationError
 from streams.timers.slots import iso_utc
@@ -72,7 +72,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 async def run_manual(
-    ctx: SliceContext, name: str, as_of: datetime | None = None, *, rerun: bool = False
+    ctx: TimerContext, name: str, as_of: datetime | None = None, *, rerun: bool = False
 ) -> RunRecord:
     """One slot of ``name`` through ``ctx``'s registry (the worker's own, built but not
     started); raises KeyError for an unknown name, ValueError for a future ``as_of``."""
@@ -116,10 +116,10 @@ def run_timers(settings: Settings, args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    from streams.app import create_context
+    from streams.timer_app import create_timers
 
     try:
-        ctx = create_context(settings)
+        ctx = create_timers(settings)
     except (ConfigError, RegistrationError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

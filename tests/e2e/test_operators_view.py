@@ -26,7 +26,7 @@ from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
-from streams.slices import SLICES
+from streams.slices import names as slice_names
 
 pytestmark = pytest.mark.e2e
 
@@ -100,7 +100,9 @@ def test_every_metric_a_rule_or_panel_uses_is_exported_by_a_running_worker(
     status, text = worker.get("/metrics")
     assert status == 200
     exported = exported_names(str(text))
-    uses = [u for u in rule_uses() + dashboard_uses() if u.slice == SHARED or u.slice in SLICES]
+    uses = [
+        u for u in rule_uses() + dashboard_uses() if u.slice == SHARED or u.slice in slice_names()
+    ]
     assert {u.slice for u in uses} >= {"calendar", "automation", SHARED}
     missing = sorted(
         f"{u.where}: {name}" for u in uses for name in metric_names(u.expr) if name not in exported

@@ -36,11 +36,11 @@ from streams.domain.automation.rules import (
 from streams.metrics import Metrics
 from streams.runtime import Runtime
 from streams.settings import Settings
-from streams.slices import SliceContext
 from streams.slices.automation import install_core
 from streams.slices.automation.config import AutomationConfig
 from streams.slices.automation.execution_inputs import PgAutomationInputs
 from streams.slices.automation.handlers import HandlerRegistry, default_handlers
+from streams.slices.context import SliceContext
 from streams.timers.context import RunContext
 from streams.timers.store import build_registry
 from streams.topics import Topics

@@ -13,10 +13,11 @@ from devkit.harness.calendar import apply, make_runtime
 from devkit.messages.factories import T0, calendar_event
 from streams.clock import ManualClock
 from streams.runtime import Runtime
-from streams.slices import SliceContext, install_all
+from streams.slices import install_all
 from streams.slices.calendar import CALENDAR_DISPATCH
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.slices.calendar.events import CalendarEventsApplier
+from streams.slices.context import SliceContext
 from streams.timers.context import RunContext
 from streams.timers.registry import TimerRegistry
 from streams.timers.store import build_registry

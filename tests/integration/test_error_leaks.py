@@ -24,7 +24,7 @@ from streams import errors
 from streams.app import create_context
 from streams.errors import install_log_redaction
 from streams.settings import Settings
-from streams.slices import SliceContext
+from streams.slices.context import SliceContext
 from streams.timers import Mode, Schedule
 from streams.timers.context import RunContext
 from streams.timers.manual import run_manual

@@ -81,10 +81,10 @@ async def send(settings: Settings, kafka: DemoKafka) -> ProfileDemo:
 
 async def _run(settings: Settings, rerun: bool) -> RunRecord:
     """One run of the daily job through ``python -m streams timers run``'s code path."""
-    from streams.app import create_context
+    from streams.timer_app import create_timers
     from streams.timers.manual import run_manual
 
-    ctx = create_context(settings)
+    ctx = create_timers(settings)
     try:
         record = await run_manual(ctx, NAME, rerun=rerun)
         if record.result == "deduped":  # today's slot ran already (an earlier demo)

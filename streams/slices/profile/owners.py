@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from db import document_expiry_runs as runs_repo
@@ -29,7 +29,6 @@ from db.connector import is_transient
 from db.document_expiry_runs import RunProgress
 from streams import faults
 from streams.asynctools import in_flight
-from streams.input.consumer import Decoded
 from streams.runtime import Runtime
 from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.owner_cache import Claims, claimed_marks, committed_value, verify
@@ -37,7 +36,10 @@ from streams.slices.profile.owner_ledger import OwnerLedger
 from streams.slices.profile.owner_plan import TOTALS, OwnerBatchResult, OwnerPlan
 from streams.slices.profile.reminders import queued_documents, threshold_counts
 from streams.slices.profile.work import Continuations, DoneItems, OwnersWork, OwnerWork, item_key
-from streams.tables.cache import KeyCache
+
+if TYPE_CHECKING:  # the stream side's types: the inline fan-out runs it without Faust
+    from streams.input.consumer import Decoded
+    from streams.tables.cache import KeyCache
 
 log = logging.getLogger("streams.slices.profile.owners")
 
