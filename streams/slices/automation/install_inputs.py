@@ -35,6 +35,7 @@ from streams.slices.automation.reconcile import (
     ReconcileConfig,
     Reconciliation,
 )
+from streams.slices.automation.settings import AutomationSettings
 from streams.slices.context import SliceContext
 from streams.timers.schedule import Mode, Schedule
 
@@ -47,7 +48,7 @@ AUTOMATION_RECONCILE_REPORTS = "automation-reconcile-reports"
 
 def install_inputs(ctx: SliceContext, core: AutomationCore) -> Planner:
     runtime, registry = ctx.runtime, ctx.registry
-    settings = runtime.settings
+    settings = runtime.settings.of(AutomationSettings)
     planner = Planner(
         core.rows,
         default_providers(),

@@ -17,6 +17,7 @@ from streams.slices.calendar.dispatch import CalendarReminderDispatcher, Dispatc
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.slices.calendar.explain import explain
 from streams.slices.calendar.metrics import CalendarDispatchMetrics
+from streams.slices.calendar.settings import CalendarSettings
 from streams.slices.context import SliceContext
 from streams.timers.registry import TimerRegistry
 from streams.timers.schedule import Mode, Schedule
@@ -39,7 +40,7 @@ def dispatch_waker(registry: TimerRegistry) -> Callable[[datetime], None]:
 def install(ctx: SliceContext) -> None:
     registry, runtime = ctx.registry, ctx.runtime
     waker = dispatch_waker(registry)
-    settings = runtime.settings
+    settings = runtime.settings.of(CalendarSettings)
     dispatcher = CalendarReminderDispatcher(
         runtime,
         DispatchConfig(

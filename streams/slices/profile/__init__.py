@@ -22,6 +22,7 @@ from streams.slices.profile.documents import PersonDocumentsApplier
 from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.owners import OwnerWorker
 from streams.slices.profile.run import DocumentExpiryRun, ExpiryConfig, ExpiryRunResult
+from streams.slices.profile.settings import DocumentExpirySettings
 from streams.slices.profile.work import (
     OWNER_WORK,
     Fanout,
@@ -51,7 +52,7 @@ def install(ctx: SliceContext) -> None:
     owners = OwnerWorker(runtime, metrics, marks, TopicContinuations(ctx.topics.input(OWNER_WORK)))
     fanout: Fanout = (
         KafkaFanout(settings)
-        if settings.timer_document_expiry_fanout == "kafka"
+        if settings.of(DocumentExpirySettings).timer_document_expiry_fanout == "kafka"
         else InlineFanout(OwnerWorker(runtime, metrics))
     )
     run = DocumentExpiryRun(

@@ -46,6 +46,7 @@ from streams.slices.profile.reminders import (
     reminder_records,
     threshold_counts,
 )
+from streams.slices.profile.settings import DocumentExpirySettings
 from streams.slices.profile.work import Continuations, DoneItems, OwnersWork, OwnerWork, item_key
 from streams.tables.cache import KeyCache
 
@@ -136,8 +137,9 @@ class OwnerWorker:
         self.cache = cache
         self.continuations = continuations
         self.topic_prefix = runtime.settings.topic_prefix
-        self.per_event = runtime.settings.document_expiry_max_documents_per_event
-        self.chunk = runtime.settings.document_expiry_claim_chunk_documents
+        settings = runtime.settings.of(DocumentExpirySettings)
+        self.per_event = settings.document_expiry_max_documents_per_event
+        self.chunk = settings.document_expiry_claim_chunk_documents
         self.totals = OwnerBatchResult()
         self.done_items = DoneItems()
 
