@@ -1,6 +1,7 @@
 """Slices: one folder per product capability (calendar reminders, document expiry, automation),
 each installing its own topics, agents, tables, schedules, metrics and status sections
-through ``SliceContext``. The worker installs every slice listed in ``SLICES``.
+through ``SliceContext``, with its settings class in its ``settings`` module. The worker
+installs every slice listed in ``SLICES``.
 
 Adding a slice: see "Adding a slice" in docs/architecture.md.
 """
