@@ -36,8 +36,8 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
 
-    # The keyword arguments this instance was built with (tests: ``Settings(automation_
-    # batch_size=5, ...)``): the slices' classes get them too, so one call sets every knob.
+    # The keyword arguments this instance was built with: the slices' classes get them too,
+    # so one call sets every knob (tests: ``Settings(automation_batch_size=5, ...)``).
     _overrides: dict[str, Any] = PrivateAttr(default_factory=dict)
     _slices: dict[type[BaseSettings], BaseSettings] = PrivateAttr(default_factory=dict)
 
@@ -125,7 +125,8 @@ class Settings(BaseSettings):
     # other topics, is parked (python -m streams outbox parked|retry|drop).
     outbox_park_unknown_topic_after_seconds: float = Field(60.0, gt=0, le=86_400)
     outbox_retention_hours: float = Field(24.0, ge=0, le=100 * 8760)
-    # Retention (streams/maintenance, docs/architecture.md "Retention"): rows per DELETE (each
+    # Retention (streams/maintenance, docs/architecture.md "Retention"; the horizons below are
+    # the core's, not their slices': one job applies them all): rows per DELETE (each
     # its own transaction) and how long one run of a retention job may keep deleting.
     retention_batch_size: int = Field(5_000, ge=1, le=100_000)
     retention_budget_seconds: float = Field(240.0, gt=0, le=3_000)
