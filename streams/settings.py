@@ -1,15 +1,23 @@
-"""Service settings from the environment, validated once at startup."""
+"""Service settings from the environment, validated once at startup: the core ``Settings``
+here, each slice's own class in ``streams/slices/<name>/settings.py`` (``Settings.of``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Self, TypeVar
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from streams.domain.profile import parse_thresholds
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,10 +26,20 @@ class ConfigError(Exception):
     """Bad configuration: the message names the setting; the worker must not start."""
 
 
+S = TypeVar("S", bound=BaseSettings)
+
+
 class Settings(BaseSettings):
-    """Every knob of a worker. Environment variable = field name in upper case."""
+    """The service's own knobs (Kafka, PostgreSQL, web, timers, outbox, retention); a slice's
+    are in its settings class, read with ``of``. Environment variable = field name in upper
+    case."""
 
     model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    # The keyword arguments this instance was built with: the slices' classes get them too,
+    # so one call sets every knob (tests: ``Settings(automation_batch_size=5, ...)``).
+    _overrides: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _slices: dict[type[BaseSettings], BaseSettings] = PrivateAttr(default_factory=dict)
 
     app_id: str = Field("reminders", min_length=1)
     kafka_bootstrap: str = Field("127.0.0.1:19092", min_length=1)
@@ -107,7 +125,8 @@ class Settings(BaseSettings):
     # other topics, is parked (python -m streams outbox parked|retry|drop).
     outbox_park_unknown_topic_after_seconds: float = Field(60.0, gt=0, le=86_400)
     outbox_retention_hours: float = Field(24.0, ge=0, le=100 * 8760)
-    # Retention (streams/maintenance, docs/architecture.md "Retention"): rows per DELETE (each
+    # Retention (streams/maintenance, docs/architecture.md "Retention"; the horizons below are
+    # the core's, not their slices': one job applies them all): rows per DELETE (each
     # its own transaction) and how long one run of a retention job may keep deleting.
     retention_batch_size: int = Field(5_000, ge=1, le=100_000)
     retention_budget_seconds: float = Field(240.0, gt=0, le=3_000)
@@ -120,50 +139,6 @@ class Settings(BaseSettings):
     # this long past their ScheduledOn and last change.
     automation_scheduler_retention_days: float = Field(30.0, ge=2, le=36_500)
     timer_slot_retention_days: float = Field(7.0, ge=1, le=36_500)
-
-    # Calendar dispatch (seed 000): a poison row stays Pending and is retried after this,
-    # doubling per failed attempt up to the max (DispatchConfig validates the pair).
-    calendar_dispatch_poison_backoff_seconds: float = Field(60.0, ge=1, le=86_400)
-    calendar_dispatch_poison_backoff_max_seconds: float = Field(3600.0, ge=1, le=86_400)
-
-    # Automation scheduler (seed 003): rows per claim, how long a claim holds its rows, the
-    # backoff ladder (seconds) before support hold, rows per stale-cleanup pass.
-    automation_batch_size: int = Field(200, ge=1, le=10_000)
-    automation_lease_seconds: float = Field(120.0, gt=0, le=86_400)
-    automation_backoff_seconds: str = "300,900,3600"
-    automation_stale_batch_size: int = Field(500, ge=1, le=10_000)
-    # Claims ended without a verdict (DB error, cancelled run, expired lease) a row may have
-    # before they count as attempts, and how soon an interrupted row is due again.
-    automation_interruption_allowance: int = Field(5, ge=0, le=1_000)
-    automation_interruption_delay_seconds: float = Field(15.0, ge=0, le=86_400)
-    # AutomationTypes whose handlers are approved as long-running: once the ladder is spent
-    # they retry daily instead of going on support hold (comma-separated, e.g.
-    # "ReportSubscription"; empty = none).
-    automation_daily_retry_types: str = ""
-    # Automation inputs: how far ahead report runs are scheduled; bounded reconciliation's BU
-    # allowlist (comma-separated GUIDs; empty = off), batch, due window and settle lag.
-    automation_report_window_days: int = Field(7, ge=1, le=62)
-    automation_reconcile_units: str = ""
-    automation_reconcile_batch_size: int = Field(500, ge=1, le=10_000)
-    automation_reconcile_window_days: int = Field(30, ge=1, le=366)
-    automation_reconcile_settle_seconds: float = Field(60.0, ge=0, le=86_400)
-    # Document expiry reminders (seed 001). The schedule's own knobs (cron, max duration,
-    # enabled, ...) are the registry's TIMER_DOCUMENT_EXPIRY_* overrides.
-    # Days before ExpiresAt: "30,7,1,0" or "[30, 7, 1, 0]"; stored distinct and descending.
-    timer_document_expiry_thresholds_days: str = "30,7,1,0"
-    # Documents per scan batch (the run repeats while a batch is full).
-    timer_document_expiry_batch_size: int = Field(500, ge=1, le=10_000)
-    # kafka: one work item per owner on an internal topic, done by the worker that owns the
-    # owner's partition (and its marks cache); inline: the run does every owner itself.
-    timer_document_expiry_fanout: Literal["kafka", "inline"] = "kafka"
-    # Documents one DocumentExpiryReminderEvent lists at most: an owner's reminders of one
-    # run are split into events of up to this many (same correlation-id). 1,000 items are
-    # about 154 KB (at most ~260 KB with 64-character masks): well under Kafka's 1 MiB; at
-    # most the contract's MAX_DOCUMENTS_PER_EVENT (streams/contracts/profile.py).
-    document_expiry_max_documents_per_event: int = Field(1000, ge=1, le=1800)
-    # Documents one claim statement (and its transaction) covers at most: an owner with more
-    # is claimed in chunks, each continued by a work item of its own.
-    document_expiry_claim_chunk_documents: int = Field(5000, ge=10, le=50_000)
 
     @field_validator("database_url")
     @classmethod
@@ -215,15 +190,6 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("timer_document_expiry_thresholds_days")
-    @classmethod
-    def _thresholds(cls, v: str) -> str:
-        return ",".join(str(t) for t in parse_thresholds(v))
-
-    @property
-    def document_expiry_thresholds(self) -> tuple[int, ...]:
-        return parse_thresholds(self.timer_document_expiry_thresholds_days)
-
     @field_validator("log_level")
     @classmethod
     def _level(cls, v: str) -> str:
@@ -231,22 +197,90 @@ class Settings(BaseSettings):
             raise ValueError("must be one of debug, info, warning, error")
         return v.lower()
 
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**values)
+        self._overrides = dict(values)
+        # A slice's setting given here is validated here, as the core's are.
+        given = values.keys() - type(self).model_fields.keys()
+        if given:
+            for cls in slice_settings_classes():
+                if given & cls.model_fields.keys():
+                    self.of(cls)
+
+    def of(self, cls: type[S]) -> S:
+        """A slice's settings (e.g. ``settings.of(AutomationSettings)``): from the same
+        environment and the keyword arguments this instance was built with; built once."""
+        found = self._slices.get(cls)
+        if found is None:
+            found = self._slices[cls] = cls(**self._overrides)
+        assert isinstance(found, cls)
+        return found
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """pydantic's copy (``update`` is not validated); a slice's setting in ``update``
+        applies to its class through ``of``."""
+        changes = dict(update or {})
+        fields = type(self).model_fields
+        copied = super().model_copy(
+            update={k: v for k, v in changes.items() if k in fields}, deep=deep
+        )
+        copied._overrides = {**self._overrides, **changes}
+        copied._slices = {
+            cls: part.model_copy(
+                update={k: v for k, v in changes.items() if k in cls.model_fields}, deep=deep
+            )
+            for cls, part in self._slices.items()
+        }
+        return copied
+
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}{name}"
 
 
+def slice_settings_classes() -> list[type[BaseSettings]]:
+    """Every slice's settings class (imported on first use: the slices import this module)."""
+    from streams.slices import settings_classes
+
+    return settings_classes()
+
+
+def all_fields() -> dict[str, FieldInfo]:
+    """Every setting the service reads, the core's and every slice's: field name → field."""
+    fields: dict[str, FieldInfo] = dict(Settings.model_fields)
+    for cls in slice_settings_classes():
+        fields.update(cls.model_fields)
+    return fields
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    return [
+        f"setting {'.'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+        if err["loc"]
+        else str(err["msg"]).removeprefix("Value error, ")
+        for err in exc.errors()
+    ]
+
+
 def load_settings() -> Settings:
-    """Read settings from the environment, turning validation errors into ConfigError."""
+    """Read the core's and every slice's settings from the environment, turning validation
+    errors (all of them, the core's first) into one ConfigError."""
+    problems: list[str] = []
+    settings: Settings | None = None
     try:
-        return Settings()
+        settings = Settings()
     except ValidationError as exc:
-        problems = "; ".join(
-            f"setting {'.'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
-            if err["loc"]
-            else str(err["msg"]).removeprefix("Value error, ")
-            for err in exc.errors()
-        )
-        raise ConfigError(f"invalid configuration: {problems}") from None
+        problems.extend(_problems(exc))
+    for cls in slice_settings_classes():
+        try:
+            if settings is None:
+                cls()
+            else:
+                settings.of(cls)
+        except ValidationError as exc:
+            problems.extend(_problems(exc))
+    if problems or settings is None:
+        raise ConfigError(f"invalid configuration: {'; '.join(problems)}")
+    return settings
 
 
 @lru_cache(maxsize=1)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from pydantic_settings import BaseSettings
+
 from streams.contracts import TopicContract
 from streams.slices.automation import SLICE as AUTOMATION
 from streams.slices.calendar import SLICE as CALENDAR
@@ -53,6 +55,11 @@ def internal_topics(names: Sequence[str] | None = None) -> list[TopicContract[An
     return [t for s in declared(names) for t in s.internal_topics]
 
 
+def settings_classes(names: Sequence[str] | None = None) -> list[type[BaseSettings]]:
+    """The slices' settings classes, which ``load_settings`` validates at startup."""
+    return [s.settings for s in declared(names) if s.settings is not None]
+
+
 def install_all(ctx: SliceContext, names: Sequence[str] | None = None) -> TimerContext:
     """Install the slices' timers and stream parts on a worker's context."""
     slices = declared(names)
@@ -71,4 +78,5 @@ __all__ = [
     "install_all",
     "internal_topics",
     "names",
+    "settings_classes",
 ]

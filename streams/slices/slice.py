@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic_settings import BaseSettings
+
 from streams.contracts import TopicContract
 from streams.runtime import Runtime
 from streams.settings import Settings
@@ -61,7 +63,9 @@ class Slice:
     """The contract topics it consumes ("in") and produces through the outbox ("out")."""
     internal_topics: tuple[TopicContract[Any], ...] = ()
     """Topics between its own parts (created with the contract topics, with their DLQs)."""
-    settings: type[Any] | None = None
+    settings: type[BaseSettings] | None = None
+    """Its own settings class (same environment as the core's; read with
+    ``Settings.of``, validated by ``load_settings``)."""
     install_timers: Callable[[TimerContext], Any] | None = None
     """Registers its schedules (and status sections) on a timer-only context; what it
     returns is handed to ``install_stream``."""

@@ -36,6 +36,7 @@ from streams.contracts import decode
 from streams.input.consumer import Decoded
 from streams.slices.profile.owner_cache import CACHE_MAX_DOCUMENTS
 from streams.slices.profile.owners import OwnerWorker
+from streams.slices.profile.settings import DocumentExpirySettings
 from streams.slices.profile.work import OWNER_WORK, KafkaFanout, RunOrder, TopicContinuations
 from streams.timers.context import RunContext
 
@@ -97,7 +98,8 @@ async def test_an_owner_of_10000_documents_expiring_on_one_day_is_reminded_once_
         counts = reminded(events)
         assert len(counts) == 10_002 and set(counts.values()) == {1}, "every document once"
         rows = await event_rows(pool)
-        limit = h.runtime.settings.document_expiry_max_documents_per_event
+        expiry = h.runtime.settings.of(DocumentExpirySettings)
+        limit = expiry.document_expiry_max_documents_per_event
         assert max(n for _, _, _, n, _ in rows) <= limit
         assert max(size for *_, size in rows) < KAFKA_LIMIT // 4
         # All of the owner's events carry the run's correlation id (and its work id).

@@ -83,9 +83,9 @@ def test_images_and_ports_match_the_local_stack_and_the_readme() -> None:
 
 
 def test_the_workers_overridable_settings_default_to_the_codes() -> None:
-    from streams.settings import Settings
+    from streams.settings import all_fields
 
-    fields = Settings.model_fields
+    fields = all_fields()
     found = re.findall(r"^\s+([A-Z_]+): \$\{\1:-([^}]*)\}$", services()["worker"], flags=re.M)
     names = {name for name, _ in found}
     assert {"DB_MAX_CONNECTIONS_PER_WORKER", "OUTBOX_IN_DOUBT_TIMEOUT_SECONDS"} <= names

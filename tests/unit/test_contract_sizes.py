@@ -25,6 +25,7 @@ from streams.contracts.profile import (
 from streams.outbox.config import RelayConfig
 from streams.outbox.records import record_for
 from streams.settings import ConfigError, Settings
+from streams.slices.profile.settings import DocumentExpirySettings
 
 
 def test_every_produced_contract_fits_the_default_producer_limit() -> None:
@@ -66,7 +67,9 @@ def test_the_largest_document_expiry_event_fits_its_contract(split: str) -> None
     4-byte characters (UTF-8 is not ASCII: the seeds' document types are Russian and
     Vietnamese)."""
     per_event = (
-        Settings(database_url="postgresql://x@h/x").document_expiry_max_documents_per_event
+        Settings(database_url="postgresql://x@h/x")
+        .of(DocumentExpirySettings)
+        .document_expiry_max_documents_per_event
         if split == "default"
         else MAX_DOCUMENTS_PER_EVENT
     )

@@ -27,6 +27,7 @@ from streams.domain.profile import (
     utc_date,
 )
 from streams.settings import ConfigError, Settings
+from streams.slices.profile.settings import DocumentExpirySettings
 
 TODAY = date(2026, 6, 10)
 thresholds_st = st.lists(st.integers(0, 400), min_size=1, max_size=8)
@@ -124,8 +125,8 @@ def test_settings_normalize_thresholds_and_a_bad_value_names_the_setting(
     from streams.settings import load_settings
 
     monkeypatch.setenv("TIMER_DOCUMENT_EXPIRY_THRESHOLDS_DAYS", "0, 7,30,7")
-    assert load_settings().document_expiry_thresholds == (30, 7, 0)
-    assert Settings().document_expiry_thresholds == (30, 7, 0)
+    assert load_settings().of(DocumentExpirySettings).thresholds == (30, 7, 0)
+    assert Settings().of(DocumentExpirySettings).thresholds == (30, 7, 0)
     for bad, setting in (
         ("30,-7", "TIMER_DOCUMENT_EXPIRY_THRESHOLDS_DAYS"),
         ("", "TIMER_DOCUMENT_EXPIRY_THRESHOLDS_DAYS"),

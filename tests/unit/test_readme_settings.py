@@ -1,4 +1,5 @@
-"""README's configuration table stays true to streams/settings.py: every setting has a row,
+"""README's configuration table stays true to the settings classes (streams/settings.py and
+each slice's streams/slices/<name>/settings.py): every setting has a row,
 every row names settings that exist, and each row's defaults and ranges are the code's."""
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from typing import Any
 from annotated_types import Ge, Gt, Le
 from pydantic import SecretStr
 
-from streams.settings import PROJECT_ROOT, Settings
+from streams.settings import PROJECT_ROOT, all_fields
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-FIELDS = Settings.model_fields
+FIELDS = all_fields()
 # Rows that document the local stack or families of variables, not Settings fields.
 NOT_SETTINGS = ("local stack", "`TIMER_<NAME>_")
 # A default that depends on other settings, described instead of quoted.

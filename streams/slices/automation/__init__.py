@@ -38,6 +38,7 @@ from streams.slices.automation.handlers import AutomationHandler, Failure, Handl
 from streams.slices.automation.metrics import AutomationMetrics
 from streams.slices.automation.rows import SchedulerRows
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
+from streams.slices.automation.settings import AutomationSettings
 from streams.slices.automation.timers import (
     AUTOMATION_RECONCILE_REMINDERS,
     AUTOMATION_RECONCILE_REPORTS,
@@ -68,6 +69,7 @@ def load_demo() -> Demo:
 
 SLICE = Slice(
     name="automation",
+    settings=AutomationSettings,
     contracts=(
         SOURCE_EVENTS,
         REMINDER_SETTINGS,

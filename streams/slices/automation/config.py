@@ -13,6 +13,7 @@ from streams.domain.automation.rules import (
     parse_ladder,
 )
 from streams.settings import ConfigError, Settings
+from streams.slices.automation.settings import AutomationSettings
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,8 @@ class AutomationConfig:
     daily_retry_types: frozenset[AutomationType] = frozenset()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> AutomationConfig:
+    def from_settings(cls, core: Settings) -> AutomationConfig:
+        settings = core.of(AutomationSettings)
         try:
             backoff = parse_ladder(settings.automation_backoff_seconds)
         except ValueError as exc:

@@ -24,6 +24,7 @@ from streams.slices.automation.reconcile import (
 )
 from streams.slices.automation.rows import SchedulerRows
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
+from streams.slices.automation.settings import AutomationSettings
 from streams.slices.automation.support import status_section
 from streams.slices.slice import TimerContext
 from streams.timers.schedule import Mode, Schedule
@@ -130,7 +131,7 @@ def install_reconciliation(ctx: TimerContext, core: AutomationCore) -> Automatio
     """The inputs' planner on the core's Ensure/Deactivate, and the two bounded
     reconciliation jobs that repair through it."""
     runtime, registry = ctx.runtime, ctx.registry
-    settings = runtime.settings
+    settings = runtime.settings.of(AutomationSettings)
     planner = Planner(
         core.rows,
         default_providers(),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from streams.contracts import CALENDAR_EVENTS, REMINDER_DUE
 from streams.slices.calendar.explain import explain
+from streams.slices.calendar.settings import CalendarSettings
 from streams.slices.calendar.timers import (
     CALENDAR_DISPATCH,
     WAKE_NUDGE,
@@ -40,6 +41,7 @@ def load_demo() -> Demo:
 
 SLICE = Slice(
     name="calendar",
+    settings=CalendarSettings,
     contracts=(CALENDAR_EVENTS, REMINDER_DUE),
     install_timers=install_timers,
     install_stream=install_stream,

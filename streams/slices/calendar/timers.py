@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.slices.calendar.metrics import CalendarDispatchMetrics
+from streams.slices.calendar.settings import CalendarSettings
 from streams.slices.slice import TimerContext
 from streams.timers.registry import TimerRegistry
 from streams.timers.schedule import Mode, Schedule
@@ -33,7 +34,7 @@ def install_timers(ctx: TimerContext) -> Waker:
     """Registers calendar-dispatch; returns the waker for the events agent."""
     registry, runtime = ctx.registry, ctx.runtime
     waker = dispatch_waker(registry)
-    settings = runtime.settings
+    settings = runtime.settings.of(CalendarSettings)
     dispatcher = CalendarReminderDispatcher(
         runtime,
         DispatchConfig(

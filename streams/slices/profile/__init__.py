@@ -20,6 +20,7 @@ from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, PERSON_DOCUMENTS
 from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.owners import OwnerWorker
 from streams.slices.profile.run import DocumentExpiryRun, ExpiryConfig, ExpiryRunResult
+from streams.slices.profile.settings import DocumentExpirySettings
 from streams.slices.profile.timers import DEFAULT_CRON, DOCUMENT_EXPIRY, install_timers
 from streams.slices.profile.work import OWNER_WORK, OwnerWork
 from streams.slices.slice import Demo, Slice
@@ -42,6 +43,7 @@ def load_demo() -> Demo:
 
 SLICE = Slice(
     name="profile",
+    settings=DocumentExpirySettings,
     contracts=(PERSON_DOCUMENTS, DOCUMENT_EXPIRY_REMINDERS),
     internal_topics=(OWNER_WORK,),
     install_timers=install_timers,

@@ -35,6 +35,7 @@ from streams.slices.profile.owner_cache import Claims, claimed_marks, committed_
 from streams.slices.profile.owner_ledger import OwnerLedger
 from streams.slices.profile.owner_plan import TOTALS, OwnerBatchResult, OwnerPlan
 from streams.slices.profile.reminders import queued_documents, threshold_counts
+from streams.slices.profile.settings import DocumentExpirySettings
 from streams.slices.profile.work import Continuations, DoneItems, OwnersWork, OwnerWork, item_key
 
 if TYPE_CHECKING:  # the stream side's types: the inline fan-out runs it without Faust
@@ -65,8 +66,9 @@ class OwnerWorker:
         self.cache = cache
         self.continuations = continuations
         self.topic_prefix = runtime.settings.topic_prefix
-        self.per_event = runtime.settings.document_expiry_max_documents_per_event
-        self.chunk = runtime.settings.document_expiry_claim_chunk_documents
+        settings = runtime.settings.of(DocumentExpirySettings)
+        self.per_event = settings.document_expiry_max_documents_per_event
+        self.chunk = settings.document_expiry_claim_chunk_documents
         self.ledger = OwnerLedger(
             chunk=self.chunk,
             topic_prefix=self.topic_prefix,

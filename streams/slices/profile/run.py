@@ -27,6 +27,7 @@ from streams.domain.profile import (
 from streams.runtime import Runtime
 from streams.settings import Settings
 from streams.slices.profile.metrics import DocumentExpiryMetrics
+from streams.slices.profile.settings import DocumentExpirySettings
 from streams.slices.profile.work import Fanout, RunOrder
 from streams.timers import HandBack
 from streams.timers.context import RunContext
@@ -62,9 +63,10 @@ class ExpiryConfig:
             raise ValueError(f"batch_size must be in 1..10000, got {self.batch_size}")
 
     @classmethod
-    def from_settings(cls, settings: Settings, **overrides: Any) -> ExpiryConfig:
+    def from_settings(cls, core: Settings, **overrides: Any) -> ExpiryConfig:
+        settings = core.of(DocumentExpirySettings)
         return cls(
-            thresholds=settings.document_expiry_thresholds,
+            thresholds=settings.thresholds,
             batch_size=settings.timer_document_expiry_batch_size,
             **overrides,
         )

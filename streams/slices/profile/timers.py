@@ -9,6 +9,7 @@ from datetime import timedelta
 from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.owners import OwnerWorker
 from streams.slices.profile.run import DocumentExpiryRun, ExpiryConfig
+from streams.slices.profile.settings import DocumentExpirySettings
 from streams.slices.profile.work import Fanout, InlineFanout, KafkaFanout
 from streams.slices.slice import TimerContext
 from streams.timers.schedule import Misfire, Mode, Schedule
@@ -29,7 +30,7 @@ def install_timers(ctx: TimerContext) -> DocumentExpiryRun:
     # producer, so the timer process needs no Faust app); inline: the run does each itself.
     fanout: Fanout = (
         KafkaFanout(settings)
-        if settings.timer_document_expiry_fanout == "kafka"
+        if settings.of(DocumentExpirySettings).timer_document_expiry_fanout == "kafka"
         else InlineFanout(OwnerWorker(runtime, metrics))
     )
     run = DocumentExpiryRun(
