@@ -1,7 +1,7 @@
 """A slice is one declaration added to one list: a throwaway slice, defined here and added to
 ``streams.slices.SLICES``, is seen by the contract catalogue, topic creation, the CLI, the
-timer registry (with and without the Faust app), the worker's agents and /status; and the
-timer side of a worker imports no Faust."""
+timer registry (with and without the Faust app), the worker's agents and /status, and the
+settings validated at startup; and the timer side of a worker imports no Faust."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streams import slices
 from streams.app import create_context
@@ -20,7 +22,7 @@ from streams.cli import main
 from streams.contracts import TopicContract, produced_contracts
 from streams.contracts.base import Contract
 from streams.kafka_admin import service_topic_names
-from streams.settings import Settings
+from streams.settings import ConfigError, Settings, load_settings
 from streams.slices import Slice, TimerContext, catalogue
 from streams.slices.context import SliceContext
 from streams.timer_app import create_timers
@@ -34,6 +36,13 @@ class Pinged(Contract):
 
 PINGS = TopicContract("pin.throwaway.pings.v1", Pinged, lambda m: m.name, "in")
 PONGS = TopicContract("throwaway.pongs.v1", Pinged, lambda m: m.name, "internal")
+
+
+class ThrowawaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    throwaway_greeting: str = "hello"
+    throwaway_ticks: int = Field(1, ge=1)
 
 
 class Tick:
@@ -72,13 +81,18 @@ def install_stream(ctx: SliceContext, tick: Tick) -> None:
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hello = sub.add_parser("throwaway", help="say hello")
     hello.add_argument("who")
-    hello.set_defaults(run=lambda settings, args: print(f"hello {args.who}") or 7)
+    hello.set_defaults(
+        run=lambda settings, args: (
+            print(f"{settings.of(ThrowawaySettings).throwaway_greeting} {args.who}") or 7
+        )
+    )
 
 
 THROWAWAY = Slice(
     name="throwaway",
     contracts=(PINGS,),
     internal_topics=(PONGS,),
+    settings=ThrowawaySettings,
     install_timers=install_timers,
     install_stream=install_stream,
     cli=add_commands,
@@ -103,6 +117,17 @@ def test_the_catalogue_and_topic_creation_list_a_declared_slice(tmp_path: Path) 
 def test_the_cli_has_a_declared_slices_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["throwaway", "world"], settings=Settings()) == 7
     assert capsys.readouterr().out == "hello world\n"
+
+
+@pytest.mark.usefixtures("declared")
+def test_a_declared_slices_settings_are_read_and_validated_at_startup(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["throwaway", "world"], settings=Settings(throwaway_greeting="hi")) == 7
+    assert capsys.readouterr().out == "hi world\n"
+    monkeypatch.setenv("THROWAWAY_TICKS", "0")
+    with pytest.raises(ConfigError, match="setting THROWAWAY_TICKS: "):
+        load_settings()
 
 
 @pytest.mark.usefixtures("declared")
