@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
 from db import timer_slots, timer_state
@@ -16,8 +16,24 @@ class TimerRepository:
     run on the pool one at a time, each its own unit of work, so driver errors are translated
     here, where each opens."""
 
-    def __init__(self, db: Executor) -> None:
+    def __init__(
+        self,
+        db: Executor | None = None,
+        *,
+        open_db: Callable[[], Awaitable[Executor]] | None = None,
+    ) -> None:
+        """On ``db``, or on what ``open_db()`` returns for each statement (the worker's
+        lazily created pool: it needs the running loop)."""
+        if (db is None) == (open_db is None):
+            raise TypeError("TimerRepository takes db or open_db")
         self._db = db
+        self._open_db = open_db
+
+    async def _executor(self) -> Executor:
+        if self._db is not None:
+            return self._db
+        assert self._open_db is not None
+        return await self._open_db()
 
     async def claim_slot(
         self,
@@ -27,10 +43,9 @@ class TimerRepository:
         run_id: str,
         lease_expires_at: datetime | None = None,
     ) -> bool:
+        db = await self._executor()
         async with translating():
-            return await timer_slots.claim(
-                self._db, name, slot, claimed_by, run_id, lease_expires_at
-            )
+            return await timer_slots.claim(db, name, slot, claimed_by, run_id, lease_expires_at)
 
     async def reclaim_slot(
         self,
@@ -43,24 +58,28 @@ class TimerRepository:
         *,
         released: bool = False,
     ) -> bool:
+        db = await self._executor()
         async with translating():
             return await timer_slots.reclaim(
-                self._db, name, slot, claimed_by, run_id, lease_expires_at, now, released
+                db, name, slot, claimed_by, run_id, lease_expires_at, now, released
             )
 
     async def unfinished_slots(
         self, name: str, since: datetime, limit: int
     ) -> list[tuple[datetime, datetime]]:
+        db = await self._executor()
         async with translating():
-            return await timer_slots.unfinished(self._db, name, since, limit)
+            return await timer_slots.unfinished(db, name, since, limit)
 
     async def give_up_released(self, name: str, before: datetime) -> list[datetime]:
+        db = await self._executor()
         async with translating():
-            return await timer_slots.give_up_released(self._db, name, before)
+            return await timer_slots.give_up_released(db, name, before)
 
     async def slot_attempts(self, name: str, slot: datetime, run_id: str) -> int | None:
+        db = await self._executor()
         async with translating():
-            return await timer_slots.attempts(self._db, name, slot, run_id)
+            return await timer_slots.attempts(db, name, slot, run_id)
 
     async def finish_slot(
         self,
@@ -71,10 +90,9 @@ class TimerRepository:
         duration_seconds: float,
         error: str | None = None,
     ) -> bool:
+        db = await self._executor()
         async with translating():
-            return await timer_slots.finish(
-                self._db, name, slot, run_id, result, duration_seconds, error
-            )
+            return await timer_slots.finish(db, name, slot, run_id, result, duration_seconds, error)
 
     async def release_slot(
         self,
@@ -88,9 +106,10 @@ class TimerRepository:
         counted: bool,
         error: str | None,
     ) -> bool:
+        db = await self._executor()
         async with translating():
             return await timer_slots.release(
-                self._db,
+                db,
                 name,
                 slot,
                 run_id,
@@ -102,13 +121,16 @@ class TimerRepository:
             )
 
     async def prune_slots(self, before: datetime, limit: int) -> int:
+        db = await self._executor()
         async with translating():
-            return await timer_slots.prune(self._db, before, limit)
+            return await timer_slots.prune(db, before, limit)
 
     async def advance_state(self, name: str, slot: datetime, worker: str) -> None:
+        db = await self._executor()
         async with translating():
-            await timer_state.advance(self._db, name, slot, worker)
+            await timer_state.advance(db, name, slot, worker)
 
     async def last_slots(self, names: Sequence[str]) -> dict[str, datetime]:
+        db = await self._executor()
         async with translating():
-            return await timer_state.last_slots(self._db, names)
+            return await timer_state.last_slots(db, names)
