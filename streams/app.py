@@ -1,6 +1,7 @@
-"""The Faust app, built once per process from settings on the timer side (streams/timer_app.py):
-the shared services (timer registry, outbox relay, web views) and every slice's stream part,
-which adds its own topics, agents, tables, pages and status sections."""
+"""The worker's Faust app, built once per process on the timer side (streams/timer_app.py).
+
+It adds the shared services (the outbox relay or the timer process, web views) and every
+slice's stream part, which adds its own topics, agents, tables, pages and status sections."""
 
 from __future__ import annotations
 
