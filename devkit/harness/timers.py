@@ -10,10 +10,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from devkit.harness.timer_fakes import FakeSleeper, InMemoryTimerStore
 from streams.clock import ManualClock
 from streams.timers import Mode, Schedule, TimerMetrics, TimerRegistry
 from streams.timers.context import RunContext
-from streams.timers.testing import FakeSleeper, InMemoryTimerStore
 
 MINUTE = timedelta(minutes=1)
 # A minute boundary: slots of a 60 s interval are T0 + k minutes.

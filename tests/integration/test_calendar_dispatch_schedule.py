@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 
 from devkit.harness.calendar import apply
+from devkit.harness.timer_fakes import InMemoryTimerStore
 from devkit.messages.factories import calendar_event
 from streams.clock import ManualClock
 from streams.runtime import Runtime
@@ -16,7 +17,6 @@ from streams.settings import Settings
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.timers import Mode, Schedule, TimerRegistry
-from streams.timers.testing import InMemoryTimerStore
 
 pytestmark = pytest.mark.integration
 

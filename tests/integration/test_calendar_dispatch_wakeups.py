@@ -15,6 +15,7 @@ import pytest
 from db import event_reminders as reminders_repo
 from db import events as events_repo
 from db.queries import sql
+from devkit.harness.timer_fakes import InMemoryTimerStore
 from streams.clock import ManualClock
 from streams.runtime import Runtime
 from streams.settings import Settings
@@ -26,7 +27,6 @@ from streams.slices.calendar.dispatch import (
 )
 from streams.timers import Mode, Schedule, TimerRegistry
 from streams.timers.context import RunContext
-from streams.timers.testing import InMemoryTimerStore
 
 pytestmark = pytest.mark.integration
 

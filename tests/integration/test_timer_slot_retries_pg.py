@@ -13,11 +13,11 @@ import pytest
 
 from db.queries import sql
 from db.timers import TimerRepository
+from devkit.harness.timer_fakes import FakeSleeper
 from devkit.wait import eventually
 from streams.clock import ManualClock
 from streams.timers import HandBack, Misfire, Mode, Schedule, TimerRegistry
 from streams.timers.context import RunContext
-from streams.timers.testing import FakeSleeper
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ import warnings
 
 import pytest
 
+from devkit.harness.timer_fakes import quiescent
 from streams.asynctools import in_flight
-from streams.timers.testing import quiescent
 
 
 async def test_results_come_in_order_with_at_most_the_limit_running() -> None:

@@ -16,12 +16,12 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry
 
+from devkit.harness.timer_fakes import quiescent
 from streams.contracts import TopicContract
 from streams.contracts.base import Contract
 from streams.input.acks import InOrderAcks
 from streams.input.consumer import ContractConsumer, Decoded
 from streams.metrics import AgentMetrics
-from streams.timers.testing import quiescent
 
 
 class Item(Contract):

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from devkit.harness.timer_fakes import quiescent
 from streams.input.batches import EventBatches
-from streams.timers.testing import quiescent
 
 
 class Source:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit.harness.timer_fakes import InMemoryTimerStore
 from streams.clock import ManualClock
 from streams.maintenance import (
     OutboxRetention,
@@ -20,7 +21,6 @@ from streams.settings import Settings
 from streams.timers import Misfire, Mode, TimerRegistry
 from streams.timers.context import RunContext
 from streams.timers.on_pool import OnPool
-from streams.timers.testing import InMemoryTimerStore
 
 T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC)
 

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
+from devkit.harness.timer_fakes import FakeSleeper, InMemoryTimerStore
 from devkit.harness.timers import (
     FailingClaims,
     Recorder,
@@ -22,7 +23,6 @@ from streams.timers import (
     TimerRegistry,
 )
 from streams.timers.context import RunContext
-from streams.timers.testing import FakeSleeper, InMemoryTimerStore
 
 
 async def test_a_slot_whose_claimant_died_is_taken_over_when_its_lease_runs_out(

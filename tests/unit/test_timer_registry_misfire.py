@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devkit.harness.timer_fakes import FakeSleeper, InMemoryTimerStore
 from devkit.harness.timers import (
     MINUTE,
     T0,
@@ -24,7 +25,6 @@ from streams.timers import (
     Mode,
     TimerRegistry,
 )
-from streams.timers.testing import FakeSleeper, InMemoryTimerStore
 
 
 @pytest.mark.parametrize(

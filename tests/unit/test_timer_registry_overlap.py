@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from devkit.harness.timer_fakes import quiescent
 from devkit.harness.timers import (
     MINUTE,
     T0,
@@ -21,7 +22,6 @@ from streams.timers import (
     Misfire,
     Mode,
 )
-from streams.timers.testing import quiescent
 
 
 async def test_slow_handler_never_overlaps_itself_and_skipped_ticks_are_counted(

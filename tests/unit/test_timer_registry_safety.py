@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from devkit.harness.timer_fakes import InMemoryTimerStore, quiescent
 from devkit.harness.timers import (
     FailingClaims,
     Flaky,
@@ -26,7 +27,6 @@ from streams.timers import (
     TimerRegistry,
 )
 from streams.timers.leases import CLAIM_RETRY_MAX, claim_backoff
-from streams.timers.testing import InMemoryTimerStore, quiescent
 
 
 async def test_a_handler_that_raises_is_logged_and_the_next_tick_runs(

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from devkit.harness.timer_fakes import FakeSleeper, InMemoryTimerStore
 from streams.clock import ManualClock
 from streams.timers import Mode, RunContext, RunRecord, Schedule, TimerRegistry
-from streams.timers.testing import FakeSleeper, InMemoryTimerStore
 
 T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC)
 

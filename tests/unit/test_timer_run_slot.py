@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from devkit.harness.timer_fakes import InMemoryTimerStore
 from streams.clock import ManualClock
 from streams.timers import Mode, Schedule, TimerRegistry
 from streams.timers.context import RunContext
-from streams.timers.testing import InMemoryTimerStore
 
 NOW = datetime(2026, 6, 10, 9, 15, tzinfo=UTC)
 DAILY_SLOT = datetime(2026, 6, 10, 0, 30, tzinfo=UTC)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from devkit.harness.timer_fakes import InMemoryTimerStore
 from streams.clock import ManualClock
 from streams.timers import (
     Misfire,
@@ -18,7 +19,6 @@ from streams.timers import (
     TimerRegistry,
 )
 from streams.timers.context import RunContext
-from streams.timers.testing import InMemoryTimerStore
 
 T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC)
 PREFIX = "TIMER_CALENDAR_DISPATCH_"
