@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from streams import logs
 from streams.errors import install_log_redaction
 from streams.settings import ConfigError, Settings, load_settings
 
@@ -191,6 +192,8 @@ def main(argv: Sequence[str] | None = None, *, settings: Settings | None = None)
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+    # One logging set-up for every command (the worker's Faust applies it again).
+    logs.configure_from(settings)
     run: Any = args.run
     code: int = run(settings, args)
     return code
