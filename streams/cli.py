@@ -97,6 +97,9 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     # Faust's worker command reads sys.argv; the arguments this tree did not know go to it.
     sys.argv = [
         "reminders",
+        # Faust prints its banner straight to stdout: with JSON lines it would be the one
+        # line that is not JSON (what it says is on /status).
+        *(["--quiet"] if settings.log_format == "json" else []),
         "worker",
         "-l",
         # Faust spells it "warn" (and refuses "warning", which LOG_LEVEL accepts).

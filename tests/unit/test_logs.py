@@ -141,13 +141,13 @@ def test_configure_replaces_its_own_handler_and_keeps_others() -> None:
         logs.configure("debug", "json", stream=out, process="timer-process")
         ours = [h for h in root.handlers if h.get_name() == logs.HANDLER_NAME]
         assert len(ours) == 1 and root.level == logging.DEBUG
-        assert all(h in root.handlers for h in before[0])
+        others = [h for h in before[0] if h.get_name() != logs.HANDLER_NAME]
+        assert all(h in root.handlers for h in others)
         logging.getLogger("streams.test").debug("action=hello")
         (line,) = lines(out)
         assert line["action"] == "hello" and line["process"] == "timer-process"
     finally:
-        for h in [h for h in root.handlers if h.get_name() == logs.HANDLER_NAME]:
-            root.removeHandler(h)
+        root.handlers[:] = before[0]
         root.setLevel(before[1])
 
 
