@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, level in (("off (info)", "info"), ("on (debug)", "debug")):
             text = cost("text", level, args.items, args.batch)
             js = cost("json", level, args.items, args.batch)
-            print(f"{label:<16} {text:>13.2f} {js:>13.2f}")
+            print(f"{label:<16} {text:>13.3f} {js:>13.3f}")
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
