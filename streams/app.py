@@ -10,7 +10,7 @@ import logging
 import faust
 from mode import Service
 
-from streams import faust_compat, slices
+from streams import faust_compat, logs, slices
 from streams.input.monitor import LeanMonitor
 from streams.kafka_client import faust_credentials
 from streams.maintenance.schedules import WORKER_HEARTBEAT
@@ -108,7 +108,8 @@ def create_context(
         broker_commit_every=1000,
         broker_commit_interval=1.0,
         table_standby_replicas=0,
-        logging_config=None,
+        # The one logging set-up (streams/logs.py), applied when Faust's worker sets up logging.
+        logging_config=logs.dict_config(settings.log_level, settings.log_format),
     )
     ctx = SliceContext(
         app,

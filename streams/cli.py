@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from streams import logs
 from streams.errors import install_log_redaction
 from streams.settings import ConfigError, Settings, load_settings
 
@@ -96,6 +97,9 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     # Faust's worker command reads sys.argv; the arguments this tree did not know go to it.
     sys.argv = [
         "reminders",
+        # Faust prints its banner straight to stdout: with JSON lines it would be the one
+        # line that is not JSON (what it says is on /status).
+        *(["--quiet"] if settings.log_format == "json" else []),
         "worker",
         "-l",
         # Faust spells it "warn" (and refuses "warning", which LOG_LEVEL accepts).
@@ -191,6 +195,8 @@ def main(argv: Sequence[str] | None = None, *, settings: Settings | None = None)
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+    # One logging set-up for every command (the worker's Faust applies it again).
+    logs.configure_from(settings)
     run: Any = args.run
     code: int = run(settings, args)
     return code

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     # How other workers' status pages link to this one (default http://WEB_HOST:WEB_PORT).
     web_advertised_url: str = ""
     log_level: str = "info"
+    # One line per record: text (``<time> <level> <logger> action=... k=v``) or json (one
+    # object per line, the same fields as keys); streams/logs.py.
+    log_format: Literal["text", "json"] = "text"
     # The worker's event loop: uvloop (about 15% less CPU per ingested event than asyncio's
     # own loop, measured with the ingest bench) or asyncio.
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 
 from db.server import ConnectionLimits
+from streams import logs
 from streams.kafka_client import security_options
 from streams.settings import Settings
 from streams.startup_wait import (
@@ -81,14 +82,12 @@ async def wait_for_dependencies(
 
 
 @contextlib.contextmanager
-def startup_logging(level: str) -> Iterator[None]:
+def startup_logging(level: str, log_format: str = "text") -> Iterator[None]:
     """A stderr handler for the wait, before Faust sets up its own logging (removed after,
     so lines are not printed twice once the worker runs)."""
     logger = logging.getLogger("streams.startup_wait")
     handler = logging.StreamHandler()
-    handler.setFormatter(
-        logging.Formatter("[%(asctime)s] [%(process)d] [%(levelname)s] [%(name)s] %(message)s")
-    )
+    handler.setFormatter(logs.formatter(log_format))
     before = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(level.upper())
@@ -132,7 +131,7 @@ def startup_gate(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop, sig)
     try:
-        with startup_logging(settings.log_level):
+        with startup_logging(settings.log_level, settings.log_format):
             loop.run_until_complete(task)
     except asyncio.CancelledError:
         print("stopped while waiting for dependencies", file=sys.stderr)

@@ -126,7 +126,7 @@ def worker_lines(worker: WorkerProcess, n: int = 12) -> list[str]:
         text = worker.log_path.read_text(errors="replace").splitlines()
     except OSError:
         return ["<no log>"]
-    own = [x for x in text if "[timer-process]" not in x]
+    own = [x for x in text if "[timer-process]" not in x and '"process": "timer-process"' not in x]
     steps = [x for x in own if "assigned partitions" in x or "Revoking" in x]
     return [*(f"rebalance: {x[:200]}" for x in steps[-4:]), *(x[:240] for x in own[-n:])]
 

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 
+from streams import logs
 from streams.errors import describe, install_log_redaction
 from streams.metrics import Metrics
 from streams.outbox.config import RelayConfig
@@ -44,10 +45,7 @@ def main() -> int:
         print(exc, file=sys.stderr)
         return 2
     install_log_redaction()
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-    )
+    logs.configure_from(settings)
     return asyncio.run(serve(settings))
 
 

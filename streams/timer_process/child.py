@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from streams import logs
 from streams.asynctools import describe, wait_any
 from streams.errors import install_log_redaction
 from streams.metrics import families_to_json
@@ -24,7 +25,8 @@ from streams.timer_process import wire
 from streams.timer_process.progress import Progress
 
 log = logging.getLogger("streams.timer_process")
-LOG_FORMAT = "[%(asctime)s] [%(process)s] [%(levelname)s] [timer-process] %(message)s"
+# Each of its lines says it comes from the timer process (its worker's share its stderr).
+PROCESS = "timer-process"
 
 
 async def _pipes(in_fd: int, out_fd: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     install_log_redaction()
-    logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    logs.configure_from(settings, process=PROCESS)
     # The protocol keeps the original stdout to itself; anything printed goes to stderr.
     out_fd = os.dup(1)
     os.dup2(2, 1)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from streams import logs
 from streams.clock import Clock
 from streams.errors import describe
 from streams.timers.context import RunContext
@@ -52,8 +53,11 @@ async def invoke(
     cancel it. Cancelling the caller cancels the handler too, and waits for it to unwind.
     """
     run_id = ctx.run_id
+    # Every line the handler writes carries the run's id and schedule (streams/logs.py).
     task: asyncio.Task[object] = asyncio.create_task(
-        _invoke(spec.handler, ctx), name=f"timer:{spec.name}:{run_id}"
+        _invoke(spec.handler, ctx),
+        name=f"timer:{spec.name}:{run_id}",
+        context=logs.bind_run(run_id=run_id, schedule=spec.name),
     )
     track(task)
     deadline = asyncio.create_task(sleeper.sleep_until(clock.now() + spec.max_duration))

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
 from datetime import datetime
 
+from streams import logs
 from streams.settings import ConfigError, Settings
 from streams.slices.slice import TimerContext
 from streams.timers.runs import RunRecord
@@ -111,11 +111,7 @@ def exit_code(record: RunRecord) -> int:
 
 
 def run_timers(settings: Settings, args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    logs.configure_from(settings)
     from streams.timer_app import create_timers
 
     try:

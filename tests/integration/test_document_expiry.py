@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from devkit.harness.profile import (
     reminder_events,
 )
 from devkit.wait import eventually
+from streams import logs
 from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, decode
 from streams.timers.context import RunContext
 
@@ -250,6 +252,19 @@ async def test_read_only_no_pii(
     assert f"owner_user_id={owner}" in line and "count=2" in line
     assert f"{docs[0]['DocumentId']}:DriverLicense:7:5" in line
     assert f"{docs[1]['DocumentId']}:DriverLicense:0:0" in line
+    # At DEBUG, the seed's per-document line; every record as a JSON line holds no value.
+    as_json = [json.loads(logs.JsonFormatter().format(r)) for r in caplog.records]
+    per_document = [x for x in as_json if x["action"] == "reminder_document_queued"]
+    assert sorted(
+        (x["document_id"], x["type"], x["threshold_days"], x["days_left"]) for x in per_document
+    ) == sorted(
+        [
+            (docs[0]["DocumentId"], "DriverLicense", 7, 5),
+            (docs[1]["DocumentId"], "DriverLicense", 0, 0),
+        ]
+    )
+    assert all(x["owner_user_id"] == owner and x["run_id"] == result.run_id for x in per_document)
+    assert not any(CIPHER in str(x) or MASK in str(x) for x in as_json)
     # The event: the contract's fields only; the cipher and PersonId are nowhere in it.
     [row] = await pool.fetch("SELECT payload FROM ops.outbox")
     assert CIPHER not in row["payload"] and docs[0]["PersonId"] not in row["payload"]

@@ -111,7 +111,7 @@ def test_every_entry_point_installs_the_redaction_before_it_runs() -> None:
     assert done.stdout.strip() == "True", done.stderr
     for module in (relay_main, child):
         source = inspect.getsource(module.main)
-        assert source.index("install_log_redaction()") < source.index("logging.basicConfig"), module
+        assert source.index("install_log_redaction()") < source.index("logs.configure_from"), module
 
 
 def test_a_handler_that_reads_the_arguments_still_gets_the_exception() -> None:

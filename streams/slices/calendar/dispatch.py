@@ -13,6 +13,7 @@ from uuid import UUID
 from db import event_reminders as repo
 from db.connector import Pool, connection, transaction
 from db.event_reminders import ClaimedReminder, DueState
+from streams import logs
 from streams.clock import Clock
 from streams.contracts import REMINDER_DUE
 from streams.contracts.calendar import EventStatus, ReminderDueEvent
@@ -24,6 +25,9 @@ from streams.timers.context import RunContext
 from streams.timers.drain import drain
 
 log = logging.getLogger("streams.slices.calendar.dispatch")
+# The seed's per-item lines (batch selected, reminder sent, reminder skipped): DEBUG, so an
+# operator turns them on with LOG_LEVEL=debug; their cost is in docs/benchmarks.md.
+ITEM_LEVEL = logging.DEBUG
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,32 @@ def wake_after(as_of: datetime, state: DueState, cut_short: bool) -> datetime | 
     if cut_short and state.ready:
         return as_of
     return state.next_wake
+
+
+def log_items(rows: list[ClaimedReminder], sent: set[UUID], skipped: set[UUID]) -> None:
+    """The seed's per-item lines of one committed batch (identifiers only, no PII; a poison
+    row has its own item_failed line); the run id and schedule come from the run's context
+    (streams/logs.py)."""
+    logs.event(log, ITEM_LEVEL, "batch_selected", count=len(rows))
+    for row in rows:
+        if row.reminder_id in skipped:
+            logs.event(
+                log,
+                ITEM_LEVEL,
+                "reminder_skipped",
+                reminder_id=row.reminder_id,
+                event_status=row.event_status,
+            )
+        elif row.reminder_id in sent:
+            logs.event(
+                log,
+                ITEM_LEVEL,
+                "reminder_sent",
+                reminder_id=row.reminder_id,
+                event_id=row.event_id,
+                offset_minutes=row.offset_minutes,
+                tenant_id=row.tenant_id,
+            )
 
 
 def build_event(row: ClaimedReminder) -> ReminderDueEvent:
@@ -276,8 +306,10 @@ class CalendarReminderDispatcher:
                 await repo.mark_dispatched(conn, sent + skipped, as_of, columns(records), poison)
         finally:
             self._inflight -= held  # committed or rolled back: no longer held
-        # Counted only once the transaction has committed.
+        # Counted (and logged) only once the transaction has committed.
         result.batches += 1
+        if log.isEnabledFor(ITEM_LEVEL):
+            log_items(rows, {s[0] for s in sent}, {s[0] for s in skipped})
         result.sent_count += len(sent)
         result.skipped_count += len(skipped)
         result.failed_count += len(poison)

@@ -27,7 +27,7 @@ from uuid import UUID
 from db import document_expiry_runs as runs_repo
 from db.connector import is_transient
 from db.document_expiry_runs import RunProgress
-from streams import faults
+from streams import faults, logs
 from streams.asynctools import in_flight
 from streams.runtime import Runtime
 from streams.slices.profile.metrics import DocumentExpiryMetrics
@@ -43,6 +43,9 @@ if TYPE_CHECKING:  # the stream side's types: the inline fan-out runs it without
     from streams.tables.cache import KeyCache
 
 log = logging.getLogger("streams.slices.profile.owners")
+# The seed's per-document "reminder queued" lines: DEBUG (LOG_LEVEL=debug turns them on),
+# as dispatch's per-item lines are (streams/slices/calendar/dispatch.py).
+ITEM_LEVEL = logging.DEBUG
 
 # Owners per transaction (group commit): a million documents cannot afford one each.
 OWNERS_PER_TRANSACTION = 500
@@ -285,6 +288,19 @@ class OwnerWorker:
                     "yes" if plan.resume_after is not None else "no",
                     queued_documents(plan.items),
                 )
+            if log.isEnabledFor(ITEM_LEVEL):  # the seed's per-document line (no NumberMask)
+                for item in plan.items:
+                    logs.event(
+                        log,
+                        ITEM_LEVEL,
+                        "reminder_document_queued",
+                        run_id=work.run_id,
+                        owner_user_id=work.owner_user_id,
+                        document_id=item.document_id,
+                        type=item.type,
+                        threshold_days=item.threshold_days,
+                        days_left=item.days_left,
+                    )
         if self.cache is not None and plan.event is not None and work.after is None:
             value = committed_value(plan, thresholds)
             if value != plan.cached and (value or plan.cached):

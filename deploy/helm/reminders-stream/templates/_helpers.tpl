@@ -45,6 +45,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   value: {{ .Values.topicPartitions | quote }}
 - name: LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
+- name: LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
 - name: DATABASE_URL
   valueFrom:
     secretKeyRef:
