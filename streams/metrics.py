@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -31,6 +32,8 @@ LATENESS_BUCKETS = (
     900.0,
     3600.0,
 )
+# Rebalances (revoke, assign, table recovery) take seconds to minutes.
+REBALANCE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class AgentMetrics:
@@ -105,12 +108,92 @@ class AgentMetrics:
             ["table", "op"],
             registry=registry,
         )
+        self.processing_latency = Histogram(
+            "stream_processing_latency_seconds",
+            "A batch's oldest message timestamp -> its batch committed to PostgreSQL, by agent",
+            ["agent"],
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
         self.local_storage_failing = Gauge(
             "stream_local_storage_failing",
             "1 while a cache table's local store fails (its last read or write failed)",
             ["table"],
             registry=registry,
         )
+
+
+def _version(distribution: str) -> str:
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class StreamMetrics:
+    """The consumer as Kafka sees it: lag per partition, assignment, rebalances, changelog
+    recovery, and what this build is. Lag and recovery are read at each scrape
+    (streams/input/lag.py); rebalances are counted by the sensor (streams/input/monitor.py)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.lag = Gauge(
+            "stream_consumer_lag",
+            "Records of an assigned input partition past its committed offset "
+            "(end offset - committed offset)",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        self.lag_seconds = Gauge(
+            "stream_consumer_lag_seconds",
+            "Age of the last record committed on a partition that has lag (0 when caught up): "
+            "how far behind in time the consumer is",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        self.assigned = Gauge(
+            "stream_assigned_partitions",
+            "Partitions assigned to this worker's consumer, by topic",
+            ["topic"],
+            registry=registry,
+        )
+        self.rebalances = Counter(
+            "stream_rebalances_total",
+            "Consumer group rebalances this worker took part in (its first assignment included)",
+            registry=registry,
+        )
+        self.rebalance_seconds = Histogram(
+            "stream_rebalance_duration_seconds",
+            "Rebalance start -> done (partitions assigned and the tables recovered)",
+            buckets=REBALANCE_BUCKETS,
+            registry=registry,
+        )
+        self.last_rebalance = Gauge(
+            "stream_last_rebalance_timestamp_seconds",
+            "When the last rebalance of this worker completed (Unix time)",
+            registry=registry,
+        )
+        self.rebalancing = Gauge(
+            "stream_rebalancing", "1 while a rebalance is in progress", registry=registry
+        )
+        self.recovery_remaining = Gauge(
+            "stream_changelog_recovery_remaining",
+            "Changelog records still to read before the worker's tables are recovered",
+            registry=registry,
+        )
+        self.recovered = Gauge(
+            "stream_changelog_recovered",
+            "1 once the tables are recovered from their changelogs, 0 while recovering",
+            registry=registry,
+        )
+        self.build_info = Gauge(
+            "reminders_build_info",
+            "Always 1; the labels say which build runs (service, Faust and aiokafka versions)",
+            ["version", "faust_version", "aiokafka_version"],
+            registry=registry,
+        )
+        self.build_info.labels(
+            _version("reminders-stream"), _version("faust-streaming"), _version("aiokafka")
+        ).set(1)
 
 
 class OutboxMetrics:
@@ -130,7 +213,8 @@ class OutboxMetrics:
         self.lag = Histogram(
             "outbox_publish_lag_seconds",
             "Outbox row created_at -> acknowledged by Kafka",
-            buckets=LATENCY_BUCKETS,
+            # Past OutboxPublishLagging's 300 s, so a quantile near that threshold is a number.
+            buckets=LATENESS_BUCKETS,
             registry=registry,
         )
         self.deleted = Counter(
@@ -260,6 +344,7 @@ class Metrics:
         self.agents = AgentMetrics(self.registry)
         self.outbox = OutboxMetrics(self.registry)
         self.db = DbMetrics(self.registry)
+        self.stream = StreamMetrics(self.registry)
         self._families: dict[type[Any], Any] = {}
 
     def family(self, kind: Callable[[CollectorRegistry], F]) -> F:

@@ -10,8 +10,8 @@ from typing import Any
 import faust
 
 from db.connector import DatabaseUnavailable, InputRejected
-from streams.faust_compat import committed_offsets
 from streams.input.consumer import ContractConsumer
+from streams.input.lag import partition_lags
 from streams.maintenance.heartbeat import live_workers
 from streams.runtime import Runtime
 from streams.slices.context import SliceContext
@@ -46,26 +46,20 @@ def agent_stats(
     samples = runtime.metrics.registry
     stalls = partition_stalls(app, runtime, consumers)
     out = []
-    assigned = app.consumer.assignment() if app.consumer.started else set()
-    offsets = committed_offsets(app.consumer)
+    lags = partition_lags(app)
     for name, agent in app.agents.items():
         topics = [t for ch in [agent.channel] for t in getattr(ch, "topics", ())]
         lag = 0
         partitions = []
-        for tp in sorted(assigned):
-            if tp.topic in topics:
-                high = app.consumer.highwater(tp)
-                committed = offsets.get(tp)
-                part_lag = None
-                if high is not None and committed is not None:
-                    part_lag = max(0, high - committed)
-                    lag += part_lag
+        for p in lags:
+            if p.topic in topics:
+                lag += p.lag or 0
                 partitions.append(
                     {
-                        "partition": f"{tp.topic}:{tp.partition}",
-                        "committed": committed,
-                        "highwater": high,
-                        "lag": part_lag,
+                        "partition": f"{p.topic}:{p.partition}",
+                        "committed": p.committed,
+                        "highwater": p.highwater,
+                        "lag": p.lag,
                     }
                 )
         per_topic = {}
