@@ -111,3 +111,71 @@ def test_dashboards_are_grafana_json_with_the_seeds_panels() -> None:
     uses = dashboard_uses()
     assert uses and all(metric_names(u.expr) for u in uses), "a panel target selects no metric"
     assert {u.slice for u in rule_uses()} == {"calendar", "profile", "automation", SHARED}
+
+
+RUNBOOK_BASE_URL = "https://runbooks.example.com/reminders-stream/"
+JOB = 'job="reminders-stream"'
+
+
+def test_every_alert_links_its_runbook_absolute_under_the_base() -> None:
+    text = ALERTS.read_text()
+    urls = re.findall(r"^\s*runbook_url: (\S+)$", text, re.M)
+    assert len(urls) == len(re.findall(r"- alert: ", text)), "alert without runbook_url"
+    relative = [link for _, _, link in runbook_links()]
+    assert urls == [RUNBOOK_BASE_URL + link for link in relative]
+
+
+def test_every_selector_of_a_rule_names_the_job() -> None:
+    for use in rule_uses():
+        for name in metric_names(use.expr):
+            assert re.search(rf"\b{name}\{{{JOB}[,}}]", use.expr), (
+                f"{use.where}: {name} without {JOB}"
+            )
+
+
+def test_rules_and_a_dashboard_watch_consumer_lag_and_rebalance_storms() -> None:
+    text = ALERTS.read_text()
+    for alert in ("StreamConsumerLagHigh", "StreamRebalanceStorm", "StreamRebalanceStuck"):
+        assert f"alert: {alert}\n" in text, alert
+    used = {
+        n
+        for u in dashboard_uses()
+        if u.where.startswith("stream-overview")
+        for n in metric_names(u.expr)
+    }
+    assert {
+        "stream_consumer_lag",
+        "stream_consumer_lag_seconds",
+        "stream_assigned_partitions",
+        "stream_rebalances_total",
+        "stream_rebalance_duration_seconds_bucket",
+        "stream_changelog_recovery_remaining",
+        "stream_processing_latency_seconds_bucket",
+        "reminders_build_info",
+    } <= used
+
+
+def test_histogram_buckets_reach_past_every_alert_threshold_on_them() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from streams.metrics import Metrics
+
+    registry = CollectorRegistry()
+    Metrics(registry)
+    top = {
+        f.name: max(
+            float(s.labels["le"])
+            for s in f.samples
+            if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"
+        )
+        for f in registry.collect()
+        if f.type == "histogram" and any(s.name.endswith("_bucket") for s in f.samples)
+    }
+    for use in rule_uses():
+        found = re.search(r"histogram_quantile\(.*?(\w+)_bucket.*\)\s*>\s*([\d.e]+)", use.expr)
+        if found:
+            name, threshold = found.group(1), float(found.group(2))
+            assert top[name] > threshold, f"{use.where}: {name} buckets stop at {top[name]}"
+    # The outbox alert fires on the oldest row's age at 300 s; the lag histogram of the same
+    # rows must still tell 300 s from 60 s.
+    assert top["outbox_publish_lag_seconds"] > 300
