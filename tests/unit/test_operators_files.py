@@ -179,3 +179,23 @@ def test_histogram_buckets_reach_past_every_alert_threshold_on_them() -> None:
     # The outbox alert fires on the oldest row's age at 300 s; the lag histogram of the same
     # rows must still tell 300 s from 60 s.
     assert top["outbox_publish_lag_seconds"] > 300
+
+
+def test_the_compose_prometheus_config_loads_the_rules_and_scrapes_the_job() -> None:
+    config = ALERTS.parent / "prometheus.yml"
+    out = subprocess.run(
+        [tool("promtool"), "check", "config", str(config)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "job_name: reminders-stream" in config.read_text()
+
+
+def test_grafana_provisioning_loads_every_dashboard_from_the_mounted_folder() -> None:
+    provisioning = DASHBOARDS / "provisioning"
+    datasource = (provisioning / "datasources" / "prometheus.yml").read_text()
+    assert "type: prometheus" in datasource and "url: http://prometheus:9090" in datasource
+    providers = (provisioning / "dashboards" / "reminders.yml").read_text()
+    assert "path: /var/lib/grafana/dashboards" in providers
+    compose = (ROOT / "deploy" / "compose" / "observability.yml").read_text()
+    assert "./deploy/grafana:/var/lib/grafana/dashboards:ro" in compose
+    assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in compose
