@@ -250,7 +250,7 @@ class OutboxMetrics:
 class DbMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.statements = Counter(
-            "db_statements",
+            "db_statements_total",
             "Statements this process sent to PostgreSQL through its pool (BEGIN/COMMIT included)",
             registry=registry,
         )
