@@ -66,7 +66,7 @@ def agent_stats(
         for topic in topics:
             per_topic[topic] = {
                 result: samples.get_sample_value(
-                    "stream_messages_total",
+                    "reminders_stream_messages_total",
                     {"topic": topic_label(topic, runtime), "result": result},
                 )
                 or 0
@@ -114,30 +114,30 @@ def outbox_stats(runtime: Runtime, rates: Rates | None = None) -> dict[str, Any]
         sum(
             s.value
             for m in r.collect()  # merged with the timer process's, where the relay runs
-            if m.name == "outbox_published"
+            if m.name == "reminders_outbox_published"
             for s in m.samples
             if s.name.endswith("_total")
         )
     )
     return {
-        "backlog": r.get_sample_value("outbox_backlog"),
+        "backlog": r.get_sample_value("reminders_outbox_backlog"),
         "oldest_unpublished_age_seconds": r.get_sample_value(
-            "outbox_oldest_unpublished_age_seconds"
+            "reminders_outbox_oldest_unpublished_age_seconds"
         ),
         "published": published,
         "publish_rate_per_second": rates.rate("outbox:published", published) if rates else None,
-        "publish_errors": r.get_sample_value("outbox_publish_errors_total"),
+        "publish_errors": r.get_sample_value("reminders_outbox_publish_errors_total"),
         # Rows Kafka refused for good, out of their lanes (python -m streams outbox parked).
-        "parked": r.get_sample_value("outbox_parked_rows"),
+        "parked": r.get_sample_value("reminders_outbox_parked_rows"),
         "parked_by_reason": parked_by_reason(r),
     }
 
 
 def parked_by_reason(registry: Any) -> dict[str, int]:
-    """Rows parked since start, by reason (all topics): outbox_parked_total."""
+    """Rows parked since start, by reason (all topics): reminders_outbox_parked_total."""
     out: dict[str, int] = {}
     for family in registry.collect():
-        if family.name != "outbox_parked":
+        if family.name != "reminders_outbox_parked":
             continue
         for sample in family.samples:
             if sample.name.endswith("_total"):

@@ -37,7 +37,9 @@ def register(ctx: SliceContext) -> None:
 
     @app.page("/metrics")
     async def metrics(web: View, request: Request) -> Response:
-        partition_stalls(app, runtime, ctx.consumers)  # refreshes stream_partitions_stalled
+        partition_stalls(
+            app, runtime, ctx.consumers
+        )  # refreshes reminders_stream_partitions_stalled
         # Message timestamps are wall time, whatever clock the worker runs its schedules on.
         refresh(runtime.metrics.stream, source, time.time())
         await peer()

@@ -55,9 +55,9 @@ async def test_lag_per_partition_assignment_rebalances_and_build_info(
     try:
         await first.wait_ready()
         text = await asyncio.to_thread(metrics, first)
-        assert sample(text, "stream_assigned_partitions", topic=topic) == 4
-        assert (sample(text, "stream_rebalances_total") or 0) >= 1
-        assert sample(text, "stream_changelog_recovered") == 1
+        assert sample(text, "reminders_stream_assigned_partitions", topic=topic) == 4
+        assert (sample(text, "reminders_stream_rebalances_total") or 0) >= 1
+        assert sample(text, "reminders_stream_changelog_recovered") == 1
         assert (
             sample(
                 text,
@@ -79,10 +79,10 @@ async def test_lag_per_partition_assignment_rebalances_and_build_info(
         def consumed() -> tuple[float, dict[str, float]]:
             text = metrics(first)
             handled = sum(
-                sample(text, "stream_messages_total", topic=EVENTS, result=r) or 0
+                sample(text, "reminders_stream_messages_total", topic=EVENTS, result=r) or 0
                 for r in ("applied", "noop", "dlq")
             )
-            return handled, series(text, "stream_consumer_lag", topic=topic)
+            return handled, series(text, "reminders_stream_consumer_lag", topic=topic)
 
         _, lag = await eventually(
             lambda: asyncio.to_thread(consumed),
@@ -92,34 +92,40 @@ async def test_lag_per_partition_assignment_rebalances_and_build_info(
         )
         assert lag == {"0": 0, "1": 0, "2": 0, "3": 0}
         text = await asyncio.to_thread(metrics, first)
-        assert series(text, "stream_consumer_lag_seconds", topic=topic) == lag
-        agent = sample(text, "stream_processing_latency_seconds_count", agent="calendar-events")
+        assert series(text, "reminders_stream_consumer_lag_seconds", topic=topic) == lag
+        agent = sample(
+            text, "reminders_stream_processing_latency_seconds_count", agent="calendar-events"
+        )
         assert agent is not None and agent >= 1
-        rebalances = sample(text, "stream_rebalances_total") or 0
+        rebalances = sample(text, "reminders_stream_rebalances_total") or 0
+        timed = sample(text, "reminders_stream_rebalance_duration_seconds_count") or 0
 
         second = WorkerProcess(env, module_tmp, "second").start()
         await second.wait_ready()
 
-        def shared() -> tuple[float, float, float]:
+        def shared() -> tuple[float, float, float, float]:
             a, b = metrics(first), metrics(second)
             return (
-                sample(a, "stream_rebalances_total") or 0,
-                sample(a, "stream_assigned_partitions", topic=topic) or 0,
-                sample(b, "stream_assigned_partitions", topic=topic) or 0,
+                sample(a, "reminders_stream_rebalances_total") or 0,
+                sample(a, "reminders_stream_rebalance_duration_seconds_count") or 0,
+                sample(a, "reminders_stream_assigned_partitions", topic=topic) or 0,
+                sample(b, "reminders_stream_assigned_partitions", topic=topic) or 0,
             )
 
+        # Counted when it starts, timed when it ends (partitions assigned, tables recovered).
         await eventually(
             lambda: asyncio.to_thread(shared),
-            until=lambda v: v[0] > rebalances and v[1] + v[2] == 4 and v[1] > 0 and v[2] > 0,
+            until=lambda v: (
+                v[0] > rebalances and v[1] > timed and v[2] + v[3] == 4 and v[2] > 0 and v[3] > 0
+            ),
             timeout=120,
-            what="a rebalance counted and the partitions shared",
+            what="a rebalance counted, timed, and the partitions shared",
         )
         text = await asyncio.to_thread(metrics, first)
-        assert (sample(text, "stream_rebalance_duration_seconds_count") or 0) >= 2
-        assert (sample(text, "stream_last_rebalance_timestamp_seconds") or 0) > 0
-        assert set(series(text, "stream_consumer_lag", topic=topic)) == {
+        assert (sample(text, "reminders_stream_last_rebalance_timestamp_seconds") or 0) > 0
+        assert set(series(text, "reminders_stream_consumer_lag", topic=topic)) == {
             str(p) for p in range(4)
-        } - set(series(metrics(second), "stream_consumer_lag", topic=topic))
+        } - set(series(metrics(second), "reminders_stream_consumer_lag", topic=topic))
     finally:
         if second is not None:
             second.stop()

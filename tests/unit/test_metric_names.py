@@ -32,3 +32,21 @@ def test_every_counter_is_named_with_total_where_it_is_created() -> None:
     names = created()
     assert len(names) > 50
     assert [n for n, kind in names.items() if kind == "Counter" and not n.endswith("_total")] == []
+
+
+def test_every_family_carries_the_service_prefix_unless_a_seed_fixes_its_name() -> None:
+    names = created()
+    assert [n for n in names if not n.startswith((PREFIX, *SEED_FIXED))] == []
+    for seed in (  # names the seeds (000, 001) give, exactly
+        "calendar_reminder_dispatch_cycle_duration_seconds",
+        "calendar_reminder_dispatch_items_total",
+        "calendar_reminder_dispatch_backlog",
+        "calendar_reminder_dispatch_lateness_seconds",
+        "calendar_reminder_dispatch_skip_locked_total",
+        "calendar_reminder_dispatch_errors_total",
+        "profile_document_expiry_reminders_total",
+        "profile_document_expiry_reminder_cycle_duration_seconds",
+        "profile_document_expiry_reminder_backlog",
+        "profile_document_expiry_reminder_errors_total",
+    ):
+        assert seed in names, seed

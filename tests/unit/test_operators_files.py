@@ -23,14 +23,14 @@ from streams.slices import names as slice_names
 
 def test_metric_names_reads_selectors_not_functions_labels_or_durations() -> None:
     expr = (
-        "histogram_quantile(0.95, sum by (le, schedule) (rate(timer_run_duration_seconds_bucket"
+        "histogram_quantile(0.95, sum by (le, schedule) (rate(reminders_timer_run_duration_seconds_bucket"
         '{schedule="calendar-dispatch",result!~"ok|x"}[15m]))) > 2 and on (instance) '
-        "time() - timer_last_success_timestamp_seconds offset 5m > 300 or absent(outbox_backlog)"
+        "time() - reminders_timer_last_success_timestamp_seconds offset 5m > 300 or absent(reminders_outbox_backlog)"
     )
     assert metric_names(expr) == {
-        "timer_run_duration_seconds_bucket",
-        "timer_last_success_timestamp_seconds",
-        "outbox_backlog",
+        "reminders_timer_run_duration_seconds_bucket",
+        "reminders_timer_last_success_timestamp_seconds",
+        "reminders_outbox_backlog",
     }
     assert metric_names("max(calendar_reminder_dispatch_backlog) > 1e3") == {
         "calendar_reminder_dispatch_backlog"
@@ -144,13 +144,13 @@ def test_rules_and_a_dashboard_watch_consumer_lag_and_rebalance_storms() -> None
         for n in metric_names(u.expr)
     }
     assert {
-        "stream_consumer_lag",
-        "stream_consumer_lag_seconds",
-        "stream_assigned_partitions",
-        "stream_rebalances_total",
-        "stream_rebalance_duration_seconds_bucket",
-        "stream_changelog_recovery_remaining",
-        "stream_processing_latency_seconds_bucket",
+        "reminders_stream_consumer_lag",
+        "reminders_stream_consumer_lag_seconds",
+        "reminders_stream_assigned_partitions",
+        "reminders_stream_rebalances_total",
+        "reminders_stream_rebalance_duration_seconds_bucket",
+        "reminders_stream_changelog_recovery_remaining",
+        "reminders_stream_processing_latency_seconds_bucket",
         "reminders_build_info",
     } <= used
 
@@ -178,7 +178,7 @@ def test_histogram_buckets_reach_past_every_alert_threshold_on_them() -> None:
             assert top[name] > threshold, f"{use.where}: {name} buckets stop at {top[name]}"
     # The outbox alert fires on the oldest row's age at 300 s; the lag histogram of the same
     # rows must still tell 300 s from 60 s.
-    assert top["outbox_publish_lag_seconds"] > 300
+    assert top["reminders_outbox_publish_lag_seconds"] > 300
 
 
 def test_the_compose_prometheus_config_loads_the_rules_and_scrapes_the_job() -> None:

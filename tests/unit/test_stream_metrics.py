@@ -51,15 +51,15 @@ def test_lag_is_end_offset_minus_committed_and_its_age_that_of_the_last_commit()
         ]
     )
     refresh(m.stream, source, now=1030.0)
-    assert value(m, "stream_consumer_lag", topic="in", partition="0") == 6
-    assert value(m, "stream_consumer_lag", topic="in", partition="1") == 0
-    assert value(m, "stream_consumer_lag", topic="in", partition="2") is None
-    assert value(m, "stream_consumer_lag", topic="other", partition="0") == 3
-    assert value(m, "stream_consumer_lag_seconds", topic="in", partition="0") == 30
-    assert value(m, "stream_consumer_lag_seconds", topic="in", partition="1") == 0
-    assert value(m, "stream_consumer_lag_seconds", topic="other", partition="0") is None
-    assert value(m, "stream_assigned_partitions", topic="in") == 3
-    assert value(m, "stream_assigned_partitions", topic="other") == 1
+    assert value(m, "reminders_stream_consumer_lag", topic="in", partition="0") == 6
+    assert value(m, "reminders_stream_consumer_lag", topic="in", partition="1") == 0
+    assert value(m, "reminders_stream_consumer_lag", topic="in", partition="2") is None
+    assert value(m, "reminders_stream_consumer_lag", topic="other", partition="0") == 3
+    assert value(m, "reminders_stream_consumer_lag_seconds", topic="in", partition="0") == 30
+    assert value(m, "reminders_stream_consumer_lag_seconds", topic="in", partition="1") == 0
+    assert value(m, "reminders_stream_consumer_lag_seconds", topic="other", partition="0") is None
+    assert value(m, "reminders_stream_assigned_partitions", topic="in") == 3
+    assert value(m, "reminders_stream_assigned_partitions", topic="other") == 1
 
 
 def test_a_partition_no_longer_assigned_leaves_the_lag_series() -> None:
@@ -68,24 +68,24 @@ def test_a_partition_no_longer_assigned_leaves_the_lag_series() -> None:
     refresh(m.stream, source, now=0.0)
     source.parts = [PartitionLag("in", 1, 10, 10)]
     refresh(m.stream, source, now=0.0)
-    assert value(m, "stream_consumer_lag", topic="in", partition="0") is None
-    assert value(m, "stream_consumer_lag", topic="in", partition="1") == 0
-    assert value(m, "stream_assigned_partitions", topic="in") == 1
+    assert value(m, "reminders_stream_consumer_lag", topic="in", partition="0") is None
+    assert value(m, "reminders_stream_consumer_lag", topic="in", partition="1") == 0
+    assert value(m, "reminders_stream_assigned_partitions", topic="in") == 1
     source.parts = []
     refresh(m.stream, source, now=0.0)
-    assert value(m, "stream_assigned_partitions", topic="in") is None
+    assert value(m, "reminders_stream_assigned_partitions", topic="in") is None
 
 
 def test_changelog_recovery_progress() -> None:
     m = Metrics(CollectorRegistry())
     source = FakeSource([], remaining=120, done=False)
     refresh(m.stream, source, now=0.0)
-    assert value(m, "stream_changelog_recovery_remaining") == 120
-    assert value(m, "stream_changelog_recovered") == 0
+    assert value(m, "reminders_stream_changelog_recovery_remaining") == 120
+    assert value(m, "reminders_stream_changelog_recovered") == 0
     source.remaining, source.done = 0, True
     refresh(m.stream, source, now=0.0)
-    assert value(m, "stream_changelog_recovery_remaining") == 0
-    assert value(m, "stream_changelog_recovered") == 1
+    assert value(m, "reminders_stream_changelog_recovery_remaining") == 0
+    assert value(m, "reminders_stream_changelog_recovered") == 1
 
 
 def test_the_sensor_counts_rebalances_their_duration_and_the_last_one() -> None:
@@ -95,12 +95,12 @@ def test_the_sensor_counts_rebalances_their_duration_and_the_last_one() -> None:
     app: Any = SimpleNamespace(rebalancing_count=1)
     for _ in range(2):
         state = monitor.on_rebalance_start(app)
-        assert value(m, "stream_rebalancing") == 1
+        assert value(m, "reminders_stream_rebalancing") == 1
         monitor.on_rebalance_end(app, state)
-    assert value(m, "stream_rebalances_total") == 2
-    assert value(m, "stream_rebalance_duration_seconds_count") == 2
-    assert value(m, "stream_last_rebalance_timestamp_seconds") == 1234.0
-    assert value(m, "stream_rebalancing") == 0
+    assert value(m, "reminders_stream_rebalances_total") == 2
+    assert value(m, "reminders_stream_rebalance_duration_seconds_count") == 2
+    assert value(m, "reminders_stream_last_rebalance_timestamp_seconds") == 1234.0
+    assert value(m, "reminders_stream_rebalancing") == 0
     assert monitor.rebalance_end_latency  # Faust's own bookkeeping still runs
 
 
@@ -140,8 +140,8 @@ def test_processing_latency_is_the_oldest_message_timestamp_to_the_ack_per_agent
         now=lambda: 100.0,
     )
     consumer._acked([Event(Msg(0, 40.0)), Event(Msg(1, 90.0))])
-    assert value(m, "stream_processing_latency_seconds_count", agent="in-agent") == 1
-    assert value(m, "stream_processing_latency_seconds_sum", agent="in-agent") == 60
+    assert value(m, "reminders_stream_processing_latency_seconds_count", agent="in-agent") == 1
+    assert value(m, "reminders_stream_processing_latency_seconds_sum", agent="in-agent") == 60
     assert consumer.progress.last_timestamp("in-0") == 90.0
 
 
@@ -157,4 +157,4 @@ def test_build_info_names_the_service_faust_and_aiokafka_versions() -> None:
 
 def test_the_outbox_lag_buckets_reach_past_its_alert_threshold() -> None:
     m = Metrics(CollectorRegistry())
-    assert value(m, "outbox_publish_lag_seconds_bucket", le="300.0") == 0
+    assert value(m, "reminders_outbox_publish_lag_seconds_bucket", le="300.0") == 0
