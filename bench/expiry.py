@@ -182,9 +182,9 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
                 figures["ratio"] = figures["bare_seconds"] / wall
                 print(f"  ratio bare/real (time) = {figures['ratio']:.2f}")
                 print(f"    {cpu_one.text('workers + run')}")
-                before = await metric(warm_worker, "db_statements_total")
+                before = await metric(warm_worker, "reminders_db_statements_total")
                 second, here = await manual_run(env, as_of, rerun=True)
-                warm = await metric(warm_worker, "db_statements_total") - before + here
+                warm = await metric(warm_worker, "reminders_db_statements_total") - before + here
                 assert counts(second)["reminders_sent"] == 0
             # A new worker: new consumer group, empty table = the run without the cache.
             prefix = f"bx{uuid.uuid4().hex[:8]}."
@@ -192,9 +192,9 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
             await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
             with worker(env, tmp, "cold") as cold_worker:
                 await wait_ready(cold_worker)
-                before = await metric(cold_worker, "db_statements_total")
+                before = await metric(cold_worker, "reminders_db_statements_total")
                 third, here = await manual_run(env, as_of, rerun=True)
-                cold = await metric(cold_worker, "db_statements_total") - before + here
+                cold = await metric(cold_worker, "reminders_db_statements_total") - before + here
                 assert counts(third)["reminders_sent"] == 0
         figures.update(statements_cache=warm, statements_no_cache=cold)
         async with database(template=seed) as url:

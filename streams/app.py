@@ -103,7 +103,7 @@ def create_context(
         producer_linger=0.01,
         producer_max_batch_size=256 * 1024,
         autodiscover=False,
-        monitor=LeanMonitor(),
+        monitor=LeanMonitor(runtime.metrics.stream),
         # Offsets are committed only for acked (= committed to PostgreSQL) messages.
         broker_commit_every=1000,
         broker_commit_interval=1.0,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -31,6 +32,8 @@ LATENESS_BUCKETS = (
     900.0,
     3600.0,
 )
+# Rebalances (revoke, assign, table recovery) take seconds to minutes.
+REBALANCE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class AgentMetrics:
@@ -38,125 +41,213 @@ class AgentMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.messages = Counter(
-            "stream_messages_total",
+            "reminders_stream_messages_total",
             "Input messages handled, by topic and result: applied (changed state), noop (stale, replayed or unchanged), dlq",
             ["topic", "result"],
             registry=registry,
         )
         self.dlq = Counter(
-            "stream_dlq_messages_total",
+            "reminders_stream_dlq_messages_total",
             "Input messages sent to the dead-letter topic, by topic and error kind",
             ["topic", "kind"],
             registry=registry,
         )
         self.dlq_failures = Counter(
-            "stream_dlq_failures_total",
+            "reminders_stream_dlq_failures_total",
             "Messages Kafka refused to take on the DLQ in any form (logged with their input coordinates)",
             ["topic"],
             registry=registry,
         )
         self.stalled = Gauge(
-            "stream_partitions_stalled",
+            "reminders_stream_partitions_stalled",
             "Assigned input partitions with lag that made no progress for STREAM_STALL_SECONDS",
             ["agent"],
             registry=registry,
         )
         self.batch_seconds = Histogram(
-            "stream_batch_duration_seconds",
+            "reminders_stream_batch_duration_seconds",
             "Time to apply one batch of input messages to PostgreSQL",
             ["topic"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
         self.retries = Counter(
-            "stream_infrastructure_retries_total",
+            "reminders_stream_infrastructure_retries_total",
             "Batches retried because PostgreSQL or the worker's local store was unwell (the input was fine)",
             ["topic"],
             registry=registry,
         )
         self.gaps = Counter(
-            "stream_input_gaps_total",
+            "reminders_stream_input_gaps_total",
             "Offsets that never reached the stream; the partition was re-read from the gap",
             ["topic"],
             registry=registry,
         )
         self.offset_holes = Counter(
-            "stream_input_offset_holes_total",
+            "reminders_stream_input_offset_holes_total",
             "Offset jumps with no record on the broker (transaction markers, compaction)",
             ["topic"],
             registry=registry,
         )
         self.gap_reads = Counter(
-            "stream_input_gap_reads_total",
+            "reminders_stream_input_gap_reads_total",
             "Broker reads made to fill or verify offsets the stream skipped",
             ["topic"],
             registry=registry,
         )
         self.cache = Counter(
-            "stream_table_cache_total",
+            "reminders_stream_table_cache_total",
             "Changelog-table cache lookups in front of PostgreSQL, by table and result (hit, miss)",
             ["table", "result"],
             registry=registry,
         )
         self.local_storage_errors = Counter(
-            "stream_local_storage_errors_total",
+            "reminders_stream_local_storage_errors_total",
             "Reads and writes of a cache table that the worker's local store (RocksDB) failed, "
             "by table and op (a read falls back to PostgreSQL; a write is retried, holding its batch)",
             ["table", "op"],
             registry=registry,
         )
+        self.processing_latency = Histogram(
+            "reminders_stream_processing_latency_seconds",
+            "A batch's oldest message timestamp -> its batch committed to PostgreSQL, by agent",
+            ["agent"],
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
         self.local_storage_failing = Gauge(
-            "stream_local_storage_failing",
+            "reminders_stream_local_storage_failing",
             "1 while a cache table's local store fails (its last read or write failed)",
             ["table"],
             registry=registry,
         )
 
 
+def _version(distribution: str) -> str:
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class StreamMetrics:
+    """The consumer as Kafka sees it: lag per partition, assignment, rebalances, changelog
+    recovery, and what this build is. Lag and recovery are read at each scrape
+    (streams/input/lag.py); rebalances are counted by the sensor (streams/input/monitor.py)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.lag = Gauge(
+            "reminders_stream_consumer_lag",
+            "Records of an assigned input partition past its committed offset "
+            "(end offset - committed offset)",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        self.lag_seconds = Gauge(
+            "reminders_stream_consumer_lag_seconds",
+            "Age of the last record committed on a partition that has lag (0 when caught up): "
+            "how far behind in time the consumer is",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        self.assigned = Gauge(
+            "reminders_stream_assigned_partitions",
+            "Partitions assigned to this worker's consumer, by topic",
+            ["topic"],
+            registry=registry,
+        )
+        self.rebalances = Counter(
+            "reminders_stream_rebalances_total",
+            "Consumer group rebalances this worker took part in (its first assignment included)",
+            registry=registry,
+        )
+        self.rebalance_seconds = Histogram(
+            "reminders_stream_rebalance_duration_seconds",
+            "Rebalance start -> done (partitions assigned and the tables recovered)",
+            buckets=REBALANCE_BUCKETS,
+            registry=registry,
+        )
+        self.last_rebalance = Gauge(
+            "reminders_stream_last_rebalance_timestamp_seconds",
+            "When the last rebalance of this worker completed (Unix time)",
+            registry=registry,
+        )
+        self.rebalancing = Gauge(
+            "reminders_stream_rebalancing", "1 while a rebalance is in progress", registry=registry
+        )
+        self.recovery_remaining = Gauge(
+            "reminders_stream_changelog_recovery_remaining",
+            "Changelog records still to read before the worker's tables are recovered",
+            registry=registry,
+        )
+        self.recovered = Gauge(
+            "reminders_stream_changelog_recovered",
+            "1 once the tables are recovered from their changelogs, 0 while recovering",
+            registry=registry,
+        )
+        self.build_info = Gauge(
+            "reminders_build_info",
+            "Always 1; the labels say which build runs (service, Faust and aiokafka versions)",
+            ["version", "faust_version", "aiokafka_version"],
+            registry=registry,
+        )
+        self.build_info.labels(
+            _version("reminders-stream"), _version("faust-streaming"), _version("aiokafka")
+        ).set(1)
+
+
 class OutboxMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.published = Counter(
-            "outbox_published_total", "Outbox rows published", ["topic"], registry=registry
+            "reminders_outbox_published_total",
+            "Outbox rows published",
+            ["topic"],
+            registry=registry,
         )
         self.errors = Counter(
-            "outbox_publish_errors_total", "Relay batches that failed", registry=registry
+            "reminders_outbox_publish_errors_total", "Relay batches that failed", registry=registry
         )
-        self.backlog = Gauge("outbox_backlog", "Outbox rows not yet published", registry=registry)
+        self.backlog = Gauge(
+            "reminders_outbox_backlog", "Outbox rows not yet published", registry=registry
+        )
         self.oldest_age = Gauge(
-            "outbox_oldest_unpublished_age_seconds",
+            "reminders_outbox_oldest_unpublished_age_seconds",
             "Age of the oldest unpublished outbox row (0 when none)",
             registry=registry,
         )
         self.lag = Histogram(
-            "outbox_publish_lag_seconds",
+            "reminders_outbox_publish_lag_seconds",
             "Outbox row created_at -> acknowledged by Kafka",
-            buckets=LATENCY_BUCKETS,
+            # Past OutboxPublishLagging's 300 s, so a quantile near that threshold is a number.
+            buckets=LATENESS_BUCKETS,
             registry=registry,
         )
         self.deleted = Counter(
-            "outbox_deleted_total", "Published rows deleted after retention", registry=registry
+            "reminders_outbox_deleted_total",
+            "Published rows deleted after retention",
+            registry=registry,
         )
         self.producer_restarts = Counter(
-            "outbox_producer_restarts_total",
+            "reminders_outbox_producer_restarts_total",
             "Relay Kafka producers replaced because they became unusable, by reason "
             "(publish_timeout, pass_failed, fatal_error, closed, sender_stopped)",
             ["reason"],
             registry=registry,
         )
         self.parked_total = Counter(
-            "outbox_parked_total",
+            "reminders_outbox_parked_total",
             "Outbox rows the relay parked (moved out of their lane) because Kafka refused them "
             "for a reason that will not change by itself, by topic and reason",
             ["topic", "reason"],
             registry=registry,
         )
         self.parked = Gauge(
-            "outbox_parked_rows",
+            "reminders_outbox_parked_rows",
             "Outbox rows parked now (ops.outbox_parked), waiting for retry or drop",
             registry=registry,
         )
         self.in_doubt = Counter(
-            "outbox_publish_in_doubt_total",
+            "reminders_outbox_publish_in_doubt_total",
             "Relay passes that waited past the publish timeout for Kafka's acknowledgements "
             "(holding their lanes) instead of sending their rows again",
             registry=registry,
@@ -166,7 +257,7 @@ class OutboxMetrics:
 class DbMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.statements = Counter(
-            "db_statements",
+            "reminders_db_statements_total",
             "Statements this process sent to PostgreSQL through its pool (BEGIN/COMMIT included)",
             registry=registry,
         )
@@ -260,6 +351,7 @@ class Metrics:
         self.agents = AgentMetrics(self.registry)
         self.outbox = OutboxMetrics(self.registry)
         self.db = DbMetrics(self.registry)
+        self.stream = StreamMetrics(self.registry)
         self._families: dict[type[Any], Any] = {}
 
     def family(self, kind: Callable[[CollectorRegistry], F]) -> F:

@@ -209,7 +209,7 @@ async def lanes_of(pool: asyncpg.Pool, ids: list[int]) -> dict[int, int]:
 
 
 def restarts(metrics: Metrics, reason: str) -> float:
-    return sample(metrics, "outbox_producer_restarts_total", {"reason": reason})
+    return sample(metrics, "reminders_outbox_producer_restarts_total", {"reason": reason})
 
 
 @asynccontextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
@@ -65,6 +66,8 @@ class ContractConsumer(Generic[M]):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_outcome: Callable[[EventT[Any], str, str | None], None] | None = None,
         pipeline_depth: int = 1,
+        agent: str | None = None,
+        now: Callable[[], float] = time.time,
     ) -> None:
         """``pipeline_depth``: batches applied at once. With 2, the next batch is decoded and
         applied while one waits for PostgreSQL; only for an ``apply`` that any commit order
@@ -85,7 +88,17 @@ class ContractConsumer(Generic[M]):
         self.pipeline_depth = pipeline_depth
         self.progress = PartitionProgress()
         self.reasons = ReasonCounts()
-        self.acks = InOrderAcks(lambda batch: self.progress.advanced(cast(Any, batch)))
+        self.acks = InOrderAcks(self._acked)
+        self._latency = metrics.processing_latency.labels(agent or self.label)
+        self._now = now
+
+    def _acked(self, batch: Sequence[Any]) -> None:
+        """A batch committed to PostgreSQL and acked: its partitions moved, and how long
+        its oldest message took from its timestamp to here."""
+        self.progress.advanced(cast(Any, batch))
+        stamps = [s for e in batch if (s := getattr(e.message, "timestamp", None)) is not None]
+        if stamps:
+            self._latency.observe(max(0.0, self._now() - min(stamps)))
 
     async def run(self, stream: StreamT[Any]) -> None:
         # Events read without acks (acked here once handled), gathered while batches apply.

@@ -31,6 +31,7 @@ class PartitionProgress:
         self._clock = clock
         self._next: dict[Hashable, int] = {}
         self._moved_at: dict[Hashable, float] = {}
+        self._stamp: dict[Hashable, float] = {}
 
     def advanced(self, events: Iterable[Any]) -> None:
         """Record a handled batch (faust events: ``event.message.tp`` and ``.offset``)."""
@@ -40,6 +41,13 @@ class PartitionProgress:
             if offset + 1 > self._next.get(tp, -1):
                 self._next[tp] = offset + 1
                 self._moved_at[tp] = now
+                stamp = getattr(event.message, "timestamp", None)
+                if stamp is not None:
+                    self._stamp[tp] = float(stamp)
+
+    def last_timestamp(self, partition: Hashable) -> float | None:
+        """The timestamp of the last handled record of ``partition`` (Unix seconds)."""
+        return self._stamp.get(partition)
 
     def position(self, partition: Hashable) -> int | None:
         return self._next.get(partition)
@@ -85,11 +93,12 @@ class PartitionProgress:
         for tp in partitions:
             self._next.pop(tp, None)
             self._moved_at.pop(tp, None)
+            self._stamp.pop(tp, None)
 
     def forget(self, keep: Iterable[Hashable]) -> None:
         """Drop partitions no longer assigned (after a rebalance)."""
         kept = set(keep)
-        for d in (self._next, self._moved_at):
+        for d in (self._next, self._moved_at, self._stamp):
             for tp in [tp for tp in d if tp not in kept]:
                 del d[tp]
 

@@ -23,31 +23,31 @@ TABLES = (
 class RetentionMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.deleted = Counter(
-            "retention_deleted_rows_total",
+            "reminders_retention_deleted_rows_total",
             "Rows deleted by retention, by table (past their configured horizon)",
             ["table"],
             registry=registry,
         )
         self.last_deleted = Gauge(
-            "retention_last_run_deleted_rows",
+            "reminders_retention_last_run_deleted_rows",
             "Rows the table's last retention run deleted",
             ["table"],
             registry=registry,
         )
         self.last_rate = Gauge(
-            "retention_last_run_rows_per_second",
+            "reminders_retention_last_run_rows_per_second",
             "Deleted rows per second of the table's last retention run",
             ["table"],
             registry=registry,
         )
         self.last_run = Gauge(
-            "retention_last_run_timestamp_seconds",
+            "reminders_retention_last_run_timestamp_seconds",
             "AsOf of the table's last retention run (Unix seconds)",
             ["table"],
             registry=registry,
         )
         self.more = Gauge(
-            "retention_more",
+            "reminders_retention_more",
             "1 when the table's last retention run ran out of budget with rows left",
             ["table"],
             registry=registry,

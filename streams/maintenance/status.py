@@ -25,7 +25,7 @@ def retention_status(runtime: Runtime) -> list[dict[str, Any]]:
     rows = []
     for table in ALL_TABLES:
         deleted = runtime.metrics.registry.get_sample_value(
-            "retention_deleted_rows_total", {"table": table}
+            "reminders_retention_deleted_rows_total", {"table": table}
         )
         rows.append(
             {

@@ -79,6 +79,7 @@ class SliceContext:
             self.topics.dlq_of(contract),
             self.runtime.metrics.agents,
             pipeline_depth=pipeline_depth,
+            agent=agent_name,
         )
 
         async def run(stream: StreamT[Any]) -> None:

@@ -5,7 +5,7 @@ error of that store is caught here and named for what it is: ``LocalStorageError
 infrastructure fault, never the input's. A failing read is a miss (PostgreSQL decides
 anyway); a failing write, which comes after the caller's commit, holds the caller and is
 retried with backoff until the store takes it. Both are counted
-(``stream_local_storage_errors_total``) and make ``/health`` not ready until the store works
+(``reminders_stream_local_storage_errors_total``) and make ``/health`` not ready until the store works
 again (docs/architecture.md, "A worker's own disk").
 """
 
@@ -187,7 +187,7 @@ class KeyCache:
         Callers write after their commit. A store that refuses the write (disk full, I/O
         error) holds the caller, retried with backoff until the store takes it: the
         caller's batch is acked only then, so its partition stops (visibly: ``/health``,
-        ``stream_local_storage_errors_total``) instead of dead-lettering valid messages,
+        ``reminders_stream_local_storage_errors_total``) instead of dead-lettering valid messages,
         and a worker stopped meanwhile leaves the batch to be delivered again (PostgreSQL
         calls it stale; the cache learns what is stored).
         """

@@ -28,22 +28,22 @@ HEALTHY_AFTER = 60.0  # a child that ran this long starts the backoff ladder afr
 class TimerProcessMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.up = Gauge(
-            "worker_timer_process_up",
+            "reminders_worker_timer_process_up",
             "1 while the worker's timer process runs and answered ready",
             registry=registry,
         )
         self.restarts = Counter(
-            "worker_timer_process_restarts_total",
+            "reminders_worker_timer_process_restarts_total",
             "Times the worker's timer process exited and was started again",
             registry=registry,
         )
         self.stalls = Counter(
-            "worker_timer_process_stalls_total",
+            "reminders_worker_timer_process_stalls_total",
             "Times the worker's timer process went silent (no heartbeat) past the stall bound",
             registry=registry,
         )
         self.stall_kills = Counter(
-            "worker_timer_process_stall_kills_total",
+            "reminders_worker_timer_process_stall_kills_total",
             "Times the worker killed its silent timer process (to start it again)",
             registry=registry,
         )

@@ -28,7 +28,7 @@ def plan_runs(entry: ScheduleState, now: datetime, metrics: TimerMetrics) -> tup
         missed = plan.missed_slots
         event(
             logging.WARNING,
-            "timer_missed_slots",
+            "reminders_timer_missed_slots",
             schedule=spec.name,
             count=plan.missed,
             first=missed[0] if missed else None,

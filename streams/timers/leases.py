@@ -175,7 +175,7 @@ class SlotLeases:
             self._metrics.lease_lost.labels(schedule=name).inc()
             event(
                 logging.WARNING,
-                "timer_lease_lost",
+                "reminders_timer_lease_lost",
                 schedule=name,
                 run_id=run_id,
                 slot=slot,

@@ -14,83 +14,83 @@ DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 class TimerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.runs = Counter(
-            "timer_runs_total",
+            "reminders_timer_runs_total",
             "Handler runs by schedule and result (ok, failed, timeout, cancelled)",
             ["schedule", "result"],
             registry=registry,
         )
         self.duration = Histogram(
-            "timer_run_duration_seconds",
+            "reminders_timer_run_duration_seconds",
             "Wall time of one handler run",
             ["schedule"],
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
         self.lateness = Histogram(
-            "timer_start_lateness_seconds",
+            "reminders_timer_start_lateness_seconds",
             "Actual start of a slot's run minus the slot's scheduled time",
             ["schedule"],
             buckets=LATENESS_BUCKETS,
             registry=registry,
         )
         self.missed = Counter(
-            "timer_missed_slots_total",
+            "reminders_timer_missed_slots_total",
             "Slots whose time passed without an on-time run (downtime or an overrun)",
             ["schedule"],
             registry=registry,
         )
         self.dedupes = Counter(
-            "timer_slot_dedupes_total",
+            "reminders_timer_slot_dedupes_total",
             "Cluster-once slots this worker did not run because another worker claimed them",
             ["schedule"],
             registry=registry,
         )
         self.overlap_skips = Counter(
-            "timer_overlap_skips_total",
+            "reminders_timer_overlap_skips_total",
             "Ticks that fired while the previous run of the same schedule was still going",
             ["schedule"],
             registry=registry,
         )
         self.takeovers = Counter(
-            "timer_slot_takeovers_total",
+            "reminders_timer_slot_takeovers_total",
             "Cluster-once slots this worker took over after their claimant's lease ran out",
             ["schedule"],
             registry=registry,
         )
         self.lease_lost = Counter(
-            "timer_lease_lost_total",
+            "reminders_timer_lease_lost_total",
             "Runs of this worker whose slot another worker took over before they finished",
             ["schedule"],
             registry=registry,
         )
         self.last_success = Gauge(
-            "timer_last_success_timestamp_seconds",
+            "reminders_timer_last_success_timestamp_seconds",
             "Unix time at which this worker's last run of the schedule ended ok (liveness alerts)",
             ["schedule"],
             registry=registry,
         )
         self.claim_retries = Counter(
-            "timer_claim_retries_total",
+            "reminders_timer_claim_retries_total",
             "Slot claims that failed (store unavailable) and are retried after a backoff",
             ["schedule"],
             registry=registry,
         )
 
         self.retries = Counter(
-            "timer_slot_retries_total",
+            "reminders_timer_slot_retries_total",
             "Cluster-once slots released after a failed, timed-out or cancelled run, for "
             "another attempt after a backoff",
             ["schedule"],
             registry=registry,
         )
         self.handbacks = Counter(
-            "timer_slot_handbacks_total",
+            "reminders_timer_slot_handbacks_total",
             "Cluster-once slots handed back unfinished on a graceful stop (no attempt counted)",
             ["schedule"],
             registry=registry,
         )
         self.given_up = Counter(
-            "timer_slots_given_up_total",
+            "reminders_timer_slots_given_up_total",
             "Cluster-once slots finished failed after their last attempt (the day is lost)",
             ["schedule"],
             registry=registry,

@@ -10,8 +10,8 @@ from typing import Any
 import faust
 
 from db.connector import DatabaseUnavailable, InputRejected
-from streams.faust_compat import committed_offsets
 from streams.input.consumer import ContractConsumer
+from streams.input.lag import partition_lags
 from streams.maintenance.heartbeat import live_workers
 from streams.runtime import Runtime
 from streams.slices.context import SliceContext
@@ -46,33 +46,27 @@ def agent_stats(
     samples = runtime.metrics.registry
     stalls = partition_stalls(app, runtime, consumers)
     out = []
-    assigned = app.consumer.assignment() if app.consumer.started else set()
-    offsets = committed_offsets(app.consumer)
+    lags = partition_lags(app)
     for name, agent in app.agents.items():
         topics = [t for ch in [agent.channel] for t in getattr(ch, "topics", ())]
         lag = 0
         partitions = []
-        for tp in sorted(assigned):
-            if tp.topic in topics:
-                high = app.consumer.highwater(tp)
-                committed = offsets.get(tp)
-                part_lag = None
-                if high is not None and committed is not None:
-                    part_lag = max(0, high - committed)
-                    lag += part_lag
+        for p in lags:
+            if p.topic in topics:
+                lag += p.lag or 0
                 partitions.append(
                     {
-                        "partition": f"{tp.topic}:{tp.partition}",
-                        "committed": committed,
-                        "highwater": high,
-                        "lag": part_lag,
+                        "partition": f"{p.topic}:{p.partition}",
+                        "committed": p.committed,
+                        "highwater": p.highwater,
+                        "lag": p.lag,
                     }
                 )
         per_topic = {}
         for topic in topics:
             per_topic[topic] = {
                 result: samples.get_sample_value(
-                    "stream_messages_total",
+                    "reminders_stream_messages_total",
                     {"topic": topic_label(topic, runtime), "result": result},
                 )
                 or 0
@@ -120,30 +114,30 @@ def outbox_stats(runtime: Runtime, rates: Rates | None = None) -> dict[str, Any]
         sum(
             s.value
             for m in r.collect()  # merged with the timer process's, where the relay runs
-            if m.name == "outbox_published"
+            if m.name == "reminders_outbox_published"
             for s in m.samples
             if s.name.endswith("_total")
         )
     )
     return {
-        "backlog": r.get_sample_value("outbox_backlog"),
+        "backlog": r.get_sample_value("reminders_outbox_backlog"),
         "oldest_unpublished_age_seconds": r.get_sample_value(
-            "outbox_oldest_unpublished_age_seconds"
+            "reminders_outbox_oldest_unpublished_age_seconds"
         ),
         "published": published,
         "publish_rate_per_second": rates.rate("outbox:published", published) if rates else None,
-        "publish_errors": r.get_sample_value("outbox_publish_errors_total"),
+        "publish_errors": r.get_sample_value("reminders_outbox_publish_errors_total"),
         # Rows Kafka refused for good, out of their lanes (python -m streams outbox parked).
-        "parked": r.get_sample_value("outbox_parked_rows"),
+        "parked": r.get_sample_value("reminders_outbox_parked_rows"),
         "parked_by_reason": parked_by_reason(r),
     }
 
 
 def parked_by_reason(registry: Any) -> dict[str, int]:
-    """Rows parked since start, by reason (all topics): outbox_parked_total."""
+    """Rows parked since start, by reason (all topics): reminders_outbox_parked_total."""
     out: dict[str, int] = {}
     for family in registry.collect():
-        if family.name != "outbox_parked":
+        if family.name != "reminders_outbox_parked":
             continue
         for sample in family.samples:
             if sample.name.endswith("_total"):

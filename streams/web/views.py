@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 from faust.web import Request, Response, View
 from prometheus_client import generate_latest
 
 from streams.explain import explain
+from streams.input.lag import FaustStreamSource, refresh
 from streams.slices.context import SliceContext
 from streams.web.health import partition_stalls, readiness
 from streams.web.page import render_html
@@ -15,6 +18,7 @@ from streams.web.status import Rates, status, timer_list
 def register(ctx: SliceContext) -> None:
     app, runtime = ctx.app, ctx.runtime
     rates = Rates()
+    source = FaustStreamSource(app, ctx.consumers)
 
     @app.page("/health/live")
     async def live(web: View, request: Request) -> Response:
@@ -33,7 +37,11 @@ def register(ctx: SliceContext) -> None:
 
     @app.page("/metrics")
     async def metrics(web: View, request: Request) -> Response:
-        partition_stalls(app, runtime, ctx.consumers)  # refreshes stream_partitions_stalled
+        partition_stalls(
+            app, runtime, ctx.consumers
+        )  # refreshes reminders_stream_partitions_stalled
+        # Message timestamps are wall time, whatever clock the worker runs its schedules on.
+        refresh(runtime.metrics.stream, source, time.time())
         await peer()
         # aiohttp refuses a charset inside content_type; the exposition format is UTF-8 anyway.
         return web.bytes(

@@ -87,7 +87,7 @@ async def test_a_worker_with_an_empty_data_dir_recovers_the_batched_cache_from_i
             return (
                 sample(
                     str(second.get("/metrics")[1]),
-                    "stream_table_cache_total",
+                    "reminders_stream_table_cache_total",
                     table="calendar-event-cache",
                     result="hit",
                 )
@@ -97,7 +97,7 @@ async def test_a_worker_with_an_empty_data_dir_recovers_the_batched_cache_from_i
         await eventually(hits, until=lambda n: n >= N, timeout=90, what="replays answered")
         misses = sample(
             str(second.get("/metrics")[1]),
-            "stream_table_cache_total",
+            "reminders_stream_table_cache_total",
             table="calendar-event-cache",
             result="miss",
         )

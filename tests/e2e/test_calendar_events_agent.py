@@ -198,7 +198,7 @@ async def test_malformed_messages_go_to_dlq_with_reason_and_partition_keeps_flow
 
     status, body = stack["worker"].get("/metrics")
     assert status == 200
-    assert 'stream_dlq_messages_total{kind="json"' in body
+    assert 'reminders_stream_dlq_messages_total{kind="json"' in body
 
 
 @pytest.mark.timeout(420)  # applying 60 + sessions 30 + restart 90 + rest 90 + metric 30
@@ -262,13 +262,13 @@ async def test_worker_killed_mid_stream_loses_no_message(stack: dict[str, Any]) 
     def applied_by_replacement() -> float | None:
         status, text = replacement.get("/metrics")
         assert status == 200
-        return sample(text, "stream_messages_total", topic=EVENTS, result="applied")
+        return sample(text, "reminders_stream_messages_total", topic=EVENTS, result="applied")
 
     await eventually(
         applied_by_replacement,
         until=lambda v: v == n - at_kill,
         timeout=30,
-        what=f"stream_messages_total{{result=applied}} of the replacement = {n - at_kill}",
+        what=f"reminders_stream_messages_total{{result=applied}} of the replacement = {n - at_kill}",
     )
 
 

@@ -76,7 +76,9 @@ async def test_two_workers_run_each_slot_once_and_send_each_owner_one_event(
             status, text = await asyncio.to_thread(w.get, "/metrics")
             assert status == 200
             for line in str(text).splitlines():
-                if line.startswith('timer_slot_dedupes_total{schedule="document-expiry"}'):
+                if line.startswith(
+                    'reminders_timer_slot_dedupes_total{schedule="document-expiry"}'
+                ):
                     dedupes += float(line.split()[-1])
     finally:
         for w in workers:

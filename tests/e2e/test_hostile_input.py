@@ -188,7 +188,7 @@ async def test_a_sick_database_blocks_the_partition_without_losing_and_health_sa
         [agent] = [a for a in body["agents"] if a["agent"] == "calendar-events"]
         assert agent["failing"] is True and agent["stalled"][0]["lag"] >= 1
         _status, metrics = stack["worker"].get("/metrics")
-        assert 'stream_partitions_stalled{agent="calendar-events"} 1.0' in metrics
+        assert 'reminders_stream_partitions_stalled{agent="calendar-events"} 1.0' in metrics
         await admin.execute("DROP TRIGGER disk_full ON calendar.events")
         await eventually(
             lambda: stored_version(stack["db"], msg["EventId"]), timeout=60, what="applied"

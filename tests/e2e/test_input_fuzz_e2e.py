@@ -417,7 +417,7 @@ async def test_hostile_records_are_dead_lettered_and_valid_ones_applied(
     dlq_total = sum(
         float(line.rsplit(" ", 1)[1])
         for line in body.splitlines()
-        if line.startswith("stream_messages_total{") and 'result="dlq"' in line
+        if line.startswith("reminders_stream_messages_total{") and 'result="dlq"' in line
     )
     assert dlq_total == len(hostile), body
     line = (

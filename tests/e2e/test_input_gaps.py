@@ -181,7 +181,7 @@ async def test_commits_never_pass_lost_records_before_their_re_read_is_processed
     await until(lambda: _eq(committed(kafka_bootstrap, group, tp), total), "commit to the end")
     status, body = worker.get("/metrics")
     assert status == 200
-    assert metric(body, "stream_input_gaps_total") == 1
+    assert metric(body, "reminders_stream_input_gaps_total") == 1
     assert worker.count("GAPTEST dropped") == lost
 
 
@@ -220,7 +220,7 @@ async def test_records_lost_before_the_first_one_an_assignment_delivers_are_read
     await until(lambda: _eq(committed(kafka_bootstrap, group, tp), total), "commit to the end")
     assert after.count("GAPTEST dropped") == lost
     status, body = after.get("/metrics")
-    assert status == 200 and metric(body, "stream_input_gaps_total") == 1
+    assert status == 200 and metric(body, "reminders_stream_input_gaps_total") == 1
 
 
 @pytest.mark.timeout(300)  # start 90 + all applied 120
@@ -257,11 +257,11 @@ async def test_transaction_markers_cost_at_most_one_read_each(
     assert status == 200
     # Before this guard read the broker, each marker cost 50 seeks (about 12-50 s) and the
     # records dropped while seeking were lost when the hole was finally accepted.
-    reads = metric(body, "stream_input_gap_reads_total")
+    reads = metric(body, "reminders_stream_input_gap_reads_total")
     assert 1 <= reads <= holes
-    assert metric(body, "stream_input_offset_holes_total") == holes
+    assert metric(body, "reminders_stream_input_offset_holes_total") == holes
     # Markers are not lost records: nothing was re-read.
-    assert metric(body, "stream_input_gaps_total") == 0
+    assert metric(body, "reminders_stream_input_gaps_total") == 0
 
 
 async def _eq(value: Awaitable[Any], expected: Any) -> bool:

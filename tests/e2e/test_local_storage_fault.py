@@ -162,12 +162,14 @@ async def test_a_failing_local_store_holds_valid_messages_instead_of_dead_letter
         # Each message handled once: v1 and the moved v2 applied, the unchanged v2 a no-op
         # (only the stored Version moved); none redelivered, none applied again.
         half = VALID // 2
-        applied = sample(metrics, "stream_messages_total", topic=EVENTS, result="applied")
-        noop = sample(metrics, "stream_messages_total", topic=EVENTS, result="noop")
+        applied = sample(metrics, "reminders_stream_messages_total", topic=EVENTS, result="applied")
+        noop = sample(metrics, "reminders_stream_messages_total", topic=EVENTS, result="noop")
         assert (applied, noop) == (VALID + half, half)
-        assert sample(metrics, "stream_messages_total", topic=EVENTS, result="dlq") == 1
-        errors = sample(metrics, "stream_local_storage_errors_total", table=TABLE, op="write")
+        assert sample(metrics, "reminders_stream_messages_total", topic=EVENTS, result="dlq") == 1
+        errors = sample(
+            metrics, "reminders_stream_local_storage_errors_total", table=TABLE, op="write"
+        )
         assert errors is not None and errors >= 1
-        assert sample(metrics, "stream_local_storage_failing", table=TABLE) == 0
+        assert sample(metrics, "reminders_stream_local_storage_failing", table=TABLE) == 0
     finally:
         worker.stop()

@@ -63,10 +63,10 @@ async def _traffic(db: str, kafka: str, prefix: str, worker: WorkerProcess) -> N
     def handled() -> tuple[float, float]:
         _, text = worker.get("/metrics")
         total = sum(
-            sample(str(text), "stream_messages_total", topic=EVENTS, result=r) or 0
+            sample(str(text), "reminders_stream_messages_total", topic=EVENTS, result=r) or 0
             for r in ("applied", "noop", "dlq")
         )
-        backlog = sample(str(text), "outbox_backlog") or 0
+        backlog = sample(str(text), "reminders_outbox_backlog") or 0
         return total, backlog
 
     await eventually(lambda: _sent(db), until=lambda n: n == DUE, timeout=90, what="sent")
@@ -109,7 +109,9 @@ def test_every_metric_a_rule_or_panel_uses_is_exported_by_a_running_worker(
     )
     assert not missing, "used but not exported:\n" + "\n".join(missing)
     # The liveness series the alerts read exist once a run succeeded (not only declared).
-    assert sample(str(text), "timer_last_success_timestamp_seconds", schedule="calendar-dispatch")
+    assert sample(
+        str(text), "reminders_timer_last_success_timestamp_seconds", schedule="calendar-dispatch"
+    )
 
 
 def chromium(*args: str) -> str:

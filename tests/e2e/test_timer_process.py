@@ -114,13 +114,15 @@ async def test_the_timer_process_dispatches_restarts_and_never_outlives_its_work
         # The relay counts a row once its mark commits, a moment after Kafka has it.
         await eventually(
             lambda: sample(
-                str(worker.get("/metrics")[1]), "outbox_published_total", topic=settings.topic(DUE)
+                str(worker.get("/metrics")[1]),
+                "reminders_outbox_published_total",
+                topic=settings.topic(DUE),
             ),
             until=lambda n: (n or 0) >= 1,
             timeout=10,
-            what="the child's outbox_published_total in the worker's /metrics",
+            what="the child's reminders_outbox_published_total in the worker's /metrics",
         )
-        assert sample(str(text), "worker_timer_process_up") == 1
+        assert sample(str(text), "reminders_worker_timer_process_up") == 1
 
         # The child dies by itself: the worker starts another and counts it.
         os.kill(child, signal.SIGKILL)
@@ -137,7 +139,7 @@ async def test_the_timer_process_dispatches_restarts_and_never_outlives_its_work
             what="the new timer process ready",
         )
         _, text = worker.get("/metrics")
-        assert sample(str(text), "worker_timer_process_restarts_total") == 1
+        assert sample(str(text), "reminders_worker_timer_process_restarts_total") == 1
         event_id, _ = await send_soon_due(producer, settings.topic(EVENTS))
         late = await arrival(consumer, event_id, timeout=60)
         assert 0 <= late < 2.0, f"after the restart: {late:.3f}s after DueAt"
@@ -251,8 +253,8 @@ async def test_a_stopped_timer_process_is_not_ready_then_killed_and_reminders_go
             what="the new timer process ready",
         )
         text = str(worker.get("/metrics")[1])
-        assert sample(text, "worker_timer_process_stall_kills_total") == 1
-        assert (sample(text, "worker_timer_process_stalls_total") or 0) >= 2
+        assert sample(text, "reminders_worker_timer_process_stall_kills_total") == 1
+        assert (sample(text, "reminders_worker_timer_process_stalls_total") or 0) >= 2
         assert restarted is not None
 
         # Every reminder published (its outbox row marked), then the topic read to its end.

@@ -116,7 +116,7 @@ async def test_an_unwell_database_retries_and_blocks_then_applies_the_message(
     )
     assert stored == 1
     retried = harness.runtime.metrics.registry.get_sample_value(
-        "stream_infrastructure_retries_total", {"topic": "pin.calendar.events.v1"}
+        "reminders_stream_infrastructure_retries_total", {"topic": "pin.calendar.events.v1"}
     )
     assert retried == 3
 

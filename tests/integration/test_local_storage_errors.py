@@ -106,8 +106,10 @@ async def test_a_store_that_refuses_the_cache_write_holds_the_batch_and_dead_let
         assert cache.read(events[0], m["EventId"])["v"] == 1  # type: ignore[arg-type]
     assert cache.failing() == {}  # the store works again: /health is ready
     metric = runtime.metrics.registry.get_sample_value
-    assert metric("stream_local_storage_errors_total", {"table": TABLE, "op": "write"}) == 3
-    assert metric("stream_local_storage_failing", {"table": TABLE}) == 0
+    assert (
+        metric("reminders_stream_local_storage_errors_total", {"table": TABLE, "op": "write"}) == 3
+    )
+    assert metric("reminders_stream_local_storage_failing", {"table": TABLE}) == 0
 
 
 class RefusingMemoryTable(MemoryTable):

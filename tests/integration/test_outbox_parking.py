@@ -194,10 +194,16 @@ async def test_rows_kafka_refuses_for_good_are_parked_and_keys_behind_them_flow(
 
         # Counted, and shown on /status.
         await relay.refresh_metrics()
-        assert sample(metrics, "outbox_parked_rows") == 3
-        assert sample(metrics, "outbox_parked_total", {"topic": tiny, "reason": "too_large"}) == 1
+        assert sample(metrics, "reminders_outbox_parked_rows") == 3
         assert (
-            sample(metrics, "outbox_parked_total", {"topic": bad, "reason": "unknown_topic"}) == 2
+            sample(metrics, "reminders_outbox_parked_total", {"topic": tiny, "reason": "too_large"})
+            == 1
+        )
+        assert (
+            sample(
+                metrics, "reminders_outbox_parked_total", {"topic": bad, "reason": "unknown_topic"}
+            )
+            == 2
         )
         status = outbox_stats(SimpleNamespace(metrics=metrics))  # type: ignore[arg-type]
         assert status["parked"] == 3
@@ -263,7 +269,7 @@ async def test_rows_kafka_refuses_for_good_are_parked_and_keys_behind_them_flow(
         assert cli(database_url, "retry", str(lost)).returncode == 1
         assert cli(database_url, "drop", str(lost)).returncode == 1
         await relay.refresh_metrics()
-        assert sample(metrics, "outbox_parked_rows") == 0
+        assert sample(metrics, "reminders_outbox_parked_rows") == 0
     finally:
         await relay.stop()
 

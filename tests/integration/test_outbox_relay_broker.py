@@ -116,7 +116,7 @@ async def test_unresponsive_broker_pass_ends_within_bound_and_releases_its_lanes
 
     assert publish_timeout < released_after <= in_doubt_timeout + 1.5, released_after
     assert ended_after <= in_doubt_timeout + stop_timeout + 1.5, ended_after
-    assert sample(metrics, "outbox_publish_in_doubt_total") == 1
+    assert sample(metrics, "reminders_outbox_publish_in_doubt_total") == 1
     assert start_failed_after <= publish_timeout + stop_timeout + 1.5, start_failed_after
     received = await read_to_end(bootstrap, topic)
     seen = ids_of(received)

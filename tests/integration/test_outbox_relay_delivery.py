@@ -92,9 +92,9 @@ async def test_rows_appear_with_key_headers_payload_and_per_key_order(
     assert set(per_key) == {k.encode() for k in keys}
     for seqs in per_key.values():
         assert seqs == sorted(seqs)
-    assert sample(metrics, "outbox_published_total", {"topic": topic}) == 1000
-    assert sample(metrics, "outbox_publish_lag_seconds_count") == 1000
-    assert sample(metrics, "outbox_publish_errors_total") == 0
+    assert sample(metrics, "reminders_outbox_published_total", {"topic": topic}) == 1000
+    assert sample(metrics, "reminders_outbox_publish_lag_seconds_count") == 1000
+    assert sample(metrics, "reminders_outbox_publish_errors_total") == 0
 
 
 @pytest.mark.timeout(360)  # waits of 60 + 60 + 120 + 30 s and a 60 s read
@@ -202,8 +202,8 @@ async def test_two_relays_at_once_publish_each_row_once(
     assert len(seen) == total
     assert sorted(seen) == ids, "each outbox-id exactly once"
     assert_per_key_order(received)
-    published_a = sample(metrics_a, "outbox_published_total", {"topic": topic})
-    published_b = sample(metrics_b, "outbox_published_total", {"topic": topic})
+    published_a = sample(metrics_a, "reminders_outbox_published_total", {"topic": topic})
+    published_b = sample(metrics_b, "reminders_outbox_published_total", {"topic": topic})
     assert published_a > 0 and published_b > 0, "both relays took part"
     assert published_a + published_b == total
 

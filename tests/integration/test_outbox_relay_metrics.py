@@ -40,16 +40,16 @@ async def test_backlog_and_oldest_age_gauges(
     async with relay:
         found = await relay.refresh_metrics()
         assert found.count == 25
-        assert sample(metrics, "outbox_backlog") == 25
-        assert 3590 < sample(metrics, "outbox_oldest_unpublished_age_seconds") < 3700
+        assert sample(metrics, "reminders_outbox_backlog") == 25
+        assert 3590 < sample(metrics, "reminders_outbox_oldest_unpublished_age_seconds") < 3700
 
         assert await drain(relay) == 25
         await relay.refresh_metrics()
-    assert sample(metrics, "outbox_backlog") == 0
-    assert sample(metrics, "outbox_oldest_unpublished_age_seconds") == 0
+    assert sample(metrics, "reminders_outbox_backlog") == 0
+    assert sample(metrics, "reminders_outbox_oldest_unpublished_age_seconds") == 0
     # Lag is measured on the relay's clock: created (now) -> acknowledged (clock, +1 h).
-    assert sample(metrics, "outbox_publish_lag_seconds_count") == 25
-    assert 3590 * 25 < sample(metrics, "outbox_publish_lag_seconds_sum") < 3700 * 25
+    assert sample(metrics, "reminders_outbox_publish_lag_seconds_count") == 25
+    assert 3590 * 25 < sample(metrics, "reminders_outbox_publish_lag_seconds_sum") < 3700 * 25
 
 
 async def test_retention_deletes_published_rows_in_chunks(
@@ -85,7 +85,7 @@ async def test_retention_deletes_published_rows_in_chunks(
         RunContext.at(due, clock=SystemClock())
     )  # to the horizon in one run, 3 rows a chunk
     assert (drained.deleted, drained.chunks, drained.more) == (10, 4, False)
-    assert sample(metrics, "outbox_deleted_total") == 10
+    assert sample(metrics, "reminders_outbox_deleted_total") == 10
     async with pool.acquire() as conn:
         left = [r["id"] for r in await conn.fetch("SELECT id FROM ops.outbox ORDER BY id")]
     assert left == unpublished, "unpublished rows are never deleted"

@@ -130,7 +130,7 @@ async def test_broker_silent_past_the_publish_timeout_pass_waits_and_sends_nothi
     assert Counter(ids_of(received)) == Counter([warm, *ids]), "every row exactly once"
     assert_per_key_order(received)
     assert still_holding, "the waiting pass kept its lanes: no other relay could resend them"
-    assert sample(metrics, "outbox_publish_in_doubt_total") == 1
+    assert sample(metrics, "reminders_outbox_publish_in_doubt_total") == 1
     assert len(factory.made) == 1, "the producer was not replaced"
     assert restarts(metrics, "publish_timeout") == 0
 

@@ -93,7 +93,10 @@ async def test_row_too_large_for_its_topic_is_probed_alone_then_parked(
         rest = await drain(relay)
     assert rest == len(held_back) - 1
     assert await backlog(pool) == 0
-    assert sample(metrics, "outbox_parked_total", {"topic": tiny, "reason": "too_large"}) == 1
+    assert (
+        sample(metrics, "reminders_outbox_parked_total", {"topic": tiny, "reason": "too_large"})
+        == 1
+    )
 
     received_good = await read_to_end(kafka_bootstrap, good)
     counts = Counter(ids_of(received_good))

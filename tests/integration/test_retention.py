@@ -76,10 +76,10 @@ async def test_outbox_retention_drains_past_the_old_per_run_cap_in_one_run(
     left = sorted(r["id"] for r in await pool.fetch("SELECT id FROM ops.outbox"))
     assert left == sorted([keep, unpublished])
     registry = metrics.registry
-    assert registry.get_sample_value("outbox_deleted_total") == 60500
-    assert registry.get_sample_value("retention_deleted_rows_total", {"table": "ops.outbox"}) == (
-        60500
-    )
+    assert registry.get_sample_value("reminders_outbox_deleted_total") == 60500
+    assert registry.get_sample_value(
+        "reminders_retention_deleted_rows_total", {"table": "ops.outbox"}
+    ) == (60500)
 
 
 # ------------------------------------------------------------------ calendar
@@ -125,7 +125,7 @@ async def test_calendar_events_past_the_horizon_go_with_their_reminders_in_bound
     assert (last["last_deleted"], last["last_batches"]) == (5, 3)  # 2 + 2 + 1: bounded
     assert (
         metrics.registry.get_sample_value(
-            "retention_deleted_rows_total", {"table": "calendar.event_reminders"}
+            "reminders_retention_deleted_rows_total", {"table": "calendar.event_reminders"}
         )
         == 10
     )

@@ -1,5 +1,5 @@
 """The compose override files give docker-compose the local stack's shapes: SASL_SSL Kafka,
-three brokers, the fast PostgreSQL. Each merges with docker-compose.yml (``config`` needs no
+three brokers, the fast PostgreSQL, Prometheus and Grafana provisioned from the repository. Each merges with docker-compose.yml (``config`` needs no
 engine) and gives the worker the client settings of its shape; the certificate script works."""
 
 from __future__ import annotations
@@ -57,6 +57,15 @@ def merged(override: str) -> str:
             ],
         ),
         ("fast-pg.yml", ["fsync=off", "synchronous_commit=off"]),
+        (
+            "observability.yml",
+            [
+                "deploy/prometheus/alerts.yml:/etc/prometheus/alerts.yml:ro",
+                "deploy/grafana/provisioning:/etc/grafana/provisioning:ro",
+                "deploy/grafana:/var/lib/grafana/dashboards:ro",
+                'GF_AUTH_ANONYMOUS_ENABLED: "true"',
+            ],
+        ),
     ],
 )
 def test_an_override_merges_and_gives_its_shape(override: str, wanted: list[str]) -> None:

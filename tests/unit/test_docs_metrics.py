@@ -62,8 +62,12 @@ def named_in_docs(prefixes: tuple[str, ...]) -> set[tuple[str, str]]:
 
 def test_the_metric_reader_finds_the_services_families() -> None:
     metrics = created()
-    assert {"outbox_backlog", "retention_more", "outbox_publish_in_doubt_total"} <= set(metrics)
-    assert "timer_run_duration_seconds_bucket" in exported(metrics)
+    assert {
+        "reminders_outbox_backlog",
+        "reminders_retention_more",
+        "reminders_outbox_publish_in_doubt_total",
+    } <= set(metrics)
+    assert "reminders_timer_run_duration_seconds_bucket" in exported(metrics)
 
 
 def test_every_metric_the_docs_name_exists() -> None:

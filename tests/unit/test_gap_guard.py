@@ -215,9 +215,9 @@ async def test_healer_puts_read_records_ahead_and_retries_a_failed_read() -> Non
     assert slept == [0.2, 0.4]
     assert [e.message.offset for e in await h.admit(cast(Any, Event(Msg(8))))] == [8]
     sample = registry.get_sample_value
-    assert sample("stream_input_gaps_total", {"topic": "in"}) == 1
-    assert sample("stream_input_offset_holes_total", {"topic": "in"}) == 1
-    assert sample("stream_input_gap_reads_total", {"topic": "in"}) == 1
+    assert sample("reminders_stream_input_gaps_total", {"topic": "in"}) == 1
+    assert sample("reminders_stream_input_offset_holes_total", {"topic": "in"}) == 1
+    assert sample("reminders_stream_input_gap_reads_total", {"topic": "in"}) == 1
 
 
 async def test_a_bug_in_the_read_is_not_retried_forever() -> None:
@@ -257,4 +257,4 @@ async def test_a_tail_the_stream_never_delivered_is_read_up_to_the_high_watermar
     # The broker holds 1..3 (high watermark 4) but the stream delivers nothing more.
     assert [e.message.offset for e in await h.tail("p0", 4)] == [1, 2, 3]
     assert h.expected("p0") == 4 and await h.tail("p0", 4) == []
-    assert registry.get_sample_value("stream_input_gaps_total", {"topic": "in"}) == 1
+    assert registry.get_sample_value("reminders_stream_input_gaps_total", {"topic": "in"}) == 1

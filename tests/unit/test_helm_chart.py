@@ -360,3 +360,21 @@ def test_production_settings_are_passed_with_the_codes_defaults(helm: Path) -> N
         for name in PRODUCTION_SETTINGS:
             assert name in values, f"{container['name']}: {name} not passed"
             assert float(values[name]) == float(defaults[name.lower()].default), name
+
+
+def test_the_prometheus_rule_links_runbooks_under_the_base_and_selects_the_job(
+    helm: Path,
+) -> None:
+    base = "https://wiki.example.org/reminders/"
+    sets = ["prometheusRule.enabled=true", f"prometheusRule.runbookBaseUrl={base}"]
+    objects = render(helm, [*sets, "serviceMonitor.job=rs-prod"])
+    rules = [r for g in one(objects, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    source = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+    assert [r["alert"] for r in rules] == [r["alert"] for g in source["groups"] for r in g["rules"]]
+    for rule in rules:
+        url = rule["annotations"]["runbook_url"]
+        assert url == base + rule["annotations"]["runbook"], rule["alert"]
+        assert 'job="rs-prod"' in rule["expr"] and "reminders-stream" not in rule["expr"]
+    endpoint = one(objects, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["relabelings"] == [{"targetLabel": "job", "replacement": "rs-prod"}]
+    assert not [k for k in kinds(render(helm, [])) if k.startswith("PrometheusRule/")]

@@ -146,8 +146,11 @@ async def test_a_write_the_store_refuses_holds_the_caller_until_it_takes_it() ->
     assert seen[-1]["write"]["errors"] == 3
     assert cache.failing() == {}
     name = "calendar-event-cache"
-    assert _sample(registry, "stream_local_storage_errors_total", table=name, op="write") == 3
-    assert _sample(registry, "stream_local_storage_failing", table=name) == 0
+    assert (
+        _sample(registry, "reminders_stream_local_storage_errors_total", table=name, op="write")
+        == 3
+    )
+    assert _sample(registry, "reminders_stream_local_storage_failing", table=name) == 0
 
 
 async def test_a_read_the_store_fails_is_a_miss_until_it_works_again() -> None:
@@ -159,13 +162,15 @@ async def test_a_read_the_store_fails_is_a_miss_until_it_works_again() -> None:
     assert cache.peek("k") is None
     name = "calendar-event-cache"
     assert cache.failing()["read"]["errors"] == 2
-    assert _sample(registry, "stream_local_storage_failing", table=name) == 1
+    assert _sample(registry, "reminders_stream_local_storage_failing", table=name) == 1
     assert (cache.hits, cache.misses) == (0, 1)  # PostgreSQL was asked
     table.reads_fail = False
     assert cache.lookup(Ev(), "k") == {"v": 1, "fp": "a"}  # type: ignore[arg-type]
     assert cache.failing() == {}
-    assert _sample(registry, "stream_local_storage_errors_total", table=name, op="read") == 2
-    assert _sample(registry, "stream_local_storage_failing", table=name) == 0
+    assert (
+        _sample(registry, "reminders_stream_local_storage_errors_total", table=name, op="read") == 2
+    )
+    assert _sample(registry, "reminders_stream_local_storage_failing", table=name) == 0
 
 
 def test_a_single_put_the_store_refuses_raises_a_local_storage_error() -> None:

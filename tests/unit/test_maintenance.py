@@ -128,7 +128,7 @@ async def test_slot_prune_counts_its_rows_per_table() -> None:
     metrics = runtime.metrics.family(RetentionMetrics)
     assert metrics.last("ops.timer_slots")["last_deleted"] == 2
     value = runtime.metrics.registry.get_sample_value(
-        "retention_deleted_rows_total", {"table": "ops.timer_slots"}
+        "reminders_retention_deleted_rows_total", {"table": "ops.timer_slots"}
     )
     assert value == 2
 

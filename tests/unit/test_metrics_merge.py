@@ -30,11 +30,11 @@ def test_counters_and_histograms_add_up_gauges_take_the_set_one() -> None:
     child.outbox.lag.observe(5)
     child_of(parent, child)
     r = parent.registry
-    assert r.get_sample_value("outbox_published_total", {"topic": "a"}) == 5
-    assert r.get_sample_value("outbox_published_total", {"topic": "b"}) == 1
-    assert r.get_sample_value("outbox_backlog") == 7
-    assert r.get_sample_value("outbox_publish_lag_seconds_count") == 3
-    assert r.get_sample_value("outbox_publish_lag_seconds_bucket", {"le": "0.01"}) == 2
+    assert r.get_sample_value("reminders_outbox_published_total", {"topic": "a"}) == 5
+    assert r.get_sample_value("reminders_outbox_published_total", {"topic": "b"}) == 1
+    assert r.get_sample_value("reminders_outbox_backlog") == 7
+    assert r.get_sample_value("reminders_outbox_publish_lag_seconds_count") == 3
+    assert r.get_sample_value("reminders_outbox_publish_lag_seconds_bucket", {"le": "0.01"}) == 2
 
 
 def test_the_exposition_has_each_family_once_and_parses() -> None:
@@ -43,11 +43,13 @@ def test_the_exposition_has_each_family_once_and_parses() -> None:
     child.outbox.errors.inc(4)
     child_of(parent, child)
     text = generate_latest(parent.registry).decode()
-    assert text.count("# TYPE outbox_publish_errors_total counter") == 1
+    assert text.count("# TYPE reminders_outbox_publish_errors_total counter") == 1
     names = [f.name for f in text_string_to_metric_families(text)]
     assert len(names) == len(set(names))
     [errors] = [
-        f for f in text_string_to_metric_families(text) if f.name == "outbox_publish_errors"
+        f
+        for f in text_string_to_metric_families(text)
+        if f.name == "reminders_outbox_publish_errors"
     ]
     assert [s.value for s in errors.samples if s.name.endswith("_total")] == [5]
 

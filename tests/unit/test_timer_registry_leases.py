@@ -152,7 +152,11 @@ async def test_takeovers_lost_leases_and_claim_retries_are_counted_in_metrics(
     def sample(prom: CollectorRegistry, name: str) -> float | None:
         return prom.get_sample_value(name, {"schedule": "job"})
 
-    names = ("timer_slot_takeovers_total", "timer_lease_lost_total", "timer_claim_retries_total")
+    names = (
+        "reminders_timer_slot_takeovers_total",
+        "reminders_timer_lease_lost_total",
+        "reminders_timer_claim_retries_total",
+    )
     stalled = Stalled(world.sleeper, timedelta(minutes=5))
     reg_a, reg_b = registry("w1", prom_a, world.store), registry("w2", prom_b, world.store)
     reg_a.register(sched(stalled, mode=Mode.CLUSTER_ONCE, max_duration=timedelta(seconds=20)))

@@ -54,7 +54,7 @@ async def test_misfire_after_five_slots_of_downtime(
     assert rec.calls == [at(k) for k in expected]
     assert all(r.result == "ok" for r in records)
     assert counts(reg)["missed"] == 5
-    assert world.sample("timer_missed_slots_total", schedule="job") == 5
+    assert world.sample("reminders_timer_missed_slots_total", schedule="job") == 5
     # Whatever the policy, the next slot runs on time.
     world.clock.set(at(6))
     [record] = await reg.run_due()
@@ -82,7 +82,7 @@ async def test_a_late_start_within_grace_is_on_time_not_missed(world: World) -> 
     [record] = await reg.run_due()
     assert (record.kind, record.slot) == ("on_time", at(1))
     assert counts(reg)["missed"] == 0
-    lateness = world.sample("timer_start_lateness_seconds_sum", schedule="job")
+    lateness = world.sample("reminders_timer_start_lateness_seconds_sum", schedule="job")
     assert lateness == 20
 
 

@@ -46,7 +46,7 @@ async def test_slow_handler_never_overlaps_itself_and_skipped_ticks_are_counted(
     assert slow.calls == [at(1), at(4), at(7), at(10)]
     assert slow.max_active == 1
     assert counts(reg)["skipped_overlap"] == 6
-    assert world.sample("timer_overlap_skips_total", schedule="job") == 6
+    assert world.sample("reminders_timer_overlap_skips_total", schedule="job") == 6
     # Those ticks were more than the grace late when the previous run ended: missed, skipped.
     assert counts(reg)["missed"] == 6
 

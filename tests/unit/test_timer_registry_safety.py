@@ -52,8 +52,8 @@ async def test_a_handler_that_raises_is_logged_and_the_next_tick_runs(
     assert row["last_error"] is None
     assert row["counts"]["runs"] == 2
     assert row["counts"]["failed"] == 1
-    assert world.sample("timer_runs_total", schedule="job", result="failed") == 1
-    assert world.sample("timer_runs_total", schedule="job", result="ok") == 1
+    assert world.sample("reminders_timer_runs_total", schedule="job", result="failed") == 1
+    assert world.sample("reminders_timer_runs_total", schedule="job", result="ok") == 1
     failure_logs = [r for r in caplog.records if "action=timer_run_failed" in r.getMessage()]
     assert len(failure_logs) == 1
     assert f"run_id={failed_run}" in failure_logs[0].getMessage()
@@ -76,8 +76,8 @@ async def test_a_run_over_its_max_duration_is_cancelled_and_counted(world: World
     finally:
         await reg.stop(timeout=0)
     assert counts(reg)["timed_out"] == 1
-    assert world.sample("timer_runs_total", schedule="job", result="timeout") == 1
-    durations = world.sample("timer_run_duration_seconds_sum", schedule="job")
+    assert world.sample("reminders_timer_runs_total", schedule="job", result="timeout") == 1
+    durations = world.sample("reminders_timer_run_duration_seconds_sum", schedule="job")
     assert durations == 10
 
 
@@ -109,7 +109,7 @@ async def test_stop_cancels_a_run_that_exceeds_the_bound(world: World) -> None:
     [row] = reg.list()
     assert row["last_result"] == "cancelled"
     assert row["running"] is False
-    assert world.sample("timer_runs_total", schedule="job", result="cancelled") == 1
+    assert world.sample("reminders_timer_runs_total", schedule="job", result="cancelled") == 1
 
 
 async def test_a_failing_store_does_not_stop_the_worker(world: World) -> None:
@@ -184,7 +184,7 @@ async def test_a_slot_whose_claim_failed_is_subject_to_the_misfire_policy(
     assert rec.calls == [at(k) for k in runs]
     assert [(r.slot, r.kind) for r in records] == [(at(k), kind) for k in runs]
     assert counts(reg)["missed"] == 1
-    assert world.sample("timer_missed_slots_total", schedule="job") == 1
+    assert world.sample("reminders_timer_missed_slots_total", schedule="job") == 1
     # The next slot is planned as usual.
     world.clock.set(at(2))
     [record] = await reg.run_due()

@@ -69,7 +69,7 @@ async def test_cluster_once_burst_steps_split_slots_between_workers(world: World
         assert [r.result for r in lost] == ["deduped"]
     assert a.calls == [at(k) for k in range(1, 11, 2)]
     assert b.calls == [at(k) for k in range(2, 11, 2)]
-    assert world.sample("timer_slot_dedupes_total", schedule="job") == 5
+    assert world.sample("reminders_timer_slot_dedupes_total", schedule="job") == 5
 
 
 async def test_cron_schedule_runs_at_its_fire_times(world: World) -> None:

@@ -106,10 +106,14 @@ async def test_metrics_series_exist_from_registration(world: World) -> None:
     reg.register(sched(Recorder()))
     for result in ("ok", "failed", "timeout", "cancelled"):
         assert (
-            world.prom.get_sample_value("timer_runs_total", {"schedule": "job", "result": result})
+            world.prom.get_sample_value(
+                "reminders_timer_runs_total", {"schedule": "job", "result": result}
+            )
             == 0
         )
-    assert world.prom.get_sample_value("timer_overlap_skips_total", {"schedule": "job"}) == 0
+    assert (
+        world.prom.get_sample_value("reminders_timer_overlap_skips_total", {"schedule": "job"}) == 0
+    )
 
 
 async def test_disabled_schedules_do_not_run(world: World) -> None:

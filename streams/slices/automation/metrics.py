@@ -13,12 +13,12 @@ class AutomationMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.claimed = Counter(
-            "automation_scheduler_claimed",
+            "automation_scheduler_claimed_total",
             "Due rows claimed (Pending -> Processing with a lease and a new Version)",
             registry=registry,
         )
         self.outcomes = Counter(
-            "automation_scheduler_outcomes",
+            "automation_scheduler_outcomes_total",
             "Claimed rows finished, by outcome (completed, deactivated, failed, held) and "
             "reason (ReasonCode or FailureReasonCode; empty for completed)",
             ["outcome", "reason"],
@@ -35,12 +35,12 @@ class AutomationMetrics:
             registry=registry,
         )
         self.stale_rescued = Counter(
-            "automation_scheduler_stale_rescued",
+            "automation_scheduler_stale_rescued_total",
             "Processing rows whose lease expired, put back by stale cleanup (or held)",
             registry=registry,
         )
         self.interrupted = Counter(
-            "automation_scheduler_interrupted",
+            "automation_scheduler_interrupted_total",
             "Claims that ended without a verdict, by path (hand_back: the runner gave its rows "
             "back after a transient database error or a cancelled run; lease_expired: stale "
             "cleanup) and charged (true once the row's interruption allowance is spent and the "
@@ -49,7 +49,7 @@ class AutomationMetrics:
             registry=registry,
         )
         self.hand_back_failed = Counter(
-            "automation_scheduler_hand_back_failed",
+            "automation_scheduler_hand_back_failed_total",
             "Claimed rows the runner could not hand back (the database was still away): left "
             "to stale cleanup, which counts them as interrupted when their lease expires",
             registry=registry,
@@ -60,21 +60,21 @@ class AutomationMetrics:
             registry=registry,
         )
         self.fenced = Counter(
-            "automation_scheduler_fenced",
+            "automation_scheduler_fenced_total",
             "Writes rejected because the row's Version no longer matched the writer's token "
             "(a claim whose lease expired and whose row moved on), by intended transition",
             ["transition"],
             registry=registry,
         )
         self.ensured = Counter(
-            "automation_scheduler_ensure",
+            "automation_scheduler_ensure_total",
             "Ensure results per key, by outcome (Inserted, Reactivated, Updated, Unchanged, "
             "InFlight, AlreadyCompleted, Conflict)",
             ["outcome"],
             registry=registry,
         )
         self.deactivated_by_source = Counter(
-            "automation_scheduler_deactivate",
+            "automation_scheduler_deactivate_total",
             "Deactivate/cancel requests per key, by result (changed, unchanged, missing)",
             ["result"],
             registry=registry,

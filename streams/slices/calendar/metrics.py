@@ -18,7 +18,7 @@ class CalendarDispatchMetrics:
             registry=registry,
         )
         self.items = Counter(
-            "calendar_reminder_dispatch_items",
+            "calendar_reminder_dispatch_items_total",
             "Reminder rows dispatched, by result (sent, skipped)",
             ["result"],
             registry=registry,
@@ -45,12 +45,12 @@ class CalendarDispatchMetrics:
             registry=registry,
         )
         self.skip_locked = Counter(
-            "calendar_reminder_dispatch_skip_locked",
+            "calendar_reminder_dispatch_skip_locked_total",
             "Due rows passed over because another instance or an event change held their lock",
             registry=registry,
         )
         self.errors = Counter(
-            "calendar_reminder_dispatch_errors",
+            "calendar_reminder_dispatch_errors_total",
             "Poison rows excluded from a batch and failed runs",
             registry=registry,
         )

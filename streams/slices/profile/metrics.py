@@ -16,7 +16,7 @@ class DocumentExpiryMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.reminders = Counter(
-            "profile_document_expiry_reminders",
+            "profile_document_expiry_reminders_total",
             "Expiry reminders sent (documents in a DocumentExpiryReminderEvent), by t*",
             ["threshold_days"],
             registry=registry,
@@ -33,19 +33,19 @@ class DocumentExpiryMetrics:
             registry=registry,
         )
         self.errors = Counter(
-            "profile_document_expiry_reminder_errors",
+            "profile_document_expiry_reminder_errors_total",
             "Owners whose transaction failed, and failed runs",
             registry=registry,
         )
         self.owners = Counter(
-            "profile_document_expiry_owners",
+            "profile_document_expiry_owners_total",
             "Owners handled by result: cache (settled by the verified per-owner cache), "
             "ledger (marks read and inserted in PostgreSQL), failed",
             ["result"],
             registry=registry,
         )
         self.cache_disagreements = Counter(
-            "profile_document_expiry_cache_disagreements",
+            "profile_document_expiry_cache_disagreements_total",
             "Batches whose per-owner cache claimed marks the ledger does not have (those owners "
             "went to the ledger instead)",
             registry=registry,
