@@ -165,7 +165,7 @@ async def create_pool(
     on_statement: Callable[[], object] | None = None,
 ) -> asyncpg.Pool:
     """``on_statement`` is called once per statement any pool connection sends (BEGIN and
-    COMMIT included): the worker counts them in ``db_statements_total``."""
+    COMMIT included): the worker counts them in ``reminders_db_statements_total``."""
     server_settings = limits.server_settings(application_name) if limits is not None else None
 
     async def init(conn: asyncpg.Connection) -> None:
