@@ -12,7 +12,7 @@ CREATE TABLE automation.scheduler (
     trigger_type_id             text        NOT NULL
         CHECK (trigger_type_id IN ('DateBased', 'ThresholdCondition', 'Recurring',
                                    'ScheduledRun', 'ManualRun')),
-    -- Deterministic business key (streams/domain/automation/rules.py builds it); the idempotency key.
+    -- Deterministic business key (streams/domain/automation.py builds it); the idempotency key.
     scheduler_key               text        NOT NULL
         CHECK (char_length(scheduler_key) BETWEEN 1 AND 1024),
     scheduled_on                timestamptz NOT NULL,
