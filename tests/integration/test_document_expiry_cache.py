@@ -13,7 +13,7 @@ from unittest.mock import MagicMock
 import asyncpg
 import pytest
 
-from devkit.database import with_database
+from devkit.database import create_database, drop_database
 from devkit.harness.profile import (
     SLOT,
     TODAY,
@@ -29,7 +29,7 @@ from streams.domain.profile import encode_marks
 from streams.input.consumer import Decoded
 from streams.slices.profile.work import RunOrder
 from streams.timers.context import RunContext
-from tests.conftest import DATABASE_URL, _admin
+from tests.conftest import DATABASE_URL
 
 pytestmark = pytest.mark.integration
 
@@ -41,11 +41,11 @@ DAYS = 14
 async def reference_url(template_database: str) -> AsyncIterator[str]:
     """A second fresh database: the same documents without a cache, for comparison."""
     name = f"r_{uuid.uuid4().hex[:12]}"
-    await _admin(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    url = await create_database(DATABASE_URL, name, template=template_database, timeout=10)
     try:
-        yield with_database(DATABASE_URL, name)
+        yield url
     finally:
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await drop_database(DATABASE_URL, name, timeout=10)
 
 
 def documents(seed: int, owners: int = 25) -> list[dict[str, Any]]:
