@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any
 from uuid import UUID
 
 from db.connector import Connection, Executor
@@ -109,3 +110,33 @@ async def backlog_count(
 
 async def owners_count(db: Executor, owners: Sequence[UUID]) -> int:
     return int(await db.fetchval(sql("document_expiry_reminders_owners_count"), list(owners)))
+
+
+# The operators' console (streams/console): markers after a keyset bound (reminded_at, id),
+# before ``before``.
+
+
+async def console_page(
+    db: Executor, bound: tuple[datetime, UUID], before: datetime, limit: int
+) -> list[dict[str, Any]]:
+    rows = await db.fetch(sql("document_expiry_reminders_console_page"), *bound, before, limit)
+    return [dict(r) for r in rows]
+
+
+async def console_of_owner(
+    db: Executor, owner: UUID, bound: tuple[datetime, UUID], before: datetime, limit: int
+) -> list[dict[str, Any]]:
+    rows = await db.fetch(
+        sql("document_expiry_reminders_console_of_owner"), *bound, before, limit, owner
+    )
+    return [dict(r) for r in rows]
+
+
+async def console_get(db: Executor, marker_id: UUID) -> dict[str, Any] | None:
+    row = await db.fetchrow(sql("document_expiry_reminders_console_get"), marker_id)
+    return dict(row) if row is not None else None
+
+
+async def console_count(db: Executor, cap: int) -> int:
+    """Markers, counted up to ``cap``."""
+    return int(await db.fetchval(sql("document_expiry_reminders_console_count"), cap))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any
 
 from db.connector import Executor
 from db.queries import sql
@@ -96,3 +97,20 @@ async def finish(
 async def prune(db: Executor, before: datetime) -> int:
     status = await db.execute(sql("document_expiry_runs_prune"), before)
     return int(status.split()[-1])
+
+
+# The operators' console (streams/console): runs newest first, before a keyset bound
+# (started_at, run_id), from ``since`` on, in one console state.
+
+
+async def console_page(
+    db: Executor, state: str, bound: tuple[datetime, str], since: datetime, limit: int
+) -> list[dict[str, Any]]:
+    rows = await db.fetch(sql("document_expiry_runs_console_page"), *bound, since, limit, state)
+    return [{**dict(r), "thresholds": list(r["thresholds"])} for r in rows]
+
+
+async def console_counts(db: Executor) -> dict[str, int]:
+    """Runs by console state (Unfinished, WithFailures, Finished)."""
+    rows = await db.fetch(sql("document_expiry_runs_console_counts"))
+    return {str(r["state"]): int(r["n"]) for r in rows}

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from db.connector import Connection
+from db.connector import Connection, Executor
 from db.outbox import OutboxColumns
 from db.queries import sql
 
@@ -133,3 +133,59 @@ async def status_count(conn: Connection, event_ids: Sequence[UUID]) -> dict[str,
 async def explain(conn: Connection, reminder_id: UUID) -> dict[str, Any] | None:
     row = await conn.fetchrow(sql("event_reminders_explain"), reminder_id)
     return dict(row) if row is not None else None
+
+
+# The operators' console (streams/console): pages of one state after a keyset bound
+# (due_at, reminder_id), before ``before``, of an event's tenant / owner (None: any).
+
+ConsoleBound = tuple[datetime, UUID]
+
+
+async def console_pending(
+    db: Executor,
+    bound: ConsoleBound,
+    before: datetime,
+    limit: int,
+    tenant: UUID | None = None,
+    owner: UUID | None = None,
+) -> list[dict[str, Any]]:
+    rows = await db.fetch(
+        sql("event_reminders_console_pending"), *bound, before, limit, tenant, owner
+    )
+    return [dict(r) for r in rows]
+
+
+async def console_retrying(
+    db: Executor,
+    bound: ConsoleBound,
+    before: datetime,
+    limit: int,
+    tenant: UUID | None = None,
+    owner: UUID | None = None,
+) -> list[dict[str, Any]]:
+    rows = await db.fetch(
+        sql("event_reminders_console_retrying"), *bound, before, limit, tenant, owner
+    )
+    return [dict(r) for r in rows]
+
+
+async def console_done(
+    db: Executor,
+    status: str,
+    bound: ConsoleBound,
+    before: datetime,
+    limit: int,
+    tenant: UUID | None = None,
+    owner: UUID | None = None,
+) -> list[dict[str, Any]]:
+    """Sent or Skipped rows."""
+    rows = await db.fetch(
+        sql("event_reminders_console_done"), *bound, before, limit, tenant, owner, status
+    )
+    return [dict(r) for r in rows]
+
+
+async def console_counts(db: Executor, cap: int) -> dict[str, int]:
+    """Rows by console state (Pending, Retrying, Sent, Skipped), each counted up to ``cap``."""
+    rows = await db.fetch(sql("event_reminders_console_counts"), cap)
+    return {str(r["state"]): int(r["n"]) for r in rows}

@@ -1,6 +1,6 @@
 """Command line: ``streams <command> …`` (also ``python -m streams``, with ``reminders`` as an
 alias): one argparse tree. The service-wide commands are here and in their packages (timers,
-dlq, outbox, explain); each declared slice (streams/slices) with a ``cli`` adds its own
+dlq, outbox, explain, rows); each declared slice (streams/slices) with a ``cli`` adds its own
 (argparse ``add_commands``). Parsing (and ``--help`` at every level) reads no settings and connects to
 nothing; the settings load only once a command is about to run."""
 
@@ -136,6 +136,7 @@ def _slice_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def build_parser() -> argparse.ArgumentParser:
     from streams import explain
+    from streams.console import rows_cli
     from streams.dlq import cli as dlq_cli
     from streams.outbox import cli as outbox_cli
     from streams.timers import manual
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     _slice_commands(sub)
     outbox_cli.add_commands(sub)
     explain.add_commands(sub)
+    rows_cli.add_commands(sub)
     manual.add_commands(sub)
     sub.add_parser(
         "demo", help="send the demo workload of every slice and report what came out"

@@ -132,3 +132,32 @@ SELECT count(*) FROM (
 -- name: document_expiry_reminders_owners_count
 -- Markers of the given owners (demo and operators' checks).
 SELECT count(*) FROM profile.document_expiry_reminders WHERE owner_user_id = ANY($1::uuid[]);
+
+-- name: document_expiry_reminders_console_page
+-- The console's page of markers (one per reminder sent): (reminded_at, id) after the keyset
+-- bound ($1, $2), before $3, at most $4, on ix_document_expiry_reminders_console.
+SELECT id, document_id, owner_user_id, type, threshold_days, expires_at, reminded_at
+FROM profile.document_expiry_reminders
+WHERE (reminded_at, id) > ($1::timestamptz, $2::uuid) AND reminded_at < $3
+ORDER BY reminded_at, id
+LIMIT $4;
+
+-- name: document_expiry_reminders_console_of_owner
+-- The same page for one owner ($5): that owner's markers (ix_document_expiry_reminders_owner),
+-- sorted; bounded by the markers of one owner.
+SELECT id, document_id, owner_user_id, type, threshold_days, expires_at, reminded_at
+FROM profile.document_expiry_reminders
+WHERE owner_user_id = $5
+  AND (reminded_at, id) > ($1::timestamptz, $2::uuid) AND reminded_at < $3
+ORDER BY reminded_at, id
+LIMIT $4;
+
+-- name: document_expiry_reminders_console_get
+-- One marker by id (the console's detail).
+SELECT id, document_id, owner_user_id, type, threshold_days, expires_at, reminded_at
+FROM profile.document_expiry_reminders
+WHERE id = $1;
+
+-- name: document_expiry_reminders_console_count
+-- Markers, counted up to $1.
+SELECT count(*) FROM (SELECT 1 FROM profile.document_expiry_reminders LIMIT $1) x;

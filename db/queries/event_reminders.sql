@@ -120,3 +120,66 @@ SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.skip_r
 FROM calendar.event_reminders r
 JOIN calendar.events e ON e.event_id = r.event_id
 WHERE r.reminder_id = $1;
+
+-- name: event_reminders_console_pending
+-- The console's page of Pending rows (streams/console): (due_at, reminder_id) after the
+-- keyset bound ($1, $2; the cursor, or just before the window's start), before $3, at most
+-- $4, on ix_event_reminders_status_due_at. $5 tenant, $6 owner of the event (NULL: any): a
+-- filter on the joined event as rows come in index order.
+SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.sent_at,
+       r.skip_reason, r.attempts, r.last_error_code,
+       CASE WHEN r.next_attempt_at > '-infinity' THEN r.next_attempt_at END AS next_attempt_at,
+       r.created_at, r.updated_at, e.tenant_id, e.owner_user_id, e.kind, e.start_at
+FROM calendar.event_reminders r
+JOIN calendar.events e ON e.event_id = r.event_id
+WHERE r.status = 'Pending'
+  AND (r.due_at, r.reminder_id) > ($1::timestamptz, $2::uuid) AND r.due_at < $3
+  AND ($5::uuid IS NULL OR e.tenant_id = $5) AND ($6::uuid IS NULL OR e.owner_user_id = $6)
+ORDER BY r.due_at, r.reminder_id
+LIMIT $4;
+
+-- name: event_reminders_console_retrying
+-- The console's page of Pending rows with failed dispatch attempts (poison rows backing off),
+-- as event_reminders_console_pending; few rows, read through ix_event_reminders_retry.
+SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.sent_at,
+       r.skip_reason, r.attempts, r.last_error_code,
+       CASE WHEN r.next_attempt_at > '-infinity' THEN r.next_attempt_at END AS next_attempt_at,
+       r.created_at, r.updated_at, e.tenant_id, e.owner_user_id, e.kind, e.start_at
+FROM calendar.event_reminders r
+JOIN calendar.events e ON e.event_id = r.event_id
+WHERE r.status = 'Pending' AND r.attempts > 0
+  AND (r.due_at, r.reminder_id) > ($1::timestamptz, $2::uuid) AND r.due_at < $3
+  AND ($5::uuid IS NULL OR e.tenant_id = $5) AND ($6::uuid IS NULL OR e.owner_user_id = $6)
+ORDER BY r.due_at, r.reminder_id
+LIMIT $4;
+
+-- name: event_reminders_console_done
+-- The console's page of Sent or Skipped rows ($7), as event_reminders_console_pending, on
+-- ix_event_reminders_console_done (the literal "status <> 'Pending'" lets a generic plan
+-- use that partial index).
+SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.sent_at,
+       r.skip_reason, r.attempts, r.last_error_code,
+       CASE WHEN r.next_attempt_at > '-infinity' THEN r.next_attempt_at END AS next_attempt_at,
+       r.created_at, r.updated_at, e.tenant_id, e.owner_user_id, e.kind, e.start_at
+FROM calendar.event_reminders r
+JOIN calendar.events e ON e.event_id = r.event_id
+WHERE r.status = $7 AND r.status <> 'Pending'
+  AND (r.due_at, r.reminder_id) > ($1::timestamptz, $2::uuid) AND r.due_at < $3
+  AND ($5::uuid IS NULL OR e.tenant_id = $5) AND ($6::uuid IS NULL OR e.owner_user_id = $6)
+ORDER BY r.due_at, r.reminder_id
+LIMIT $4;
+
+-- name: event_reminders_console_counts
+-- Rows by console state, each counted up to $1 (an index range that stops there: the
+-- console shows "$1 or more" rather than scanning ten million rows).
+SELECT 'Pending' AS state, (SELECT count(*) FROM (SELECT 1 FROM calendar.event_reminders
+                            WHERE status = 'Pending' LIMIT $1) x) AS n
+UNION ALL
+SELECT 'Retrying', (SELECT count(*) FROM (SELECT 1 FROM calendar.event_reminders
+                    WHERE status = 'Pending' AND attempts > 0 LIMIT $1) x)
+UNION ALL
+SELECT 'Sent', (SELECT count(*) FROM (SELECT 1 FROM calendar.event_reminders
+                WHERE status = 'Sent' LIMIT $1) x)
+UNION ALL
+SELECT 'Skipped', (SELECT count(*) FROM (SELECT 1 FROM calendar.event_reminders
+                   WHERE status = 'Skipped' LIMIT $1) x);

@@ -1,6 +1,7 @@
 """A slice as a declared object: its name, its topics, how it installs its timers (no Faust:
 the timer process and ``timers run`` build only these) and its stream part (agents and tables
-on the worker's Faust app), and what it adds to the demo, the CLI and ``explain``."""
+on the worker's Faust app), and what it adds to the demo, the CLI, ``explain`` and the
+console's row listings."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic_settings import BaseSettings
 
+from streams.console.listing import Listing
 from streams.contracts import TopicContract
 from streams.runtime import Runtime
 from streams.settings import Settings
@@ -78,6 +80,8 @@ class Slice:
     """Loads its demo workload (imported only when the demo runs)."""
     cli: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None] | None = None
     """Adds its commands to ``python -m streams`` (argparse ``add_commands``)."""
+    listings: tuple[Listing, ...] = ()
+    """Its rows as the operators' console lists them (streams/console; ``<name>/...``)."""
 
 
 def install_timers(slices: tuple[Slice, ...], ctx: TimerContext) -> None:

@@ -7,6 +7,7 @@ import time
 from faust.web import Request, Response, View
 from prometheus_client import generate_latest
 
+from streams.console import rows_web
 from streams.explain import explain
 from streams.input.lag import FaustStreamSource, refresh
 from streams.slices.context import SliceContext
@@ -19,6 +20,7 @@ def register(ctx: SliceContext) -> None:
     app, runtime = ctx.app, ctx.runtime
     rates = Rates()
     source = FaustStreamSource(app, ctx.consumers)
+    rows_web.register(ctx)  # /console/rows: rows by slice and state, a row's detail
 
     @app.page("/health/live")
     async def live(web: View, request: Request) -> Response:

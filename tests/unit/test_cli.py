@@ -33,6 +33,7 @@ RUNNABLE = [
     ["automation", "show", "some-key"],
     ["outbox", "parked"],
     ["explain", "some-id"],
+    ["rows", "list", "calendar/reminders"],
     ["timers", "run", "document-expiry"],
     ["demo"],
 ]
@@ -69,6 +70,7 @@ def test_the_tree_has_every_command_and_the_slices_their_own() -> None:
         "automation",
         "outbox",
         "explain",
+        "rows",
         "timers",
         "demo",
     ]
@@ -77,6 +79,8 @@ def test_the_tree_has_every_command_and_the_slices_their_own() -> None:
     assert subs == {"ensure", "deactivate", "show", "hold", "release", "retry-key"}
     assert {tuple(p) for p in PATHS if len(p) == 2} >= {
         ("dlq", "replay"),
+        ("rows", "list"),
+        ("rows", "show"),
         ("timers", "run"),
         ("outbox", "parked"),
         ("outbox", "retry"),

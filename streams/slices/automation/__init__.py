@@ -35,6 +35,7 @@ from streams.slices.automation.cli import add_commands
 from streams.slices.automation.config import AutomationConfig
 from streams.slices.automation.execution_inputs import AutomationInputs, PgAutomationInputs
 from streams.slices.automation.handlers import AutomationHandler, Failure, HandlerRegistry
+from streams.slices.automation.listings import LISTINGS
 from streams.slices.automation.metrics import AutomationMetrics
 from streams.slices.automation.rows import SchedulerRows
 from streams.slices.automation.runner import AutomationRunner, RunnerConfig
@@ -81,6 +82,7 @@ SLICE = Slice(
     install_stream=install_stream,
     demo=load_demo,
     cli=add_commands,
+    listings=LISTINGS,
 )
 
 __all__ = [

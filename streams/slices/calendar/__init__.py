@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from streams.contracts import CALENDAR_EVENTS, REMINDER_DUE
 from streams.slices.calendar.explain import explain
+from streams.slices.calendar.listings import LISTINGS
 from streams.slices.calendar.settings import CalendarSettings
 from streams.slices.calendar.timers import (
     CALENDAR_DISPATCH,
@@ -47,6 +48,7 @@ SLICE = Slice(
     install_stream=install_stream,
     explain=explain,
     demo=load_demo,
+    listings=LISTINGS,
 )
 
 __all__ = ["CALENDAR_DISPATCH", "SLICE", "WAKE_NUDGE", "dispatch_waker", "install_timers"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, PERSON_DOCUMENTS
+from streams.slices.profile.listings import LISTINGS
 from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.owners import OwnerWorker
 from streams.slices.profile.run import DocumentExpiryRun, ExpiryConfig, ExpiryRunResult
@@ -49,6 +50,7 @@ SLICE = Slice(
     install_timers=install_timers,
     install_stream=install_stream,
     demo=load_demo,
+    listings=LISTINGS,
 )
 
 __all__ = [
