@@ -12,7 +12,7 @@ export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
 export DATABASE_URL ?= postgresql://reminders@127.0.0.1:$(PG_PORT)/reminders
 
 .PHONY: help install stack-up stack-down stack-status migrate topics worker demo lint typecheck \
-        helm chart lock test test-unit test-integration test-e2e test-faults bench schema contracts clean
+        helm chart lock test test-unit test-integration test-e2e test-faults bench bench-console schema contracts clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -89,6 +89,10 @@ bench: install ## benchmarks: one summary table, bench/results/latest.json (BENC
 	STACK_PG_DURABLE=$(if $(filter fast,$(BENCH_PG)),0,1) stack/stack.sh up
 	$(PY) -m streams migrate
 	BENCH_PG=$(BENCH_PG) $(PY) -m bench $(BENCH_ARGS)
+
+CONSOLE_ROWS ?= 10000000
+bench-console: install stack-up ## the console's page times on a CONSOLE_ROWS-row reminders table (default 10M; fill: minutes), with the plans
+	$(PY) -m bench.console_pages $(CONSOLE_ROWS)
 
 helm: ## the pinned helm, built with `go install` into .dev/helm/ (idempotent)
 	@$(PYTHON) -m devkit.helm

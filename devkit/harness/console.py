@@ -69,9 +69,12 @@ async def reminder(
     return reminder_id
 
 
-async def calendar_rows(conn: asyncpg.Connection, per_state: int = 5) -> Seeded:
+async def calendar_rows(
+    conn: asyncpg.Connection, per_state: int = 5, base: datetime = T0
+) -> Seeded:
     """``per_state`` reminders Pending, Sent and Skipped and 2 retrying (Pending with failed
-    attempts), every other one of tenant A, due a minute apart."""
+    attempts), every other one of tenant A, due a minute apart from ``base`` on (a running
+    worker dispatches the Pending ones once they are due)."""
     seeded = Seeded()
     events = {
         TENANT_A: await event(conn, TENANT_A, OWNER_A),
@@ -91,7 +94,7 @@ async def calendar_rows(conn: asyncpg.Connection, per_state: int = 5) -> Seeded:
             rid = await reminder(
                 conn,
                 events[tenant],
-                T0 + timedelta(minutes=n),
+                base + timedelta(minutes=n),
                 "Pending" if status == "Retrying" else status,
                 attempts,
             )
