@@ -16,7 +16,8 @@ and deactivate them, and the timers that execute them.
   (streams/domain/automation/triggers.py); the /automation/hold view (web.py);
 - support.py, cli.py: rows on hold on /status, and
   ``python -m streams automation release|retry-key|ensure|deactivate|show|hold``;
-- metrics.py: the automation_scheduler_* family; demo.py: the demo workload.
+- metrics.py: the automation_scheduler_* family; demo.py: the demo workload; listings.py:
+  scheduler rows by status (and on hold) in the operators' console.
 """
 
 from __future__ import annotations

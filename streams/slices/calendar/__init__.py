@@ -5,7 +5,8 @@
 - timer: calendar-dispatch, every instance, 60 s + precise wake-ups at the next DueAt
   (timers.py, dispatch.py): due rows → Sent + ReminderDueEvent in the outbox, or Skipped;
 - explain: what happened to an EventId or ReminderId (explain.py); demo workload (demo.py);
-- metrics: the seed's calendar_reminder_dispatch_* (metrics.py).
+- metrics: the seed's calendar_reminder_dispatch_* (metrics.py);
+- console: its reminder rows by state, for /console/rows and ``rows`` (listings.py).
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ async def detail(runtime: Runtime, reminder_id: UUID) -> dict[str, Any] | None:
         "attempts": row["attempts"],
         "last_error": row["last_error_code"],
         "outbox": records,
-        "lineage": story,
+        # explain's story of the row, its outbox records above.
+        "lineage": {k: v for k, v in story.items() if k != "outbox"} if story else None,
     }
 
 

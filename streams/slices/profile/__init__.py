@@ -9,7 +9,7 @@
   DocumentExpiryReminderEvent in the outbox, with the profile-expiry-marks table (per-owner
   marks, verified before it is believed) in front of the ledger;
 - metrics: the seed's profile_document_expiry_reminder* (metrics.py); demo.py: the demo
-  workload.
+  workload; listings.py: its markers and runs in the operators' console.
 """
 
 from __future__ import annotations
