@@ -3,9 +3,9 @@
 
 Fills calendar.event_reminders of a throwaway database with ROWS reminders (default
 10,000,000) of 100,000 events of 100 tenants in one INSERT ... SELECT over generate_series:
-90% Sent, 5% Skipped, 5% Pending (0.01% of them retrying after a failed attempt), due a second
-apart; the secondary indexes are built after the fill (as fast as PostgreSQL builds them), then
-VACUUM (ANALYZE), as autovacuum leaves a table. Then for the first page, a page deep in the
+90% Sent, 5% Skipped, 5% Pending (one row in 10,000 of the table retrying after a failed
+attempt), due a second apart; the secondary indexes are built after the fill (as fast as
+PostgreSQL builds them), then VACUUM (ANALYZE), as autovacuum leaves a table. Then for the first page, a page deep in the
 table (cursor 100 rows before its end), a window with a tenant filter, and the capped counts
 of /console/rows: EXPLAIN (ANALYZE, BUFFERS) of the named statement with the page's
 parameters (custom plan) and with plan_cache_mode = force_generic_plan (what a prepared
