@@ -1,7 +1,8 @@
 """``python -m streams rows list <slice>/<listing> [filters] [--after CURSOR] [--json]`` and
 ``rows show <slice>/<listing> <id> [--json]``: the console's row pages in a terminal (a
 readable table and the next cursor, or the pages' JSON). Exit 2 for a bad filter value or an
-unknown listing (the message names it), 1 when the row does not exist."""
+unknown listing (the message names it), 1 when the row does not exist or PostgreSQL
+cannot be reached."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import sys
 from typing import Any
 
+from db.connector import DatabaseUnavailable
 from streams.console import rows
 from streams.console.layout import text
 from streams.console.listing import FilterError
@@ -123,3 +125,6 @@ def run_rows(settings: Settings, args: argparse.Namespace) -> int:
     except (FilterError, rows.UnknownListing) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except DatabaseUnavailable as exc:
+        print(f"error: PostgreSQL (setting DATABASE_URL): {exc}", file=sys.stderr)
+        return 1

@@ -4,7 +4,7 @@ page with its filter form and next-page link, and a row's detail (with its actio
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from streams.console.forms import action_forms
 from streams.console.layout import esc, shell, table, td, text
@@ -74,7 +74,7 @@ def render_page(listing: Listing, data: dict[str, Any]) -> str:
         + "".join(
             (
                 f'<td data-k="rows.{i}.{c}"><a href="/console/rows/{esc(listing.name)}/'
-                f'{esc(data["ids"][i])}">{esc(text(row.get(c)))}</a></td>'
+                f'{esc(quote(data["ids"][i], safe=""))}">{esc(text(row.get(c)))}</a></td>'
             )
             if c == listing.id_column
             else td(row.get(c), f"rows.{i}.{c}", key=c)
