@@ -265,20 +265,24 @@ def context_of(raw_headers: object) -> Context | None:
 
 
 def links_of(all_headers: Iterable[object], *, skip: Context | None = None) -> list[Link]:
-    """Links to the distinct traces ``all_headers`` carry (at most MAX_LINKS)."""
+    """Links to the distinct contexts ``all_headers`` carry (at most MAX_LINKS): a traceparent
+    seen before is not parsed again (a batch's records often share one)."""
     if _tracer is None:
         return []
     skipped = trace.get_current_span(skip).get_span_context() if skip is not None else None
-    seen: set[int] = set()
+    seen: set[str] = set()
     out: list[Link] = []
     for raw in all_headers:
-        ctx = context_of(raw)
-        if ctx is None:
+        carrier = _carrier(raw)
+        if carrier is None:
             continue
-        sc = trace.get_current_span(ctx).get_span_context()
-        if sc.span_id in seen or (skipped is not None and sc.span_id == skipped.span_id):
+        key = carrier[TRACEPARENT]
+        if key in seen:
             continue
-        seen.add(sc.span_id)
+        seen.add(key)
+        sc = trace.get_current_span(_PROPAGATOR.extract(carrier)).get_span_context()
+        if not sc.is_valid or (skipped is not None and sc.span_id == skipped.span_id):
+            continue
         out.append(Link(sc))
         if len(out) >= MAX_LINKS:
             break
