@@ -203,6 +203,12 @@ async def test_worker_traces_reach_jaeger_and_the_output_record_carries_the_trac
         )
     finally:
         worker.stop()
+    # What Jaeger gave back, for the record (shown with -s).
+    for s in sorted(expiry + calendar, key=lambda s: s["startTime"]):
+        print(
+            f"trace {s['traceID']} span {s['spanID']} parent {parent_of(s)} "
+            f"{s['operationName']} {tags(s)}"
+        )
     # The run (timer process) → the owner-work batch (worker, across Kafka) → the owner.
     run = one(expiry, "timer.run document-expiry")
     batch = one(expiry, "input.batch")
