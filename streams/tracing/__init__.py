@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import datetime
 from typing import Any
 
 from opentelemetry import trace
@@ -128,6 +129,8 @@ def _attrs(fields: Mapping[str, object]) -> dict[str, Any]:
             out[key] = value
         elif isinstance(value, list | tuple):
             out[key] = list(value)
+        elif isinstance(value, datetime):
+            out[key] = value.isoformat()
         else:
             out[key] = str(value)  # datetimes, UUIDs: identifiers, as text
     return out

@@ -81,7 +81,7 @@ async def test_dispatch_run_span_has_its_batches_and_the_records_carry_the_batch
     attrs = dict(run.attributes or {})
     assert attrs["schedule"] == "calendar-dispatch"
     assert attrs["run_id"] == attrs["correlationId"] == record.run_id
-    assert attrs["slot"] == str(record.slot)
+    assert record.slot is not None and attrs["slot"] == record.slot.isoformat()
     assert attrs["run_kind"] == "manual"
     assert attrs["count.sent_count"] == 2
     assert run.parent is None
