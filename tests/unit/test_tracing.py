@@ -154,3 +154,19 @@ def test_headers_of_a_record_without_a_valid_traceparent_start_a_new_trace() -> 
     assert tracing.context_of([("traceparent", b"garbage")]) is None
     assert tracing.context_of({"traceparent": INCOMING}) is not None
     assert tracing.context_of(None) is None
+
+
+def test_a_failure_is_a_value_free_error_status_without_an_exception_event() -> None:
+    secret = "Key (number_mask)=(45** ****12) already exists"
+    with recording() as exporter:
+        with pytest.raises(ValueError), tracing.span("failing"):
+            raise ValueError(secret)
+        with pytest.raises(asyncio.CancelledError), tracing.span("cancelled"):
+            raise asyncio.CancelledError
+        failing, cancelled = exporter.get_finished_spans()
+    assert failing.status.status_code.name == "ERROR"
+    assert (failing.attributes or {})["error.type"] == "ValueError"
+    assert not failing.events
+    assert secret not in (failing.status.description or "") and "45**" not in str(failing.status)
+    assert cancelled.status.status_code.name == "UNSET"
+    assert (cancelled.attributes or {})["cancelled"] is True
