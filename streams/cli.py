@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from streams import logs
+from streams import logs, tracing
 from streams.errors import install_log_redaction
 from streams.settings import ConfigError, Settings, load_settings
 
@@ -199,6 +199,7 @@ def main(argv: Sequence[str] | None = None, *, settings: Settings | None = None)
             return 2
     # One logging set-up for every command (the worker's Faust applies it again).
     logs.configure_from(settings)
+    tracing.configure(process="worker" if args.run is _worker else "cli")
     run: Any = args.run
     code: int = run(settings, args)
     return code

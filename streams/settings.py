@@ -3,6 +3,7 @@ here, each slice's own class in ``streams/slices/<name>/settings.py`` (``Setting
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -281,6 +282,10 @@ def load_settings() -> Settings:
                 settings.of(cls)
         except ValidationError as exc:
             problems.extend(_problems(exc))
+    # Tracing's OTEL_* variables (streams/tracing/config.py): checked with the rest.
+    from streams.tracing.config import problems as tracing_problems
+
+    problems.extend(tracing_problems(os.environ))
     if problems or settings is None:
         raise ConfigError(f"invalid configuration: {'; '.join(problems)}")
     return settings

@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar, cast
 from faust.types import EventT, StreamT, TopicT
 
 from db.connector import classify, is_transient
+from streams import tracing
 from streams.contracts import Contract, ContractError, TopicContract, decode
 from streams.dlq.send import DeadLetterFailed, send_to_dlq
 from streams.input.acks import InOrderAcks, Ticket
@@ -198,6 +199,12 @@ class ContractConsumer(Generic[M]):
                 log.exception("action=tail_watch_failed topic=%s", self.label)
 
     async def handle(self, events: Sequence[EventT[Any]]) -> None:
+        """``handle_events`` in the batch's span (topic, partitions, count), which continues
+        the first record's incoming trace (streams/tracing)."""
+        with tracing.input_span(self.label, events):
+            await self.handle_events(events)
+
+    async def handle_events(self, events: Sequence[EventT[Any]]) -> None:
         """Decode, dead-letter what cannot be used, apply the rest; never raises for input.
 
         Every message ends in exactly one outcome: applied (it changed state), noop (stale,

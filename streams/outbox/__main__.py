@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 
-from streams import logs
+from streams import logs, tracing
 from streams.errors import describe, install_log_redaction
 from streams.metrics import Metrics
 from streams.outbox.config import RelayConfig
@@ -46,6 +46,7 @@ def main() -> int:
         return 2
     install_log_redaction()
     logs.configure_from(settings)
+    tracing.configure(process="relay")
     return asyncio.run(serve(settings))
 
 

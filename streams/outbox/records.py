@@ -9,6 +9,7 @@ from typing import Any
 
 import db.outbox
 from db.connector import Connection
+from streams import tracing
 from streams.contracts import Contract, ContractTooLarge, TopicContract
 
 # The row id, as ASCII digits; consumers dedupe re-publishes on it.
@@ -76,7 +77,8 @@ def record_for(
         topic=f"{topic_prefix}{contract.name}",
         key=contract.key(message),
         payload=payload.decode("utf-8"),
-        headers={**extra, **own},
+        # traceparent of the span current now (none while tracing is off: headers unchanged).
+        headers={**tracing.headers(), **extra, **own},
     )
 
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import db.outbox as repo
 from db.connector import Connection
+from streams import tracing
 from streams.clock import Clock
 from streams.metrics import OutboxMetrics
 from streams.outbox.config import PublishTimeout, RelayConfig, RelayResult
@@ -90,6 +91,8 @@ class RelayPass:
         rows: list[repo.PendingRow] = []
         inflight: list[asyncio.Future[Any]] = []
         parks: list[Park] = []
+        # The pass's span (streams/tracing), only for a pass with rows; linked to their traces.
+        span: Any = None
         try:
             async with repo.lane_transaction(pool) as conn:
                 lanes = await repo.lanes_lock(
@@ -100,6 +103,14 @@ class RelayPass:
                 probing = self._lanes.probing(lanes)
                 per_lane = max(1, math.ceil(self.config.batch_size / len(lanes)))
                 rows = await repo.pending_get(conn, lanes, per_lane, probe=probing)
+                if rows and tracing.enabled():
+                    span = tracing.start(
+                        "outbox.relay.pass",
+                        links=tracing.links_of(r.headers.items() for r in rows),
+                        relay=self.name,
+                        lanes=len(lanes),
+                        rows=len(rows),
+                    )
                 try:
                     sent = await publish_waiting(
                         publish(
@@ -144,6 +155,8 @@ class RelayPass:
                             marked,
                         )
         except BaseException as exc:
+            tracing.fail(span, exc)
+            tracing.end(span)
             if isinstance(exc, PublishTimeout):
                 log.warning(
                     "action=outbox_publish_timeout relay=%s lanes=%d rows=%d timeout=%s",
@@ -161,6 +174,7 @@ class RelayPass:
                     self._producers.retire(producer, why, None, abort=True)
             raise
         # Committed: the rows are published (or parked) for good.
+        tracing.end(span, published=len(sent.acked) if rows else 0, parked=len(parks))
         self._observe(sent.acked, published_at)
         until = self._clock.monotonic() + self.config.publish_timeout
         for topic, error in sent.looked_up_unavailable.items():

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from streams import logs
+from streams import logs, tracing
 from streams.asynctools import describe, wait_any
 from streams.errors import install_log_redaction
 from streams.metrics import families_to_json
@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     install_log_redaction()
     logs.configure_from(settings, process=PROCESS)
+    tracing.configure(process=PROCESS)
     # The protocol keeps the original stdout to itself; anything printed goes to stderr.
     out_fd = os.dup(1)
     os.dup2(2, 1)

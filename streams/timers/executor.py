@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from streams import logs
+from streams import logs, tracing
 from streams.clock import Clock
 from streams.errors import describe
 from streams.timers.context import RunContext
@@ -20,7 +20,7 @@ from streams.timers.metrics import TimerMetrics
 from streams.timers.ports import Sleeper
 from streams.timers.retries import HandBack
 from streams.timers.runs import RunRecord, summarize
-from streams.timers.schedule import Handler, Mode, ResolvedSchedule
+from streams.timers.schedule import Mode, ResolvedSchedule
 from streams.timers.state import ScheduleState
 
 _ERROR_CHARS = 300
@@ -55,7 +55,7 @@ async def invoke(
     run_id = ctx.run_id
     # Every line the handler writes carries the run's id and schedule (streams/logs.py).
     task: asyncio.Task[object] = asyncio.create_task(
-        _invoke(spec.handler, ctx),
+        _invoke(spec, ctx),
         name=f"timer:{spec.name}:{run_id}",
         context=logs.bind_run(run_id=run_id, schedule=spec.name),
     )
@@ -106,8 +106,32 @@ async def invoke(
     return Outcome("ok", task.result())
 
 
-async def _invoke(handler: Handler, ctx: RunContext) -> object:
-    return await handler.run_once(ctx)
+async def _invoke(spec: ResolvedSchedule, ctx: RunContext) -> object:
+    # The run's span (streams/tracing): current for the handler's task, so its batches' spans
+    # and the outbox records it writes belong to the run's trace.
+    with tracing.span(
+        f"timer.run {spec.name}",
+        schedule=spec.name,
+        slot=ctx.slot,
+        run_id=ctx.run_id,
+        correlationId=ctx.run_id,
+        run_kind=ctx.kind,
+    ) as span:
+        value = await spec.handler.run_once(ctx)
+        if span is not None:
+            tracing.annotate(span, **run_counts(summarize(value)))
+        return value
+
+
+def run_counts(summary: object) -> dict[str, object]:
+    """The numbers of a run's summary (its counts), as span attributes ``count.<name>``."""
+    if not isinstance(summary, dict):
+        return {}
+    return {
+        f"count.{k}": v
+        for k, v in summary.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
 
 
 class RunExecutor:

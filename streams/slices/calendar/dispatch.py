@@ -13,7 +13,7 @@ from uuid import UUID
 from db import event_reminders as repo
 from db.connector import Pool, connection, transaction
 from db.event_reminders import ClaimedReminder, DueState
-from streams import logs
+from streams import logs, tracing
 from streams.clock import Clock
 from streams.contracts import REMINDER_DUE
 from streams.contracts.calendar import EventStatus, ReminderDueEvent
@@ -196,7 +196,9 @@ class CalendarReminderDispatcher:
 
         async def batch() -> int:
             nonlocal seen
-            claimed, seen = await self._batch(pool, as_of, result)
+            with tracing.span("calendar.dispatch.batch", run_id=result.run_id) as span:
+                claimed, seen = await self._batch(pool, as_of, result)
+                tracing.annotate(span, **{"batch.size": claimed})
             return claimed
 
         try:

@@ -13,7 +13,7 @@ from uuid import UUID
 
 from db import document_expiry_reminders as marks_repo
 from db.connector import Connection, is_transient, transaction
-from streams import faults
+from streams import faults, tracing
 from streams.domain.profile import scan_window, utc_date
 from streams.outbox.records import OutboxRecord, insert_many
 from streams.slices.profile.owner_plan import OwnerPlan
@@ -130,8 +130,16 @@ class OwnerLedger:
             plan.items = reminder_items(plan.docs)
             if plan.items:
                 plan.notified_here = True
-                records += reminder_records(
-                    plan.work, as_of, plan.items, self.topic_prefix, self.per_event
-                )
+                # The owner's span: its events' traceparent (OwnerUserId is an identifier).
+                with tracing.span(
+                    "document_expiry.owner",
+                    ownerUserId=plan.work.owner_user_id,
+                    run_id=plan.work.run_id,
+                    correlationId=plan.work.run_id,
+                    documents=len(plan.items),
+                ):
+                    records += reminder_records(
+                        plan.work, as_of, plan.items, self.topic_prefix, self.per_event
+                    )
         await insert_many(conn, records)
         return covered

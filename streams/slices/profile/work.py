@@ -22,6 +22,7 @@ from uuid import UUID
 from aiokafka import AIOKafkaProducer
 from pydantic import Field, field_validator, model_validator
 
+from streams import tracing
 from streams.contracts import DLQ_SUFFIX, TopicContract
 from streams.contracts.base import Contract, Instant
 from streams.domain.profile import normalize_thresholds
@@ -292,7 +293,12 @@ class KafkaFanout:
         # labels it: the partition is given).
         self._in_flight.append(
             await self._producer.send(
-                self.topic, item.to_json(), key=str(owners[0]).encode(), partition=partition
+                self.topic,
+                item.to_json(),
+                key=str(owners[0]).encode(),
+                partition=partition,
+                # The run's traceparent, so the per-owner worker's batch continues its trace.
+                headers=tracing.kafka_headers() or None,
             )
         )
 
