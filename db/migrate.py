@@ -15,6 +15,7 @@ import asyncpg
 
 from db import server
 from db.connector import connect
+from streams import logs
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 SNAPSHOT = Path(__file__).with_name("schema.snapshot")
@@ -122,7 +123,9 @@ async def _lock(conn: asyncpg.Connection, wait_seconds: float, poll_seconds: flo
                 f"waiting for the migration lock, held by {holders}"
             )
         if holders != said:  # once per holder, not once per poll
-            log.warning("action=migrate_lock_wait waited_seconds=%.1f held_by=%s", waited, holders)
+            logs.event(
+                log, logging.WARNING, "migrate_lock_wait", waited_seconds=waited, held_by=holders
+            )
             said = holders
         await asyncio.sleep(poll_seconds)
 

@@ -109,7 +109,9 @@ def create_context(
         broker_commit_interval=1.0,
         table_standby_replicas=0,
         # The one logging set-up (streams/logs.py), applied when Faust's worker sets up logging.
-        logging_config=logs.dict_config(settings.log_level, settings.log_format),
+        logging_config=logs.dict_config(
+            settings.log_level, settings.log_format, levels=settings.log_levels
+        ),
     )
     ctx = SliceContext(
         app,

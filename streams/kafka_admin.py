@@ -18,6 +18,7 @@ from aiokafka.errors import (
     for_code,
 )
 
+from streams import logs
 from streams.contracts import DLQ_SUFFIX
 from streams.kafka_client import client_options, topic_config
 from streams.settings import Settings
@@ -121,9 +122,12 @@ async def _align_dlq_retention(
                 continue
             own = [e for e in entries if e["config_source"] == _DYNAMIC_TOPIC_CONFIG]
             if any(e["is_sensitive"] for e in own):
-                log.warning(
-                    "action=dlq_retention_not_set topic=%s reason=sensitive_topic_config",
-                    res["resource_name"],
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "dlq_retention_not_set",
+                    topic=res["resource_name"],
+                    reason="sensitive_topic_config",
                 )
                 continue
             configs = {e["config_names"]: e["config_value"] for e in own}
@@ -144,7 +148,9 @@ async def _align_dlq_retention(
                         )
         for c in changes:
             if c.name not in changed:
-                log.info("action=dlq_retention_set topic=%s retention_ms=%s", c.name, wanted)
+                logs.event(
+                    log, logging.INFO, "dlq_retention_set", topic=c.name, retention_ms=wanted
+                )
                 changed.add(c.name)
         pending = [c.name for c in changes] + unknown
         await asyncio.sleep(0.2)

@@ -1,7 +1,7 @@
 """One logging set-up for every process (worker, timer process, relay, CLIs): text or JSON lines.
 
-Every line comes from the same call (``event``, or a plain ``log.info("action=x k=%s")``)
-in either format: ``LOG_FORMAT=text`` renders ``<time> <level> <logger> action=x k=v ...``,
+Every line of the service comes from one call, ``event(logger, level, action, **fields)``, in
+either format: ``LOG_FORMAT=text`` renders ``<time> <level> <logger> action=x k=v ...``,
 ``LOG_FORMAT=json`` one JSON object per line with ``action`` and each field as a key. The
 run id and schedule of a timer run come from a context variable the registry sets for the
 run's task (``bind_run``), so every line a handler writes carries them without passing them
@@ -25,6 +25,18 @@ from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
 FORMATS: Final = ("text", "json")
+LEVELS: Final = ("debug", "info", "warning", "error")
+# The libraries whose debug lines are theirs, not the service's: with LOG_LEVEL=debug they
+# stay at info (a worker's aiokafka alone writes thousands of debug lines a minute) unless
+# LOG_LEVELS names them (``LOG_LEVELS=aiokafka=debug``).
+LIBRARIES: Final = (
+    "faust",
+    "mode",
+    "aiokafka",
+    "kafka",
+    "asyncpg",
+    "aiohttp",
+)
 
 # The fields of the timer run the current task belongs to (run_id, schedule), set by the
 # registry's executor for the handler's task only.
@@ -54,7 +66,7 @@ def fmt(value: object) -> str:
     if isinstance(value, datetime):
         return _iso(value)
     if isinstance(value, float):
-        return f"{value:.3f}"
+        return repr(round(value, 3))
     text = str(value)
     if not text or any(c in text for c in ' ="'):
         return json.dumps(text)
@@ -68,12 +80,21 @@ def _iso(when: datetime) -> str:
 
 
 def event(logger: logging.Logger, level: int, action: str, **fields: object) -> None:
-    """Log ``action=<action> k=v ...`` with the fields kept structured for the JSON format;
-    an ``exc_info`` exception is attached, not formatted. Nothing is built when the level
-    is off."""
+    """Log ``action=<action> k=v ...`` with the fields kept structured for the JSON format
+    (numbers stay numbers, None is null); an exception given as a field is written as its
+    value-free description (streams/errors.py's ``describe``), and ``exc_info`` (an exception,
+    or True for the one being handled) is attached, not formatted. Nothing is built when the
+    level is off."""
     if not logger.isEnabledFor(level):
         return
+    from streams.errors import describe
+
     exc = fields.pop("exc_info", None)
+    if exc is True:
+        exc = sys.exc_info()[1]
+    for key, value in fields.items():
+        if isinstance(value, BaseException):
+            fields[key] = describe(value)
     parts = [f"action={action}", *(f"{k}={fmt(v)}" for k, v in fields.items())]
     logger.log(
         level,
@@ -189,7 +210,37 @@ def formatter(log_format: str, process: str | None = None) -> logging.Formatter:
     raise ValueError(f"LOG_FORMAT must be one of {', '.join(FORMATS)}, got {log_format!r}")
 
 
-def dict_config(level: str, log_format: str, process: str | None = None) -> dict[str, Any]:
+def parse_levels(text: str) -> dict[str, str]:
+    """``LOG_LEVELS``: ``logger=level`` pairs separated by commas (``aiokafka=warning,
+    streams.outbox=debug``), each level one of LEVELS; ValueError naming the bad pair."""
+    out: dict[str, str] = {}
+    for pair in text.split(","):
+        if not pair.strip():
+            continue
+        name, eq, level = (part.strip() for part in pair.partition("="))
+        if not eq or not name or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", name):
+            raise ValueError(f"{pair.strip()!r} is not logger=level (e.g. aiokafka=warning)")
+        if level.lower() not in LEVELS:
+            raise ValueError(f"{pair.strip()!r}: the level must be one of {', '.join(LEVELS)}")
+        out[name] = level.lower()
+    return out
+
+
+def logger_levels(level: str, overrides: Mapping[str, str] | str = "") -> dict[str, str]:
+    """The level of each named logger: the libraries' at ``level`` but never below info, then
+    ``overrides`` (LOG_LEVELS, parsed or as text). Every other logger, the service's own
+    (``streams.*``, ``db.*``), follows the root logger, at ``level`` (LOG_LEVEL)."""
+    floor = level.lower() if LEVELS.index(level.lower()) >= LEVELS.index("info") else "info"
+    given = parse_levels(overrides) if isinstance(overrides, str) else dict(overrides)
+    return {**dict.fromkeys(LIBRARIES, floor), **given}
+
+
+def dict_config(
+    level: str,
+    log_format: str,
+    process: str | None = None,
+    levels: Mapping[str, str] | str = "",
+) -> dict[str, Any]:
     """The ``logging.config.dictConfig`` of ``configure`` (Faust's worker applies it when it
     sets up logging: ``logging_config`` of the app)."""
     formatter(log_format)  # validates
@@ -207,19 +258,30 @@ def dict_config(level: str, log_format: str, process: str | None = None) -> dict
             }
         },
         "root": {"level": level.upper(), "handlers": [HANDLER_NAME]},
+        "loggers": {
+            name: {"level": named.upper()} for name, named in logger_levels(level, levels).items()
+        },
     }
 
 
 def configure(
-    level: str, log_format: str, *, stream: TextIO | None = None, process: str | None = None
+    level: str,
+    log_format: str,
+    *,
+    stream: TextIO | None = None,
+    process: str | None = None,
+    levels: Mapping[str, str] | str = "",
 ) -> None:
     """Configure this process's logging: one handler on the root logger writing ``log_format``
     lines to ``stream`` (stderr) at ``level``, in place of the one an earlier call added
-    (other handlers stay). Every entry point calls it; the worker's Faust applies the same
-    set-up again (``dict_config``) when it sets up logging."""
+    (other handlers stay), and the named loggers' levels (``logger_levels``: the libraries',
+    LOG_LEVELS). Every entry point calls it; the worker's Faust applies the same set-up again
+    (``dict_config``) when it sets up logging."""
     from streams.errors import install_log_redaction
 
     install_log_redaction()
+    for name, named in logger_levels(level, levels).items():
+        logging.getLogger(name).setLevel(named.upper())
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(formatter(log_format, process))
     handler.set_name(HANDLER_NAME)
@@ -233,5 +295,11 @@ def configure(
 def configure_from(
     settings: Any, *, stream: TextIO | None = None, process: str | None = None
 ) -> None:
-    """``configure`` with the settings' LOG_LEVEL and LOG_FORMAT."""
-    configure(settings.log_level, settings.log_format, stream=stream, process=process)
+    """``configure`` with the settings' LOG_LEVEL, LOG_FORMAT and LOG_LEVELS."""
+    configure(
+        settings.log_level,
+        settings.log_format,
+        stream=stream,
+        process=process,
+        levels=settings.log_levels,
+    )

@@ -20,6 +20,8 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streams import logs
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -75,6 +77,10 @@ class Settings(BaseSettings):
     # One line per record: text (``<time> <level> <logger> action=... k=v``) or json (one
     # object per line, the same fields as keys); streams/logs.py.
     log_format: Literal["text", "json"] = "text"
+    # Levels of single loggers over LOG_LEVEL: ``logger=level,...`` (streams/logs.py's
+    # parse_levels), e.g. ``aiokafka=warning,streams.outbox=debug``; the libraries (Faust,
+    # aiokafka, asyncpg, ...) stay at info with LOG_LEVEL=debug unless named here.
+    log_levels: str = ""
     # The worker's event loop: uvloop (about 15% less CPU per ingested event than asyncio's
     # own loop, measured with the ingest bench) or asyncio.
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"
@@ -193,6 +199,11 @@ class Settings(BaseSettings):
                 f" KAFKA_REPLICATION_FACTOR={self.kafka_replication_factor}"
             )
         return self
+
+    @field_validator("log_levels")
+    @classmethod
+    def _levels(cls, v: str) -> str:
+        return ",".join(f"{k}={lv}" for k, lv in logs.parse_levels(v).items())
 
     @field_validator("log_level")
     @classmethod

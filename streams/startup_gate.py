@@ -44,11 +44,13 @@ async def check_connection_budget(settings: Settings) -> ConnectionLimits:
     found = connection_budget.problem(settings, limits)
     if found is not None:
         raise DependencyConfigError(connection_budget.SETTING, found)
-    log.info(
-        "action=connection_budget uses=%s server_available=%d fits_workers=%d",
-        connection_budget.plan(settings).describe().replace(" ", "_"),
-        limits.available,
-        connection_budget.fits(settings, limits),
+    logs.event(
+        log,
+        logging.INFO,
+        "connection_budget",
+        uses=connection_budget.plan(settings).describe().replace(" ", "_"),
+        server_available=limits.available,
+        fits_workers=connection_budget.fits(settings, limits),
     )
     return limits
 

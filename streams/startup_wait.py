@@ -19,6 +19,7 @@ import asyncpg
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, SaslAuthenticationFailed
 
+from streams import logs
 from streams.clock import Clock, SystemClock
 
 log = logging.getLogger("streams.startup_wait")
@@ -249,23 +250,26 @@ async def wait_for(
                             f" (last error {type(exc).__name__}; check {dep.setting})"
                         ) from None
                     delay = min(delay, limit_s - waited)
-                log.warning(
-                    "action=waiting_for_dependency dependency=%s setting=%s error=%s"
-                    " retry_in_s=%.1f waited_s=%.0f attempt=%d",
-                    dep.name,
-                    dep.setting,
-                    type(exc).__name__,
-                    delay,
-                    waited,
-                    attempt,
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "waiting_for_dependency",
+                    dependency=dep.name,
+                    setting=dep.setting,
+                    error=type(exc).__name__,
+                    retry_in_s=delay,
+                    waited_s=round(waited),
+                    attempt=attempt,
                 )
                 await sleep(delay)
                 continue
             status[dep.name] = "ok"
-            log.info(
-                "action=dependency_ready dependency=%s waited_s=%.1f",
-                dep.name,
-                clock.monotonic() - started,
+            logs.event(
+                log,
+                logging.INFO,
+                "dependency_ready",
+                dependency=dep.name,
+                waited_s=clock.monotonic() - started,
             )
             break
     return clock.monotonic() - started

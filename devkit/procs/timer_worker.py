@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import sys
@@ -13,6 +12,7 @@ import asyncpg
 
 from db.connector import create_pool
 from db.timers import TimerRepository
+from streams import logs
 from streams.timers import Mode, Schedule, TimerRegistry
 from streams.timers.context import RunContext
 
@@ -55,7 +55,7 @@ class RecordRun:
 
 
 async def main() -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
+    logs.configure(os.environ.get("LOG_LEVEL", "info"), os.environ.get("LOG_FORMAT", "text"))
     worker_id = os.environ["TIMER_E2E_WORKER_ID"]
     pool = await create_pool(os.environ["DATABASE_URL"], min_size=1, max_size=4)
     registry = TimerRegistry(

@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from faust.exceptions import ProducerSendError
 from faust.types import EventT, TopicT
 
+from streams import logs
 from streams.dlq.redact import H_REDACTED, WITHHELD, redact
 from streams.errors import SafeMessage
 
@@ -117,23 +118,27 @@ async def send_to_dlq(
                 continue
             if not _retriable(exc):
                 raise DeadLetterFailed(f"{type(exc).__name__}") from exc
-            log.warning(
-                "action=dlq_retry topic=%s partition=%s offset=%s error=%s delay_s=%.1f",
-                msg.topic,
-                msg.partition,
-                msg.offset,
-                type(exc).__name__,
-                delay,
+            logs.event(
+                log,
+                logging.WARNING,
+                "dlq_retry",
+                topic=msg.topic,
+                partition=msg.partition,
+                offset=msg.offset,
+                error=type(exc).__name__,
+                delay_s=delay,
             )
             await sleep(delay)
             delay = min(delay * 2, RETRY_MAX_SECONDS)
-    log.warning(
-        "action=dlq topic=%s partition=%s offset=%s kind=%s form=%s reason=%r",
-        msg.topic,
-        msg.partition,
-        msg.offset,
-        kind,
-        form,
-        reason[:200],
+    logs.event(
+        log,
+        logging.WARNING,
+        "dlq",
+        topic=msg.topic,
+        partition=msg.partition,
+        offset=msg.offset,
+        kind=kind,
+        form=form,
+        reason=reason[:200],
     )
     return form

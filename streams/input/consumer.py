@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar, cast
 from faust.types import EventT, StreamT, TopicT
 
 from db.connector import classify, is_transient
-from streams import tracing
+from streams import logs, tracing
 from streams.contracts import Contract, ContractError, TopicContract, decode
 from streams.dlq.send import DeadLetterFailed, send_to_dlq
 from streams.input.acks import InOrderAcks, Ticket
@@ -196,7 +196,7 @@ class ContractConsumer(Generic[M]):
             except asyncio.CancelledError:
                 raise
             except Exception:  # a watcher bug must not stop the agent; the stream goes on
-                log.exception("action=tail_watch_failed topic=%s", self.label)
+                logs.event(log, logging.ERROR, "tail_watch_failed", topic=self.label, exc_info=True)
 
     async def handle(self, events: Sequence[EventT[Any]]) -> None:
         """``handle_events`` in the batch's span (topic, partitions, count), which continues
@@ -219,7 +219,7 @@ class ContractConsumer(Generic[M]):
             except ContractError as exc:
                 await self._dead_letter(event, exc.reason, exc.kind)
             except Exception as exc:  # a decoder bug must not stop the partition either
-                log.exception("action=decode_failed topic=%s", self.label)
+                logs.event(log, logging.ERROR, "decode_failed", topic=self.label, exc_info=True)
                 await self._dead_letter(
                     event, f"message could not be decoded: {type(exc).__name__}", "decode"
                 )
@@ -241,13 +241,15 @@ class ContractConsumer(Generic[M]):
             # these coordinates; say so loudly and let the partition move on.
             msg = event.message
             self.metrics.dlq_failures.labels(self.label).inc()
-            log.error(
-                "action=dlq_failed topic=%s partition=%s offset=%s kind=%s error=%s",
-                msg.topic,
-                msg.partition,
-                msg.offset,
-                kind,
-                exc,
+            logs.event(
+                log,
+                logging.ERROR,
+                "dlq_failed",
+                topic=msg.topic,
+                partition=msg.partition,
+                offset=msg.offset,
+                kind=kind,
+                error=exc,
             )
         self.metrics.dlq.labels(self.label, kind).inc()
         self.reasons.add(kind, reason)
@@ -270,22 +272,27 @@ class ContractConsumer(Generic[M]):
         except Exception as exc:
             # A message the database rejects (or our code cannot handle) must not hold back
             # the others or the partition: apply one by one, dead-letter whichever fails.
-            log.warning(
-                "action=batch_failed topic=%s size=%d error=%s fallback=one_by_one",
-                self.label,
-                len(batch),
-                type(exc).__name__,
+            logs.event(
+                log,
+                logging.WARNING,
+                "batch_failed",
+                topic=self.label,
+                size=len(batch),
+                error=type(exc).__name__,
+                fallback="one_by_one",
             )
             for item in batch:
                 try:
                     one = await self._apply_retrying([item])
                 except Exception as exc:
-                    log.warning(
-                        "action=message_failed topic=%s partition=%s offset=%s error=%s",
-                        self.label,
-                        item.event.message.partition,
-                        item.event.message.offset,
-                        type(exc).__name__,
+                    logs.event(
+                        log,
+                        logging.WARNING,
+                        "message_failed",
+                        topic=self.label,
+                        partition=item.event.message.partition,
+                        offset=item.event.message.offset,
+                        error=type(exc).__name__,
                     )
                     await self._dead_letter(item.event, processing_reason(exc), "processing")
                 else:
@@ -307,14 +314,16 @@ class ContractConsumer(Generic[M]):
                 if cause is None:
                     raise
                 self.metrics.retries.labels(self.label).inc()
-                log.warning(
-                    "action=retry topic=%s size=%d cause=%s error=%s sqlstate=%s delay_s=%.1f",
-                    self.label,
-                    len(messages),
-                    cause,
-                    type(exc).__name__,
-                    getattr(exc, "sqlstate", None) or "-",
-                    delay,
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "retry",
+                    topic=self.label,
+                    size=len(messages),
+                    cause=cause,
+                    error=type(exc).__name__,
+                    sqlstate=getattr(exc, "sqlstate", None) or "-",
+                    delay_s=delay,
                 )
                 await self._sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)

@@ -43,6 +43,7 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from faust.types import AppT, EventT
 
+from streams import logs
 from streams.errors import SafeMessage
 from streams.faust_compat import committed_offsets, to_message
 from streams.metrics import AgentMetrics
@@ -297,23 +298,27 @@ class GapHealer:
         records = await self._read(gap)
         reads = self.filler.reads - reads
         if records:
-            log.warning(
-                "action=gap_filled topic=%s partition=%d from=%d to=%d records=%d reads=%d",
-                message.topic,
-                message.partition,
-                gap.start,
-                gap.end - 1,
-                len(records),
-                reads,
+            logs.event(
+                log,
+                logging.WARNING,
+                "gap_filled",
+                topic=message.topic,
+                partition=message.partition,
+                from_offset=gap.start,
+                to_offset=gap.end - 1,
+                records=len(records),
+                reads=reads,
             )
         else:
-            log.debug(
-                "action=offset_hole topic=%s partition=%d from=%d to=%d reads=%d",
-                message.topic,
-                message.partition,
-                gap.start,
-                gap.end - 1,
-                reads,
+            logs.event(
+                log,
+                logging.DEBUG,
+                "offset_hole",
+                topic=message.topic,
+                partition=message.partition,
+                from_offset=gap.start,
+                to_offset=gap.end - 1,
+                reads=reads,
             )
         if reads:
             self._metrics.gap_reads.labels(self.label).inc(reads)
@@ -339,13 +344,16 @@ class GapHealer:
         self.guard.advance(tp, highwater)
         if not records:
             return []
-        log.warning(
-            "action=gap_filled topic=%s partition=%s from=%d to=%d records=%d tail=true",
-            self.label,
-            getattr(tp, "partition", tp),
-            expected,
-            highwater - 1,
-            len(records),
+        logs.event(
+            log,
+            logging.WARNING,
+            "gap_filled",
+            topic=self.label,
+            partition=getattr(tp, "partition", tp),
+            from_offset=expected,
+            to_offset=highwater - 1,
+            records=len(records),
+            tail=True,
         )
         self._metrics.gaps.labels(self.label).inc()
         return self._events(tp, records)
@@ -364,13 +372,15 @@ class GapHealer:
             try:
                 return await self.filler.missing(gap)
             except RETRIED as exc:
-                log.warning(
-                    "action=gap_read_retry topic=%s partition=%s from=%d error=%s delay_s=%.1f",
-                    self.label,
-                    getattr(gap.partition, "partition", gap.partition),
-                    gap.start,
-                    type(exc).__name__,
-                    delay,
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "gap_read_retry",
+                    topic=self.label,
+                    partition=getattr(gap.partition, "partition", gap.partition),
+                    from_offset=gap.start,
+                    error=type(exc).__name__,
+                    delay_s=delay,
                 )
                 await self._sleep(delay)
                 delay = min(delay * 2, most)

@@ -9,6 +9,7 @@ from typing import Any
 
 import db.outbox as repo
 from db.connector import connection
+from streams import logs
 from streams.clock import Clock, SystemClock
 from streams.maintenance.drain import drain
 from streams.maintenance.metrics import RetentionMetrics
@@ -107,13 +108,15 @@ class OutboxRetention:
         )
         if self._retention_metrics is not None:
             self._retention_metrics.record(OUTBOX_TABLE, done, as_of)
-        log.info(
-            "action=outbox_retention cutoff=%s deleted=%d chunks=%d more=%s rows_per_second=%.0f",
-            cutoff.isoformat(),
-            done.rows,
-            done.batches,
-            done.more,
-            done.rows_per_second,
+        logs.event(
+            log,
+            logging.INFO,
+            "outbox_retention",
+            cutoff=cutoff.isoformat(),
+            deleted=done.rows,
+            chunks=done.batches,
+            more=done.more,
+            rows_per_second=done.rows_per_second,
         )
         return RetentionResult(
             cutoff=cutoff,

@@ -13,6 +13,7 @@ from typing import Any
 from db import events as events_repo
 from db import scheduler as scheduler_repo
 from db.connector import Pool, connection
+from streams import logs
 from streams.clock import Clock, SystemClock
 from streams.maintenance.drain import Drained, drain
 from streams.maintenance.metrics import RetentionMetrics
@@ -155,12 +156,14 @@ class TableRetention:
                     Drained(reminders, done.batches, done.more, done.seconds),
                     as_of,
                 )
-        log.info(
-            "action=table_retention as_of=%s %s",
-            as_of.isoformat(),
-            " ".join(
-                f"{t}={n}{'+' if result.more.get(t) else ''}" for t, n in result.deleted.items()
-            ),
+        # One field per table (``deleted.<table>``: a number), and the tables with more to go.
+        logs.event(
+            log,
+            logging.INFO,
+            "table_retention",
+            as_of=as_of,
+            **{f"deleted.{t}": n for t, n in result.deleted.items()},
+            more=",".join(t for t in result.deleted if result.more.get(t)) or None,
         )
         return result
 

@@ -27,7 +27,7 @@ async def serve(settings: Settings) -> int:
     try:
         await relay.start()
     except Exception as exc:
-        log.error("action=outbox_relay_start_failed error=%s", describe(exc))
+        logs.event(log, logging.ERROR, "outbox_relay_start_failed", error=describe(exc))
         await relay.stop()
         return 1
     try:

@@ -18,6 +18,7 @@ import sys
 
 import db.outbox as repo
 from db.connector import connection, create_pool, transaction
+from streams import logs
 from streams.settings import Settings
 
 log = logging.getLogger("streams.outbox")
@@ -81,7 +82,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
         if not found:
             print(f"no parked outbox row {args.id}", file=sys.stderr)
             return 1
-        log.warning("action=outbox_parked_%s outbox_id=%d", args.command, args.id)
+        logs.event(log, logging.WARNING, "outbox_parked_" + args.command, outbox_id=args.id)
         verb = "back in the outbox (sent next)" if args.command == "retry" else "dropped"
         print(f"outbox row {args.id} {verb}")
         return 0

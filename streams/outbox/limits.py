@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from streams import logs
 from streams.asynctools import describe
 from streams.contracts import produced_contracts
 from streams.settings import Settings
@@ -21,7 +22,7 @@ async def topics_below_limit(settings: Settings, max_record_bytes: int) -> list[
     try:
         limits = await topic_max_message_bytes(settings, names)
     except Exception as exc:
-        log.warning("action=outbox_topic_limits_unchecked error=%s", describe(exc))
+        logs.event(log, logging.WARNING, "outbox_topic_limits_unchecked", error=describe(exc))
         return []
     below = [
         (name, limits[name])
@@ -29,11 +30,12 @@ async def topics_below_limit(settings: Settings, max_record_bytes: int) -> list[
         if limits.get(name, max_record_bytes) < max_record_bytes
     ]
     for name, limit in below:
-        log.error(
-            "action=outbox_topic_limit_below_producer topic=%s max_message_bytes=%d "
-            "outbox_max_record_bytes=%d",
-            name,
-            limit,
-            max_record_bytes,
+        logs.event(
+            log,
+            logging.ERROR,
+            "outbox_topic_limit_below_producer",
+            topic=name,
+            max_message_bytes=limit,
+            outbox_max_record_bytes=max_record_bytes,
         )
     return below

@@ -9,6 +9,7 @@ from typing import Any
 
 import db.outbox as repo
 from db.connector import Connection, connect
+from streams import logs
 from streams.asynctools import describe, wait_any
 
 log = logging.getLogger("streams.outbox.relay")
@@ -54,7 +55,9 @@ class NotifyListener:
                 failures = 0
                 self.listening.set()
                 self._wake.set()
-                log.info("action=outbox_listen relay=%s channel=%s", self._name, repo.CHANNEL)
+                logs.event(
+                    log, logging.INFO, "outbox_listen", relay=self._name, channel=repo.CHANNEL
+                )
                 while not (stopping.is_set() or lost.is_set()):
                     await wait_any(stopping, lost, within=self._check_interval)
                     if not (stopping.is_set() or lost.is_set()):
@@ -63,11 +66,13 @@ class NotifyListener:
                     raise ConnectionError("LISTEN connection closed")
             except Exception as exc:
                 failures += 1
-                log.warning(
-                    "action=outbox_listen_lost relay=%s attempt=%d error=%s",
-                    self._name,
-                    failures,
-                    describe(exc),
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "outbox_listen_lost",
+                    relay=self._name,
+                    attempt=failures,
+                    error=describe(exc),
                 )
             finally:
                 self.listening.clear()

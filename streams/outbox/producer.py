@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaProducer
 from aiokafka import errors as kafka_errors
 
+from streams import logs
 from streams.asynctools import describe
 from streams.faust_compat import abort, producer_closed, sender_task
 from streams.metrics import OutboxMetrics
@@ -211,11 +212,13 @@ class ProducerSlot:
         if self.current is producer:
             self.current = None
         self._metrics.producer_restarts.labels(reason=reason).inc()
-        log.warning(
-            "action=outbox_producer_replaced relay=%s reason=%s error=%s",
-            self._name,
-            reason,
-            describe(error) if error is not None else "-",
+        logs.event(
+            log,
+            logging.WARNING,
+            "outbox_producer_replaced",
+            relay=self._name,
+            reason=reason,
+            error=describe(error) if error is not None else "-",
         )
         return self._stop_in_background(producer, abort=abort)
 
@@ -226,10 +229,12 @@ class ProducerSlot:
         if self._retiring:
             _, stuck = await asyncio.wait(list(self._retiring), timeout=self._stop_timeout)
             if stuck:
-                log.warning(
-                    "action=outbox_producer_abandoned relay=%s producers=%d",
-                    self._name,
-                    len(stuck),
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "outbox_producer_abandoned",
+                    relay=self._name,
+                    producers=len(stuck),
                 )
                 for task in stuck:
                     task.cancel()
@@ -251,6 +256,10 @@ class ProducerSlot:
         try:
             await (abort_producer(producer) if abort else producer.stop())
         except Exception as exc:
-            log.warning(
-                "action=outbox_producer_stop_failed relay=%s error=%s", self._name, describe(exc)
+            logs.event(
+                log,
+                logging.WARNING,
+                "outbox_producer_stop_failed",
+                relay=self._name,
+                error=describe(exc),
             )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from db.outbox import PendingRow
+from streams import logs
 from streams.asynctools import describe
 from streams.outbox.parking import Refusal
 from streams.outbox.producer import Producer, TopicUnavailable, is_record_error
@@ -109,22 +110,26 @@ async def publish(
             refused.add(row.lane)
             if first:
                 refusals[row.lane] = Refusal(row.id, exc, row.topic, before_send=before_send)
-            log.warning(
-                "action=outbox_publish_refused relay=%s outbox_id=%d topic=%s lane=%d error=%s",
-                relay,
-                row.id,
-                row.topic,
-                row.lane,
-                describe(exc),
+            logs.event(
+                log,
+                logging.WARNING,
+                "outbox_publish_refused",
+                relay=relay,
+                outbox_id=row.id,
+                topic=row.topic,
+                lane=row.lane,
+                error=describe(exc),
             )
         elif producer_error is None:
             producer_error = exc
-            log.warning(
-                "action=outbox_producer_failed relay=%s outbox_id=%d topic=%s error=%s",
-                relay,
-                row.id,
-                row.topic,
-                describe(exc),
+            logs.event(
+                log,
+                logging.WARNING,
+                "outbox_producer_failed",
+                relay=relay,
+                outbox_id=row.id,
+                topic=row.topic,
+                error=describe(exc),
             )
 
     known = dict(known_unavailable or {})

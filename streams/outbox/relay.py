@@ -17,6 +17,7 @@ from typing import Any
 
 import db.outbox as repo
 from db.connector import SessionLimits, connection, create_pool
+from streams import logs
 from streams.asynctools import describe, wait_any
 from streams.clock import Clock, SystemClock
 from streams.kafka_client import security_options
@@ -164,10 +165,12 @@ class OutboxRelay:
                 await self._close_pool()
                 raise
             # Kafka is down: the loop's passes start a producer (with backoff) once it is back.
-            log.warning(
-                "action=outbox_relay_start_without_kafka relay=%s error=%s",
-                self.name,
-                describe(exc),
+            logs.event(
+                log,
+                logging.WARNING,
+                "outbox_relay_start_without_kafka",
+                relay=self.name,
+                error=describe(exc),
             )
         except BaseException:
             await self._close_pool()
@@ -199,14 +202,15 @@ class OutboxRelay:
             self._check_task = asyncio.create_task(
                 self._topic_check(), name=f"outbox-topic-check-{self.name}"
             )
-        log.info(
-            "action=outbox_relay_start relay=%s batch_size=%d poll_interval=%s "
-            "max_lanes_per_pass=%d publish_timeout=%s",
-            self.name,
-            self.config.batch_size,
-            self.config.poll_interval,
-            self.config.max_lanes_per_pass,
-            self.config.publish_timeout,
+        logs.event(
+            log,
+            logging.INFO,
+            "outbox_relay_start",
+            relay=self.name,
+            batch_size=self.config.batch_size,
+            poll_interval=self.config.poll_interval,
+            max_lanes_per_pass=self.config.max_lanes_per_pass,
+            publish_timeout=self.config.publish_timeout,
         )
 
     async def stop(self) -> None:
@@ -223,11 +227,13 @@ class OutboxRelay:
             try:
                 await asyncio.wait_for(asyncio.shield(task), self.config.stop_timeout)
             except TimeoutError:
-                log.warning("action=outbox_relay_stop_timeout relay=%s", self.name)
+                logs.event(log, logging.WARNING, "outbox_relay_stop_timeout", relay=self.name)
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
             except Exception as exc:
-                log.error("action=outbox_relay_crashed relay=%s error=%s", self.name, describe(exc))
+                logs.event(
+                    log, logging.ERROR, "outbox_relay_crashed", relay=self.name, error=describe(exc)
+                )
         listener, self._listener_task = self._listener_task, None
         if listener is not None:
             # It notices _stopping by itself and closes its connection; cancel only if stuck.
@@ -237,7 +243,7 @@ class OutboxRelay:
                 listener.cancel()
                 await asyncio.gather(listener, return_exceptions=True)
         await self.close()
-        log.info("action=outbox_relay_stop relay=%s", self.name)
+        logs.event(log, logging.INFO, "outbox_relay_stop", relay=self.name)
 
     # ------------------------------------------------------------------ one pass
 
@@ -284,11 +290,13 @@ class OutboxRelay:
             except Exception as exc:
                 failures += 1
                 self._metrics.errors.inc()
-                log.warning(
-                    "action=outbox_pass_failed relay=%s attempt=%d error=%s",
-                    self.name,
-                    failures,
-                    describe(exc),
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "outbox_pass_failed",
+                    relay=self.name,
+                    attempt=failures,
+                    error=describe(exc),
                 )
                 await wait_any(self._stopping, within=self._lanes.backoff(failures))
                 continue
@@ -311,4 +319,6 @@ class OutboxRelay:
         try:
             await self.refresh_metrics()
         except Exception as exc:
-            log.warning("action=outbox_metrics_failed relay=%s error=%s", self.name, describe(exc))
+            logs.event(
+                log, logging.WARNING, "outbox_metrics_failed", relay=self.name, error=describe(exc)
+            )

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import db.outbox as repo
 from db.connector import Connection
-from streams import tracing
+from streams import logs, tracing
 from streams.clock import Clock
 from streams.metrics import OutboxMetrics
 from streams.outbox.config import PublishTimeout, RelayConfig, RelayResult
@@ -148,22 +148,26 @@ class RelayPass:
                     placed = [(r.id, *sent.placed.get(r.id, (None, None))) for r in sent.acked]
                     marked = await repo.published_mark(conn, placed, published_at)
                     if marked != len(sent.acked):  # cannot happen while lanes are locked
-                        log.error(
-                            "action=outbox_mark_mismatch relay=%s acked=%d marked=%d",
-                            self.name,
-                            len(sent.acked),
-                            marked,
+                        logs.event(
+                            log,
+                            logging.ERROR,
+                            "outbox_mark_mismatch",
+                            relay=self.name,
+                            acked=len(sent.acked),
+                            marked=marked,
                         )
         except BaseException as exc:
             tracing.fail(span, exc)
             tracing.end(span)
             if isinstance(exc, PublishTimeout):
-                log.warning(
-                    "action=outbox_publish_timeout relay=%s lanes=%d rows=%d timeout=%s",
-                    self.name,
-                    len(lanes),
-                    len(rows),
-                    self.config.in_doubt_timeout,
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "outbox_publish_timeout",
+                    relay=self.name,
+                    lanes=len(lanes),
+                    rows=len(rows),
+                    timeout=self.config.in_doubt_timeout,
                 )
             if isinstance(exc, PublishTimeout) or any(not f.done() for f in inflight):
                 # Its rows go out again: nothing this producer still holds may land later.
@@ -205,16 +209,17 @@ class RelayPass:
             producer_replaced=reason is not None,
             parked=len(parks),
         )
-        log.debug(
-            "action=outbox_pass relay=%s lanes=%d probes=%d published=%d failed=%d "
-            "first_id=%s last_id=%s",
-            self.name,
-            result.lanes,
-            len(probing),
-            result.published,
-            result.failed,
-            rows[0].id if rows else None,
-            rows[-1].id if rows else None,
+        logs.event(
+            log,
+            logging.DEBUG,
+            "outbox_pass",
+            relay=self.name,
+            lanes=result.lanes,
+            probes=len(probing),
+            published=result.published,
+            failed=result.failed,
+            first_id=rows[0].id if rows else None,
+            last_id=rows[-1].id if rows else None,
         )
         if sent.failed_lanes:
             # Passes with a refused lane or a failed producer (a pass that raises is counted
@@ -234,11 +239,13 @@ class RelayPass:
         requests = [repo.ParkRequest(p.outbox_id, p.reason, p.error, p.refusals) for p in parks]
         moved = await repo.parked_move(conn, requests, parked_at)
         if moved != len(parks):  # cannot happen while lanes are locked
-            log.error(
-                "action=outbox_park_mismatch relay=%s parks=%d moved=%d",
-                self.name,
-                len(parks),
-                moved,
+            logs.event(
+                log,
+                logging.ERROR,
+                "outbox_park_mismatch",
+                relay=self.name,
+                parks=len(parks),
+                moved=moved,
             )
 
     def _observe_parked(self, parks: Sequence[Park], rows: Sequence[repo.PendingRow]) -> None:
@@ -247,25 +254,28 @@ class RelayPass:
             self._metrics.parked_total.labels(
                 topic=topic_of[park.outbox_id], reason=park.reason
             ).inc()
-            log.error(
-                "action=outbox_row_parked relay=%s outbox_id=%d topic=%s reason=%s error=%s "
-                "refusals=%d",
-                self.name,
-                park.outbox_id,
-                topic_of[park.outbox_id],
-                park.reason,
-                park.error,
-                park.refusals,
+            logs.event(
+                log,
+                logging.ERROR,
+                "outbox_row_parked",
+                relay=self.name,
+                outbox_id=park.outbox_id,
+                topic=topic_of[park.outbox_id],
+                reason=park.reason,
+                error=park.error,
+                refusals=park.refusals,
             )
 
     def _in_doubt(self, lanes: Sequence[int], rows: Sequence[repo.PendingRow]) -> None:
         self._metrics.in_doubt.inc()
-        log.warning(
-            "action=outbox_publish_waiting relay=%s lanes=%d rows=%d after=%s",
-            self.name,
-            len(lanes),
-            len(rows),
-            self.config.publish_timeout,
+        logs.event(
+            log,
+            logging.WARNING,
+            "outbox_publish_waiting",
+            relay=self.name,
+            lanes=len(lanes),
+            rows=len(rows),
+            after=self.config.publish_timeout,
         )
 
     def _more(

@@ -25,7 +25,7 @@ from aiokafka.structs import TopicPartition
 from faust.tables.base import Collection
 from faust.types import EventT, TableT
 
-from streams import faults
+from streams import faults, logs
 from streams.faust_compat import (
     estimated_keys,
     in_event,
@@ -199,12 +199,15 @@ class KeyCache:
                 records = self._store(entries)
                 break
             except LocalStorageError as exc:
-                log.warning(
-                    "action=local_storage_retry table=%s op=write keys=%d error=%s delay_s=%.1f",
-                    self.name,
-                    len(entries),
-                    exc.error,
-                    delay,
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "local_storage_retry",
+                    table=self.name,
+                    op="write",
+                    keys=len(entries),
+                    error=exc.error,
+                    delay_s=delay,
                 )
                 await self._sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
@@ -251,10 +254,13 @@ class KeyCache:
         new = "read" not in self._failing
         error = self._failed("read", exc)
         if new:  # once, not per key: the count and /health say how often
-            log.warning(
-                "action=local_storage_read_failed table=%s error=%s fallback=database",
-                self.name,
-                error.error,
+            logs.event(
+                log,
+                logging.WARNING,
+                "local_storage_read_failed",
+                table=self.name,
+                error=error.error,
+                fallback="database",
             )
 
     def _worked(self, op: str) -> None:
@@ -263,12 +269,14 @@ class KeyCache:
             return
         if not self._failing:
             self._failing_gauge.set(0)
-        log.warning(
-            "action=local_storage_recovered table=%s op=%s errors=%d for_s=%.1f",
-            self.name,
-            op,
-            failing.errors,
-            self._clock() - failing.since,
+        logs.event(
+            log,
+            logging.WARNING,
+            "local_storage_recovered",
+            table=self.name,
+            op=op,
+            errors=failing.errors,
+            for_s=self._clock() - failing.since,
         )
 
     def failing(self) -> dict[str, Any]:
@@ -339,7 +347,9 @@ def _persisted(
         if fut.cancelled() or fut.exception() is not None:
             # A lost changelog batch leaves the cache behind the database after a move or a
             # restart; the applier checks what a cache says against the stored rows.
-            log.warning("action=changelog_batch_failed topic=%s partition=%s", topic, partition)
+            logs.event(
+                log, logging.WARNING, "changelog_batch_failed", topic=topic, partition=partition
+            )
             return
         tp = TopicPartition(topic, partition)
         last = fut.result().offset + count - 1
@@ -348,11 +358,13 @@ def _persisted(
                 store.set_persisted_offset(tp, last)
         except Exception as exc:
             # The local store refused it: a recovery re-reads a little more changelog.
-            log.warning(
-                "action=changelog_offset_not_persisted topic=%s partition=%s error=%s",
-                topic,
-                partition,
-                describe(exc),
+            logs.event(
+                log,
+                logging.WARNING,
+                "changelog_offset_not_persisted",
+                topic=topic,
+                partition=partition,
+                error=describe(exc),
             )
 
     return done

@@ -15,6 +15,7 @@ from typing import Any
 
 from faust.types import TableT
 
+from streams import logs
 from streams.faust_compat import changelog_producer
 
 log = logging.getLogger("streams.tables")
@@ -84,4 +85,4 @@ class OrderedSends:
         except Exception as exc:
             # A lost changelog batch leaves the cache behind the database after a move or a
             # restart; the applier checks what a cache says against the stored rows.
-            log.warning("action=changelog_send_failed table=%s error=%s", self.name, exc)
+            logs.event(log, logging.WARNING, "changelog_send_failed", table=self.name, error=exc)

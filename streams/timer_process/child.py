@@ -80,7 +80,7 @@ def sender(writer: asyncio.StreamWriter, gone: asyncio.Event) -> Callable[[bytes
             writer.write(data)
         except (ConnectionError, RuntimeError) as exc:  # uvloop: RuntimeError, handle closed
             if not gone.is_set():
-                log.info("action=timer_process_parent_gone error=%s", type(exc).__name__)
+                logs.event(log, logging.INFO, "timer_process_parent_gone", error=type(exc).__name__)
             gone.set()
             return False
         return True
@@ -127,7 +127,9 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
     for name in isolated:  # catch up on what came due while no process ran them
         if registry.get(name).enabled:
             registry.wake(name)
-    log.info("action=timer_process_started worker=%s schedules=%s", worker_id, ",".join(isolated))
+    logs.event(
+        log, logging.INFO, "timer_process_started", worker=worker_id, schedules=",".join(isolated)
+    )
     send = sender(writer, stopping)
     send(wire.encode({"op": "ready", "pid": os.getpid()}))
 
@@ -135,13 +137,13 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
         while not stopping.is_set():
             line = await reader.readline()
             if not line:  # the parent is gone (or closed its end): stop
-                log.info("action=timer_process_parent_gone worker=%s", worker_id)
+                logs.event(log, logging.INFO, "timer_process_parent_gone", worker=worker_id)
                 return
             try:
                 message = wire.decode(line)
                 answer = handle(message)
             except (ValueError, KeyError) as exc:
-                log.error("action=timer_process_bad_message error=%s", describe(exc))
+                logs.event(log, logging.ERROR, "timer_process_bad_message", error=describe(exc))
                 continue
             if message["op"] == "stop":
                 return
@@ -180,7 +182,7 @@ async def run(settings: Settings, worker_id: str, in_fd: int, out_fd: int) -> in
     await runtime.close()
     with contextlib.suppress(Exception):
         writer.close()
-    log.info("action=timer_process_stopped worker=%s", worker_id)
+    logs.event(log, logging.INFO, "timer_process_stopped", worker=worker_id)
     return 0
 
 

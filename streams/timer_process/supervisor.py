@@ -14,6 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from streams import logs
 from streams.asynctools import describe, wait_any
 from streams.metrics import Metrics, StaticCollector, families_from_json
 from streams.timer_process import wire
@@ -136,7 +137,7 @@ class TimerProcess:
         try:
             await asyncio.wait_for(asyncio.shield(self._ready.wait()), self.ready_timeout)
         except TimeoutError:
-            log.error("action=timer_process_not_ready within=%ss", self.ready_timeout)
+            logs.event(log, logging.ERROR, "timer_process_not_ready", within_s=self.ready_timeout)
 
     def wake(self, name: str, at: datetime | None) -> None:
         """Forward a wake-up (the registry's delegate for isolated schedules)."""
@@ -183,7 +184,7 @@ class TimerProcess:
             try:
                 await asyncio.wait_for(proc.wait(), self.stop_timeout)
             except TimeoutError:
-                log.warning("action=timer_process_stop_timeout pid=%s", proc.pid)
+                logs.event(log, logging.WARNING, "timer_process_stop_timeout", pid=proc.pid)
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
@@ -200,17 +201,19 @@ class TimerProcess:
                 code = await self._run_child()
             except Exception as exc:
                 code = None
-                log.error("action=timer_process_failed error=%s", describe(exc))
+                logs.event(log, logging.ERROR, "timer_process_failed", error=describe(exc))
             if self._stopping.is_set():
                 break
             failures = 1 if time.monotonic() - began > HEALTHY_AFTER else failures + 1
             delay = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (failures - 1))
             self._metrics.restarts.inc()
-            log.error(
-                "action=timer_process_exited code=%s restart_in=%.1fs restarts=%d",
-                code,
-                delay,
-                failures,
+            logs.event(
+                log,
+                logging.ERROR,
+                "timer_process_exited",
+                code=code,
+                restart_in_s=delay,
+                restarts=failures,
             )
             await wait_any(self._stopping, within=delay)
 
@@ -231,14 +234,14 @@ class TimerProcess:
                 try:
                     message = wire.decode(line)
                 except ValueError as exc:
-                    log.error("action=timer_process_bad_message error=%s", describe(exc))
+                    logs.event(log, logging.ERROR, "timer_process_bad_message", error=describe(exc))
                     continue
                 if message["op"] == "beat":
                     self._beat(message)
                 if self._stalled and not self.stalled:
                     self._stalled = False
                     self._metrics.up.set(1)
-                    log.warning("action=timer_process_resumed pid=%s", proc.pid)
+                    logs.event(log, logging.WARNING, "timer_process_resumed", pid=proc.pid)
                 if message["op"] == "beat":
                     continue
                 if message["op"] == "ready":
@@ -276,12 +279,12 @@ class TimerProcess:
                 self._stalled = True
                 self._metrics.stalls.inc()
                 self._metrics.up.set(0)
-                log.error(
-                    "action=timer_process_stalled pid=%s late=%s for=%.1fs", proc.pid, what, late
+                logs.event(
+                    log, logging.ERROR, "timer_process_stalled", pid=proc.pid, late=what, for_s=late
                 )
             if self.kill_after is not None and late > self.kill_after:
-                log.error(
-                    "action=timer_process_killed pid=%s late=%s for=%.1fs", proc.pid, what, late
+                logs.event(
+                    log, logging.ERROR, "timer_process_killed", pid=proc.pid, late=what, for_s=late
                 )
                 self._metrics.stall_kills.inc()
                 with contextlib.suppress(ProcessLookupError):
@@ -292,13 +295,15 @@ class TimerProcess:
         try:
             left = wire.beat_left(message)
         except (TypeError, ValueError) as exc:
-            log.error("action=timer_process_bad_message error=%s", describe(exc))
+            logs.event(log, logging.ERROR, "timer_process_bad_message", error=describe(exc))
             return
         now = time.monotonic()
         self._due = {source: now + seconds for source, seconds in left.items()}
 
     def _on_ready(self, proc: asyncio.subprocess.Process) -> None:
-        log.info("action=timer_process_ready pid=%s schedules=%s", proc.pid, ",".join(self.names))
+        logs.event(
+            log, logging.INFO, "timer_process_ready", pid=proc.pid, schedules=",".join(self.names)
+        )
         self._ready.set()
         self._metrics.up.set(1)
         pending, self._pending = self._pending, {}

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from streams import logs
 from streams.timer_process.supervisor import TimerProcess
 from streams.web.health import timer_process_check
 
@@ -45,7 +46,7 @@ async def startup_health(
         try:
             await web.TCPSite(runner, host, port, reuse_address=True).start()
         except OSError as exc:
-            log.warning("action=startup_health_unavailable port=%s error=%s", port, exc)
+            logs.event(log, logging.WARNING, "startup_health_unavailable", port=port, error=exc)
         yield
     finally:
         await runner.cleanup()

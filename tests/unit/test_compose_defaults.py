@@ -20,9 +20,22 @@ def services() -> dict[str, str]:
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
-def test_the_stack_is_kafka_postgres_and_a_worker() -> None:
-    assert set(services()) == {"kafka", "postgres", "worker"}
+def test_the_stack_is_kafka_postgres_a_worker_prometheus_and_grafana() -> None:
+    assert set(services()) == {"kafka", "postgres", "worker", "prometheus", "grafana"}
     assert "image: apache/kafka:4.4.0" in services()["kafka"]
+
+
+def test_plain_compose_up_provisions_prometheus_and_grafana_from_the_repository() -> None:
+    """Alerts loaded, the worker scraped as the rules' job, every dashboard and the datasource
+    provisioned: the dashboards show without clicking."""
+    s = services()
+    assert "./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in s["prometheus"]
+    assert "./deploy/prometheus/alerts.yml:/etc/prometheus/alerts.yml:ro" in s["prometheus"]
+    assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in s["grafana"]
+    assert "./deploy/grafana:/var/lib/grafana/dashboards:ro" in s["grafana"]
+    assert 'GF_AUTH_ANONYMOUS_ENABLED: "true"' in s["grafana"]
+    scrape = (ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text()
+    assert 'targets: ["worker:6066"]' in scrape and "job_name: reminders-stream" in scrape
 
 
 def test_every_published_port_is_on_loopback_unless_web_bind_opts_in() -> None:
@@ -31,14 +44,19 @@ def test_every_published_port_is_on_loopback_unless_web_bind_opts_in() -> None:
     assert sorted(entries) == [
         "${WEB_BIND:-127.0.0.1}:6066:6066",
         "127.0.0.1:19092:19092",
+        "127.0.0.1:3000:3000",
         "127.0.0.1:55432:5432",
+        "127.0.0.1:9090:9090",
     ]
 
 
-def test_restart_policies_and_health_checks_for_all_three() -> None:
+def test_restart_policies_and_health_checks_for_every_service() -> None:
     s = services()
     assert "restart: unless-stopped" in s["kafka"] and "restart: unless-stopped" in s["postgres"]
     assert "restart: on-failure" in s["worker"]
+    assert (
+        "restart: unless-stopped" in s["prometheus"] and "restart: unless-stopped" in s["grafana"]
+    )
     for name, block in s.items():
         assert "healthcheck:" in block, name
     assert "/health/live" in s["worker"]

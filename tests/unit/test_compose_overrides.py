@@ -57,15 +57,6 @@ def merged(override: str) -> str:
             ],
         ),
         ("fast-pg.yml", ["fsync=off", "synchronous_commit=off"]),
-        (
-            "observability.yml",
-            [
-                "deploy/prometheus/alerts.yml:/etc/prometheus/alerts.yml:ro",
-                "deploy/grafana/provisioning:/etc/grafana/provisioning:ro",
-                "deploy/grafana:/var/lib/grafana/dashboards:ro",
-                'GF_AUTH_ANONYMOUS_ENABLED: "true"',
-            ],
-        ),
     ],
 )
 def test_an_override_merges_and_gives_its_shape(override: str, wanted: list[str]) -> None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from devkit.procs import timer_worker
 from streams import cli, logs
 from streams.errors import install_log_redaction
 from streams.outbox import __main__ as relay_main
@@ -169,5 +170,47 @@ def test_every_entry_point_configures_through_the_one_function() -> None:
     assert "logs.configure_from(settings)" in inspect.getsource(manual.run_timers)
     assert "logs.configure_from(settings)" in inspect.getsource(relay_main.main)
     assert "logs.configure_from(settings, process=PROCESS)" in inspect.getsource(child.main)
-    for module in (cli, app, manual, relay_main, child):
+    for module in (cli, app, manual, relay_main, child, timer_worker):
         assert "basicConfig" not in inspect.getsource(module)
+    assert "logs.configure(" in inspect.getsource(timer_worker)
+
+
+def test_log_levels_are_logger_level_pairs_and_a_bad_one_names_the_setting(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from streams.settings import ConfigError, load_settings
+
+    assert logs.parse_levels(" aiokafka=WARNING, streams.outbox=debug,") == {
+        "aiokafka": "warning",
+        "streams.outbox": "debug",
+    }
+    for bad in ("aiokafka", "aiokafka=loud", "=info", "a b=info"):
+        with pytest.raises(ValueError):
+            logs.parse_levels(bad)
+        monkeypatch.setenv("LOG_LEVELS", bad)
+        with pytest.raises(ConfigError, match="LOG_LEVELS"):
+            load_settings()
+
+
+def test_log_level_debug_is_the_services_debug_and_log_levels_override() -> None:
+    root = logging.getLogger()
+    before = list(root.handlers), root.level
+    names = ("aiokafka", "faust", "asyncpg", "streams.outbox", "streams.timers")
+    levels_before = {n: logging.getLogger(n).level for n in names}
+    out = io.StringIO()
+    try:
+        logs.configure("debug", "json", stream=out, levels="faust=warning,streams.outbox=info")
+        logging.getLogger("aiokafka.conn").debug("library debug")
+        logging.getLogger("aiokafka.conn").info("library info")
+        logging.getLogger("faust.worker").info("overridden")
+        logging.getLogger("streams.timers").debug("action=ours")
+        logging.getLogger("streams.outbox.relay").debug("action=quieted")
+        said = [(line["logger"], line.get("message", line["action"])) for line in lines(out)]
+        assert said == [("aiokafka.conn", "library info"), ("streams.timers", "ours")]
+        # The worker's set-up (Faust's dictConfig) gives the same levels.
+        config = logs.dict_config("warning", "text", levels="aiokafka=debug")
+        assert config["loggers"]["aiokafka"] == {"level": "DEBUG"}
+        assert config["loggers"]["asyncpg"] == {"level": "WARNING"}
+    finally:
+        root.handlers[:] = before[0]
+        root.setLevel(before[1])
+        for name, level in levels_before.items():
+            logging.getLogger(name).setLevel(level)

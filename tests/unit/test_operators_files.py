@@ -196,6 +196,52 @@ def test_grafana_provisioning_loads_every_dashboard_from_the_mounted_folder() ->
     assert "type: prometheus" in datasource and "url: http://prometheus:9090" in datasource
     providers = (provisioning / "dashboards" / "reminders.yml").read_text()
     assert "path: /var/lib/grafana/dashboards" in providers
-    compose = (ROOT / "deploy" / "compose" / "observability.yml").read_text()
+    compose = (ROOT / "docker-compose.yml").read_text()
     assert "./deploy/grafana:/var/lib/grafana/dashboards:ro" in compose
     assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in compose
+
+
+def test_every_dashboard_panel_filters_by_the_job_variable() -> None:
+    """Each dashboard has a ``job`` variable and every selector of every panel uses it, so a
+    Grafana over a Prometheus that scrapes other services shows only these workers."""
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        board = json.loads(path.read_text())
+        variables = {v["name"]: v for v in board["templating"]["list"]}
+        assert "job" in variables, f"{path.name}: no job variable"
+        assert "label_values(reminders_build_info, job)" in json.dumps(variables["job"])
+    for use in dashboard_uses():
+        for name in metric_names(use.expr):
+            assert re.search(rf'\b{name}\{{job=~"\$job"[,}}]', use.expr), (
+                f'{use.where}: {name} without job=~"$job"'
+            )
+
+
+def test_the_rules_render_for_another_runbook_base_and_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """python -m devkit.observe.alerts: every runbook_url under the given base, naming an
+    existing runbook file, every selector on the given job; the result passes promtool."""
+    from devkit.observe import alerts
+
+    assert alerts.RUNBOOK_BASE_URL == RUNBOOK_BASE_URL and f'job="{alerts.JOB}"' == JOB
+    base = "https://wiki.example.org/ops/reminders/"
+    text = alerts.render(base, job="rs-prod")
+    urls = re.findall(r"^\s*runbook_url: (\S+)$", text, re.M)
+    assert len(urls) == len(re.findall(r"- alert: ", text)) > 0
+    for url in urls:
+        assert url.startswith(base + "docs/runbooks/"), url
+        path = url.removeprefix(base).split("#", 1)[0]
+        assert path.endswith(".md") and (ROOT / path).is_file(), url
+    assert "runbooks.example.com" not in text and JOB not in text
+    assert 'job="rs-prod"' in text
+    rendered = tmp_path / "alerts.yml"
+    rendered.write_text(text)
+    out = subprocess.run(
+        [tool("promtool"), "check", "rules", str(rendered)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    for bad in ("runbooks.example.org/x/", "ftp://host/x/", "https://host/no-slash"):
+        try:
+            alerts.render(bad)
+        except ValueError as exc:
+            assert "--runbook-base-url" in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} accepted")

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from db.scheduler import ClaimedRow, RetryWrite
+from streams import logs
 from streams.contracts import DISPATCH_REQUESTED
 from streams.contracts.automation import AutomationType, DispatchRequested, TriggerType
 from streams.domain.automation.delivery import Delivery
@@ -143,12 +144,14 @@ def failure_write(
         backoff,
         daily_retry=bool(handler is not None and handler.daily_retry),
     )
-    log.warning(
-        "action=automation_attempt_failed scheduler_id=%d reason=%s retry_count=%d hold=%s",
-        row.scheduler_id,
-        failure.code,
-        step.retry_count,
-        step.hold,
+    logs.event(
+        log,
+        logging.WARNING,
+        "automation_attempt_failed",
+        scheduler_id=row.scheduler_id,
+        reason=failure.code,
+        retry_count=step.retry_count,
+        hold=step.hold,
     )
     return RetryWrite(
         row.scheduler_id,

@@ -14,6 +14,7 @@ from typing import Any
 
 from db import scheduler as repo
 from db.connector import transaction
+from streams import logs
 from streams.domain.automation.rules import (
     DEFAULT_BACKOFF,
     DEFAULT_INTERRUPTION_ALLOWANCE,
@@ -104,15 +105,16 @@ class StaleCleanup:
                 self.metrics.interrupted.labels("lease_expired", str(charged).lower()).inc()
                 if w.next_retry_on is not None:
                     result.next_retry = min(result.next_retry or w.next_retry_on, w.next_retry_on)
-                log.warning(
-                    "action=automation_lease_expired run_id=%s scheduler_id=%d retry_count=%d "
-                    "interrupted_count=%d charged=%s hold=%s",
-                    result.run_id,
-                    w.scheduler_id,
-                    w.retry_count,
-                    w.interrupted_count or 0,
-                    charged,
-                    w.hold,
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "automation_lease_expired",
+                    run_id=result.run_id,
+                    scheduler_id=w.scheduler_id,
+                    retry_count=w.retry_count,
+                    interrupted_count=w.interrupted_count or 0,
+                    charged=charged,
+                    hold=w.hold,
                 )
             self.metrics.stale_rescued.inc(len(written))
             return len(stale)

@@ -30,6 +30,7 @@ from db import sources as sources_repo
 from db import threshold_states as thresholds_repo
 from db.connector import Connection
 from db.scheduler import EnsuredRow
+from streams import logs
 from streams.contracts.automation import (
     ReminderSettingChanged,
     ReportSubscriptionChanged,
@@ -220,12 +221,13 @@ class Planner:
                 # A pair whose occurrence cannot be built (a date beyond the calendar, a key
                 # over 1024 characters) has no row; it must not refuse the whole message,
                 # or one odd source would block its setting's and BU's changes too.
-                log.warning(
-                    "action=automation_candidate_unbuildable setting_guid=%s source_guid=%s "
-                    "error=%s",
-                    setting.setting_guid,
-                    source.source_guid,
-                    type(exc).__name__,
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "automation_candidate_unbuildable",
+                    setting_guid=setting.setting_guid,
+                    source_guid=source.source_guid,
+                    error=type(exc).__name__,
                 )
                 continue
             valid |= result.valid | {c.key for c in notes}

@@ -40,6 +40,7 @@ from db import report_subscriptions as subscriptions_repo
 from db import sources as sources_repo
 from db.connector import Connection, transaction
 from db.reconcile_watermarks import Changed, Watermark
+from streams import logs
 from streams.runtime import Runtime
 from streams.settings import ConfigError
 from streams.slices.automation.planner import Planned, Planner, ref
@@ -210,18 +211,19 @@ class Reconciliation:
                 await self._changed_since(path, ctx, result)
             else:
                 await self._reports(ctx, result)
-        log.info(
-            "action=automation_reconcile run_id=%s providers=%s sources=%d settings=%d "
-            "units=%d subscriptions=%d batches=%d ensured=%d deactivated=%d",
-            result.run_id,
-            ",".join(self.providers),
-            result.sources,
-            result.settings,
-            result.units,
-            result.subscriptions,
-            result.batches,
-            result.ensured,
-            result.deactivated,
+        logs.event(
+            log,
+            logging.INFO,
+            "automation_reconcile",
+            run_id=result.run_id,
+            providers=",".join(self.providers),
+            sources=result.sources,
+            settings=result.settings,
+            units=result.units,
+            subscriptions=result.subscriptions,
+            batches=result.batches,
+            ensured=result.ensured,
+            deactivated=result.deactivated,
         )
         return result
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from db import scheduler as repo
 from db.connector import Connection
 from db.scheduler import DeactivatedRow, EnsuredRow
+from streams import logs
 from streams.domain.automation.rules import EnsureOutcome, SchedulerCandidate, SchedulerStatus
 from streams.slices.automation.metrics import AutomationMetrics
 
@@ -44,11 +45,13 @@ class SchedulerRows:
             self.metrics.ensured.labels(r.outcome).inc()
             if r.outcome == EnsureOutcome.CONFLICT.value:
                 # The row id only: a key can carry a source's date, which stays out of logs.
-                log.warning(
-                    "action=automation_ensure_conflict scheduler_id=%d status=%s version=%d",
-                    r.scheduler_id,
-                    r.status,
-                    r.version,
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "automation_ensure_conflict",
+                    scheduler_id=r.scheduler_id,
+                    status=r.status,
+                    version=r.version,
                 )
         return results
 

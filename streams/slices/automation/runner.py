@@ -18,6 +18,7 @@ from typing import Any
 from db import scheduler as repo
 from db.connector import Connection, Pool, classify, connection, is_transient, transaction
 from db.scheduler import ClaimedRow, RetryWrite
+from streams import logs
 from streams.clock import Clock
 from streams.domain.automation.rules import (
     DEFAULT_BACKOFF,
@@ -140,21 +141,21 @@ class AutomationRunner:
         finally:
             result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
         if result.claimed:
-            log.info(
-                "action=automation_run_completed run_id=%s claimed=%d completed=%d "
-                "deactivated=%d failed=%d held=%d fenced=%d handed_back=%d batches=%d "
-                "duration_ms=%.1f backlog=%d",
-                result.run_id,
-                result.claimed,
-                result.completed,
-                sum(result.deactivated.values()),
-                result.failed,
-                result.held,
-                result.fenced,
-                result.handed_back,
-                result.batches,
-                result.duration_ms,
-                result.due_backlog,
+            logs.event(
+                log,
+                logging.INFO,
+                "automation_run_completed",
+                run_id=result.run_id,
+                claimed=result.claimed,
+                completed=result.completed,
+                deactivated=sum(result.deactivated.values()),
+                failed=result.failed,
+                held=result.held,
+                fenced=result.fenced,
+                handed_back=result.handed_back,
+                batches=result.batches,
+                duration_ms=result.duration_ms,
+                backlog=result.due_backlog,
             )
         return result
 
@@ -208,12 +209,14 @@ class AutomationRunner:
         except Exception as exc:
             write.cancel()
             self.metrics.hand_back_failed.inc(len(rows))
-            log.warning(
-                "action=automation_hand_back_failed run_id=%s rows=%d cause=%s error=%s",
-                result.run_id,
-                len(rows),
-                cause,
-                type(exc).__name__,
+            logs.event(
+                log,
+                logging.WARNING,
+                "automation_hand_back_failed",
+                run_id=result.run_id,
+                rows=len(rows),
+                cause=cause,
+                error=type(exc).__name__,
             )
             return 0
         charged = 0
@@ -225,14 +228,15 @@ class AutomationRunner:
             charged += w.reason is not None
             result.held += w.hold
         result.handed_back += len(written)
-        log.warning(
-            "action=automation_batch_handed_back run_id=%s rows=%d handed_back=%d charged=%d "
-            "cause=%s",
-            result.run_id,
-            len(rows),
-            len(written),
-            charged,
-            cause,
+        logs.event(
+            log,
+            logging.WARNING,
+            "automation_batch_handed_back",
+            run_id=result.run_id,
+            rows=len(rows),
+            handed_back=len(written),
+            charged=charged,
+            cause=cause,
         )
         if written and self.on_next_due is not None:
             due = [w.next_retry_on for w in writes if w.next_retry_on is not None]
@@ -316,11 +320,13 @@ class AutomationRunner:
             except Exception as exc:
                 if classify(exc) is not None:
                     raise  # the database is unwell: the batch rolls back and is handed back
-                log.error(
-                    "action=automation_handler_failed automation_type=%s rows=%d error=%s",
-                    kind,
-                    len(group),
-                    type(exc).__name__,
+                logs.event(
+                    log,
+                    logging.ERROR,
+                    "automation_handler_failed",
+                    automation_type=kind,
+                    rows=len(group),
+                    error=type(exc).__name__,
                 )
                 found = {r.scheduler_id: Failure(HANDLER_ERROR, type(exc).__name__) for r in group}
             for r in group:
@@ -339,11 +345,13 @@ class AutomationRunner:
         fenced = [i for i in wanted if i not in written]
         for i in fenced:
             row = by_id[i]
-            log.warning(
-                "action=automation_write_fenced scheduler_id=%d token=%d transition=%s",
-                row.scheduler_id,
-                row.token,
-                transition,
+            logs.event(
+                log,
+                logging.WARNING,
+                "automation_write_fenced",
+                scheduler_id=row.scheduler_id,
+                token=row.token,
+                transition=transition,
             )
         if fenced:
             self.metrics.fenced.labels(transition).inc(len(fenced))

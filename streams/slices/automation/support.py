@@ -15,6 +15,7 @@ from prometheus_client import Counter
 from db import scheduler as repo
 from db.connector import DatabaseUnavailable, InputRejected, Pool, connection, transaction
 from db.scheduler import SchedulerRow
+from streams import logs
 from streams.runtime import Runtime
 from streams.slices.automation.metrics import AutomationMetrics
 
@@ -73,12 +74,13 @@ async def put_back(
     async with transaction(pool) as conn:
         row = await repo.release(conn, key, action.value, action is SupportAction.RETRY_KEY, now)
     if row is not None:
-        log.info(
-            "action=automation_support_%s scheduler_id=%d status=%s retry_count=%d",
-            action.value.replace("-", "_"),
-            row.scheduler_id,
-            row.status_id,
-            row.retry_count,
+        logs.event(
+            log,
+            logging.INFO,
+            "automation_support_" + action.value.replace("-", "_"),
+            scheduler_id=row.scheduler_id,
+            status=row.status_id,
+            retry_count=row.retry_count,
         )
     return row
 

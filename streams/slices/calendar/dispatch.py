@@ -22,6 +22,7 @@ from streams.outbox.records import OutboxRecord, columns, record_for
 from streams.runtime import Runtime
 from streams.slices.calendar.metrics import CalendarDispatchMetrics
 from streams.timers.context import RunContext
+from streams.timers.cycle_log import CycleLog
 from streams.timers.drain import drain
 
 log = logging.getLogger("streams.slices.calendar.dispatch")
@@ -184,6 +185,8 @@ class CalendarReminderDispatcher:
         # One claim at a time across the lanes (the rest of a batch still overlaps): a claim
         # running beside another would pass over rows whose ids the run does not know yet.
         self._claiming = asyncio.Lock()
+        # cycle_started / cycle_completed of every run (streams/timers/cycle_log.py).
+        self.cycles = CycleLog(log, self.clock)
 
     async def run_once(self, ctx: RunContext) -> DispatchResult:
         as_of = ctx.as_of
@@ -191,7 +194,7 @@ class CalendarReminderDispatcher:
         started = self.clock.monotonic()
         # What the run's last claim saw, when that settles the state after the run.
         seen: DueState | None = None
-        log.debug("action=cycle_started run_id=%s as_of=%s", result.run_id, as_of.isoformat())
+        cycle = self.cycles.start(result.run_id, as_of=as_of)
         pool = await self.runtime.pool()
 
         async def batch() -> int:
@@ -221,8 +224,10 @@ class CalendarReminderDispatcher:
                     due = await repo.due_state(conn, as_of)
             result.backlog = due.backlog
             result.next_due = wake_after(as_of, due, done.cut_short)
-        except BaseException:
+        except BaseException as exc:
             self.metrics.errors.inc()
+            result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
+            cycle.failed(exc, self._counts(result))
             raise
         finally:
             result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
@@ -234,20 +239,22 @@ class CalendarReminderDispatcher:
         self.metrics.oldest_due_age.set(max(0.0, overdue))
         if result.next_due is not None and self.on_next_due is not None:
             self.on_next_due(result.next_due)
-        if result.sent_count or result.skipped_count or result.failed_count:
-            log.info(
-                "action=cycle_completed run_id=%s sent=%d skipped=%d skipped_locked=%d failed=%d "
-                "batches=%d duration_ms=%.1f backlog=%d",
-                result.run_id,
-                result.sent_count,
-                result.skipped_count,
-                result.skipped_locked_count,
-                result.failed_count,
-                result.batches,
-                result.duration_ms,
-                result.backlog,
-            )
+        worked = bool(result.sent_count or result.skipped_count or result.failed_count)
+        cycle.completed(self._counts(result), worked=worked)
         return result
+
+    @staticmethod
+    def _counts(result: DispatchResult) -> dict[str, object]:
+        """The counts of seed 000's "cycle completed" line (zeros included)."""
+        return {
+            "sent": result.sent_count,
+            "skipped": result.skipped_count,
+            "skipped_locked": result.skipped_locked_count,
+            "failed": result.failed_count,
+            "batches": result.batches,
+            "duration_ms": result.duration_ms,
+            "backlog": result.backlog,
+        }
 
     async def _batch(
         self, pool: Pool, as_of: datetime, result: DispatchResult
@@ -291,15 +298,16 @@ class CalendarReminderDispatcher:
                         # Left out of every later claim of this run at once (not after the
                         # commit): the other lane's next claim may come before this commits.
                         result.poison.append(row.reminder_id)
-                        log.error(
-                            "action=item_failed run_id=%s reminder_id=%s event_id=%s error=%s "
-                            "attempts=%d retry_at=%s",
-                            result.run_id,
-                            row.reminder_id,
-                            row.event_id,
-                            type(exc).__name__,
-                            row.attempts + 1,
-                            retry_at.isoformat(),
+                        logs.event(
+                            log,
+                            logging.ERROR,
+                            "item_failed",
+                            run_id=result.run_id,
+                            reminder_id=row.reminder_id,
+                            event_id=row.event_id,
+                            error=type(exc).__name__,
+                            attempts=row.attempts + 1,
+                            retry_at=retry_at.isoformat(),
                         )
                         continue
                     sent.append((row.reminder_id, "Sent", None))

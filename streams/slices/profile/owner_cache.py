@@ -14,6 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from db import document_expiry_reminders as marks_repo
+from streams import logs
 from streams.domain.profile import (
     crossed,
     decode_marks,
@@ -80,7 +81,7 @@ async def verify(
     if lied:
         result.disagreements += 1
         metrics.cache_disagreements.inc()
-        log.warning("action=cache_disagreed owners=%d settled=%d", lied, len(settled))
+        logs.event(log, logging.WARNING, "cache_disagreed", owners=lied, settled=len(settled))
     result.settled_by_cache += len(settled)
     return settled
 

@@ -99,7 +99,7 @@ class OwnerWorker:
                 done.append(key)
             items.extend((i, decoded.event, work) for work in decoded.message.works())
         if len(done) < len(batch):
-            log.info("action=work_replay_skipped items=%d", len(batch) - len(done))
+            logs.event(log, logging.INFO, "work_replay_skipped", items=len(batch) - len(done))
         result = await self.process(items)
         self.done_items.extend(done)
         return result
@@ -278,15 +278,16 @@ class OwnerWorker:
                 result.notified += 1
             result.sent += len(plan.items)
             if log.isEnabledFor(logging.INFO):  # one line per owner and chunk: counts
-                log.info(
-                    "action=reminder_queued run_id=%s owner_user_id=%s count=%d "
-                    "thresholds=%s continued=%s documents=%s",
-                    work.run_id,
-                    work.owner_user_id,
-                    len(plan.items),
-                    threshold_counts(plan.items),
-                    "yes" if plan.resume_after is not None else "no",
-                    queued_documents(plan.items),
+                logs.event(
+                    log,
+                    logging.INFO,
+                    "reminder_queued",
+                    run_id=work.run_id,
+                    owner_user_id=work.owner_user_id,
+                    count=len(plan.items),
+                    thresholds=threshold_counts(plan.items),
+                    continued="yes" if plan.resume_after is not None else "no",
+                    documents=queued_documents(plan.items),
                 )
             if log.isEnabledFor(ITEM_LEVEL):  # the seed's per-document line (no NumberMask)
                 for item in plan.items:
@@ -310,13 +311,15 @@ class OwnerWorker:
     def _owner_failed(self, work: OwnerWork, exc: BaseException) -> None:
         self.metrics.errors.inc()
         self.metrics.owners.labels("failed").inc()
-        log.error(
-            "action=owner_failed run_id=%s owner_user_id=%s work_id=%s error=%s sqlstate=%s",
-            work.run_id,
-            work.owner_user_id,
-            work.work_id,
-            type(exc).__name__,
-            getattr(exc, "sqlstate", None) or "-",
+        logs.event(
+            log,
+            logging.ERROR,
+            "owner_failed",
+            run_id=work.run_id,
+            owner_user_id=work.owner_user_id,
+            work_id=work.work_id,
+            error=type(exc).__name__,
+            sqlstate=getattr(exc, "sqlstate", None) or "-",
         )
 
     @staticmethod

@@ -14,7 +14,7 @@ from db import document_expiry_reminders as marks_repo
 from db import document_expiry_runs as runs_repo
 from db import person_documents as documents_repo
 from db.document_expiry_runs import RunRow
-from streams import faults
+from streams import faults, logs
 from streams.clock import Clock
 from streams.domain.profile import (
     DEFAULT_THRESHOLDS,
@@ -31,6 +31,7 @@ from streams.slices.profile.settings import DocumentExpirySettings
 from streams.slices.profile.work import Fanout, RunOrder
 from streams.timers import HandBack
 from streams.timers.context import RunContext
+from streams.timers.cycle_log import CycleLog
 from streams.timers.drain import drain
 
 log = logging.getLogger("streams.slices.profile.run")
@@ -133,6 +134,8 @@ class DocumentExpiryRun:
         self.metrics = metrics or runtime.metrics.family(DocumentExpiryMetrics)
         self.clock: Clock = runtime.clock
         self.last: ExpiryRunResult | None = None
+        # cycle_started / cycle_completed of every run (streams/timers/cycle_log.py).
+        self.cycles = CycleLog(log, self.clock)
 
     async def run_once(self, ctx: RunContext) -> ExpiryRunResult:
         cfg = self.config
@@ -140,13 +143,12 @@ class DocumentExpiryRun:
         today = utc_date(as_of)
         result = ExpiryRunResult(ctx.run_id, as_of, today, cfg.thresholds)
         started = self.clock.monotonic()
-        log.info(
-            "action=cycle_started run_id=%s as_of=%s as_of_date=%s thresholds=%s batch_size=%d",
+        cycle = self.cycles.start(
             result.run_id,
-            as_of.isoformat(),
-            today.isoformat(),
-            ",".join(map(str, cfg.thresholds)),
-            cfg.batch_size,
+            as_of=as_of,
+            as_of_date=today.isoformat(),
+            thresholds=",".join(map(str, cfg.thresholds)),
+            batch_size=cfg.batch_size,
         )
         pool = await self.runtime.pool()
         try:
@@ -167,10 +169,14 @@ class DocumentExpiryRun:
             result.backlog = await marks_repo.backlog_count(
                 pool, window.lo, window.hi, today, cfg.thresholds
             )
-        except HandBack:
+        except HandBack as exc:
+            cycle.failed(exc, self._counts(result), outcome="handed_back")
             raise
-        except Exception:
-            self.metrics.errors.inc()
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                self.metrics.errors.inc()
+            result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
+            cycle.failed(exc, self._counts(result))
             raise
         finally:
             result.duration_ms = round((self.clock.monotonic() - started) * 1000, 3)
@@ -180,25 +186,27 @@ class DocumentExpiryRun:
         )
         self.metrics.backlog.set(result.backlog)
         self.last = result
-        log.info(
-            "action=cycle_completed run_id=%s reminders_sent=%d owners_notified=%d "
-            "skipped_already_marked=%d pruned=%d duration_ms=%.1f owners=%d owners_done=%d "
-            "owners_failed=%d documents=%d backlog=%s budget_exhausted=%s stopped=%s",
-            result.run_id,
-            result.reminders_sent,
-            result.owners_notified,
-            result.skipped_already_marked,
-            result.pruned,
-            result.duration_ms,
-            result.owners_total,
-            result.owners_done,
-            result.owners_failed,
-            result.documents_scanned,
-            result.backlog,
-            result.budget_exhausted,
-            result.stopped,
-        )
+        worked = bool(result.owners_total or result.pruned or result.owners_failed)
+        cycle.completed(self._counts(result), worked=worked)
         return result
+
+    @staticmethod
+    def _counts(result: ExpiryRunResult) -> dict[str, object]:
+        """The counts of seed 001's "cycle completed" line (zeros included)."""
+        return {
+            "reminders_sent": result.reminders_sent,
+            "owners_notified": result.owners_notified,
+            "skipped_already_marked": result.skipped_already_marked,
+            "pruned": result.pruned,
+            "duration_ms": result.duration_ms,
+            "owners": result.owners_total,
+            "owners_done": result.owners_done,
+            "owners_failed": result.owners_failed,
+            "documents": result.documents_scanned,
+            "backlog": result.backlog,
+            "budget_exhausted": result.budget_exhausted,
+            "stopped": result.stopped,
+        }
 
     async def _scan(self, result: ExpiryRunResult, ctx: RunContext) -> None:
         """Documents in the window, ExpiresAt ascending, BatchSize at a time while batches are
@@ -219,11 +227,13 @@ class DocumentExpiryRun:
             result.documents_scanned += page.documents
             new = [owner for owner in page.owners if owner not in emitted]
             emitted.update(new)
-            log.info(
-                "action=batch_selected run_id=%s count=%d owners=%d",
-                result.run_id,
-                page.documents,
-                len(new),
+            logs.event(
+                log,
+                logging.INFO,
+                "batch_selected",
+                run_id=result.run_id,
+                count=page.documents,
+                owners=len(new),
             )
             if new:
                 faults.hit("expiry_run.fanout")
@@ -250,11 +260,13 @@ class DocumentExpiryRun:
             result.stopped = True
         elif done.budget_exhausted:
             result.budget_exhausted = True
-            log.warning(
-                "action=cycle_budget_exhausted run_id=%s owners=%d documents=%d",
-                result.run_id,
-                len(emitted),
-                result.documents_scanned,
+            logs.event(
+                log,
+                logging.WARNING,
+                "cycle_budget_exhausted",
+                run_id=result.run_id,
+                owners=len(emitted),
+                documents=result.documents_scanned,
             )
 
     async def _wait(self, result: ExpiryRunResult, ctx: RunContext) -> RunRow | None:
@@ -268,11 +280,13 @@ class DocumentExpiryRun:
                 return row
             if ctx.should_stop() or self.clock.monotonic() >= deadline:
                 result.stopped = result.stopped or ctx.should_stop()
-                log.warning(
-                    "action=cycle_owners_pending run_id=%s owners=%d owners_done=%d",
-                    result.run_id,
-                    result.owners_total,
-                    row.owners_done if row is not None else 0,
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "cycle_owners_pending",
+                    run_id=result.run_id,
+                    owners=result.owners_total,
+                    owners_done=row.owners_done if row is not None else 0,
                 )
                 return row
             await asyncio.sleep(self.config.poll_seconds)

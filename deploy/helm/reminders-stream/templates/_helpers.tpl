@@ -47,6 +47,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   value: {{ .Values.logLevel | quote }}
 - name: LOG_FORMAT
   value: {{ .Values.logFormat | quote }}
+- name: LOG_LEVELS
+  value: {{ .Values.logLevels | quote }}
 - name: DATABASE_URL
   valueFrom:
     secretKeyRef:
