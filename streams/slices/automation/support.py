@@ -15,6 +15,8 @@ from prometheus_client import Counter
 from db import scheduler as repo
 from db.connector import DatabaseUnavailable, InputRejected, Pool, connection, transaction
 from db.scheduler import SchedulerRow
+from streams.console.activity import activity_of
+from streams.contracts import DISPATCH_REQUESTED
 from streams.runtime import Runtime
 from streams.slices.automation.metrics import AutomationMetrics
 
@@ -96,6 +98,8 @@ def status_section(
             if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items())
         )
 
+    activity = activity_of(runtime, DISPATCH_REQUESTED.name)
+
     async def section() -> dict[str, Any]:
         fenced = total(metrics.fenced)
         # Claims of this worker that ended without a verdict, and those that cost an attempt.
@@ -127,6 +131,7 @@ def status_section(
             **interrupted,
             "held": held,
             "hold_view": "/automation/hold",
+            "activity": await activity(),
         }
 
     return section
