@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from streams.console.layout import esc, humanize_seconds
 
-WIDTH, HEIGHT, PAD_LEFT, PAD_TOP, PAD_BOTTOM = 360, 96, 44, 16, 18
+WIDTH, HEIGHT, PAD_LEFT, PAD_TOP, PAD_BOTTOM = 300, 96, 44, 16, 18
 
 
 @dataclass(frozen=True)
@@ -23,10 +23,11 @@ class Series:
     color: str = "#4b7bd1"
 
 
-def scale_max(values: Sequence[float | None]) -> float:
-    """The top of the y axis: the largest value, at least 1 (an empty chart stays flat)."""
+def scale_max(values: Sequence[float | None], floor: float = 1.0) -> float:
+    """The top of the y axis: the largest value, at least ``floor`` (an empty chart stays
+    flat instead of magnifying nothing)."""
     present = [v for v in values if v is not None]
-    return max([1.0, *present])
+    return max([floor, *present])
 
 
 def svg(
@@ -39,7 +40,8 @@ def svg(
 ) -> str:
     """A chart of ``series`` sharing one y axis (``seconds``: its top label humanized)."""
     n = max((len(s.values) for s in series), default=0)
-    top = scale_max([v for s in series for v in s.values])
+    # Waits are often milliseconds: a 100 ms floor keeps them visible, counts start at 1.
+    top = scale_max([v for s in series for v in s.values], 0.1 if seconds else 1.0)
     plot_w, plot_h = WIDTH - PAD_LEFT - 4, HEIGHT - PAD_TOP - PAD_BOTTOM
     step = plot_w / n if n else plot_w
 
@@ -58,6 +60,13 @@ def svg(
                     )
         else:
             for run in _runs(s.values):
+                if len(run) == 1:  # a lone point: a dot, a line of one point shows nothing
+                    i, v = run[0]
+                    parts.append(
+                        f'<circle cx="{PAD_LEFT + (i + 0.5) * step:.1f}" cy="{y(v):.1f}" r="2.5" '
+                        f'fill="{esc(s.color)}"/>'
+                    )
+                    continue
                 points = " ".join(f"{PAD_LEFT + (i + 0.5) * step:.1f},{y(v):.1f}" for i, v in run)
                 parts.append(
                     f'<polyline points="{points}" fill="none" stroke="{esc(s.color)}" '

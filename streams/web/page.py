@@ -153,10 +153,13 @@ def _slice(name: str, value: Any) -> str:
     if not isinstance(value, dict):
         return f'<section class="slice" id="{esc(name)}">{title}<table><tr>{td(value, name)}</tr></table></section>'
     scalars = {k: v for k, v in value.items() if k != ACTIVITY and not _is_rows(v)}
-    out = _kv(scalars, name) if scalars else ""
+    counts = _kv(scalars, name) if scalars else ""
     activity = value.get(ACTIVITY)
     if isinstance(activity, dict):
-        out += charts(activity, f"{name}.{ACTIVITY}")
+        graphs, figures = charts(activity, f"{name}.{ACTIVITY}")
+        out = f'{graphs}<div class="grid">{counts}{figures}</div>'
+    else:
+        out = counts
     for k, v in value.items():
         if _is_rows(v):
             out += f"<h4>{esc(k.replace('_', ' '))}</h4>{_rows(v, f'{name}.{k}')}"
@@ -168,11 +171,12 @@ def _rows(rows: list[dict[str, Any]], path: str) -> str:
     return table(columns, "".join(_row(r, columns, f"{path}.{i}") for i, r in enumerate(rows)))
 
 
-def charts(activity: dict[str, Any], path: str) -> str:
+def charts(activity: dict[str, Any], path: str) -> tuple[str, str]:
     """The last hour of a slice's output records: published per minute (bars) with the
-    backlog left at each minute's end (line), and the p95 wait per minute."""
+    backlog left at each minute's end (line), and the p95 wait per minute; then the
+    window's figures (published, backlog now, worst p95, capped) as a table."""
     if "error" in activity:
-        return f'<p class="dim" data-k="{esc(path)}.error">{esc(activity["error"])}</p>'
+        return f'<p class="dim" data-k="{esc(path)}.error">{esc(activity["error"])}</p>', ""
     minutes = activity.get("minutes") or []
     published = [m.get("published") for m in minutes]
     backlog = [m.get("backlog") for m in minutes]
@@ -182,7 +186,7 @@ def charts(activity: dict[str, Any], path: str) -> str:
     figures = {
         k: activity.get(k) for k in ("published", "backlog", "worst_wait_p95_seconds", "capped")
     }
-    return (
+    graphs = (
         '<div class="charts">'
         + svg(
             "records per minute: published, backlog",
@@ -201,8 +205,8 @@ def charts(activity: dict[str, Any], path: str) -> str:
             data_k=f"{path}.minutes.wait_p95_seconds",
         )
         + "</div>"
-        + _kv(figures, path, caption=f"last {window} min")
     )
+    return graphs, _kv(figures, path, caption=f"last {window} min")
 
 
 def _cluster(cluster: Any) -> str:
