@@ -17,13 +17,12 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from devkit.browser import chrome, full_page_screenshot
+from devkit.browser import full_page_screenshot
 from devkit.kafka import produce
 from devkit.messages.factories import calendar_event, encode
 from devkit.observe.metrics import sample
 from devkit.observe.promql import SHARED, dashboard_uses, exported_names, metric_names, rule_uses
 from devkit.seed import seed_reminders
-from devkit.tools import tool
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
 from streams.console.layout import text
@@ -115,12 +114,6 @@ def test_every_metric_a_rule_or_panel_uses_is_exported_by_a_running_worker(
     assert sample(
         str(text), "reminders_timer_last_success_timestamp_seconds", schedule="calendar-dispatch"
     )
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[WebDriver]:
-    with chrome(tool("chromium"), tool("chromedriver"), width=1600, height=1400) as driver:
-        yield driver
 
 
 def shown(driver: WebDriver) -> dict[str, tuple[str, str | None]]:
