@@ -245,3 +245,34 @@ async def parked_drop(conn: Connection, outbox_id: int) -> tuple[str, str] | Non
     """Delete a parked row; its (topic, reason), or None if there is no such parked row."""
     row = await conn.fetchrow(sql("outbox_parked_drop"), outbox_id)
     return None if row is None else (str(row["topic"]), str(row["reason"]))
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteStats:
+    """One topic's minute of ``outbox_minutes``."""
+
+    topic: str
+    minute: datetime
+    written: int
+    published: int
+    wait_p95_seconds: float | None
+    wait_max_seconds: float | None
+
+
+async def minutes(
+    conn: Connection, since: datetime, until: datetime, topics: Sequence[str], limit: int
+) -> list[MinuteStats]:
+    """Written and published records per topic and minute of [since, until), with their
+    wait; at most ``limit`` published and ``limit`` waiting rows read."""
+    rows = await conn.fetch(sql("outbox_minutes"), since, until, list(topics), limit)
+    return [
+        MinuteStats(
+            topic=r["topic"],
+            minute=r["minute"],
+            written=r["written"],
+            published=r["published"],
+            wait_p95_seconds=r["wait_p95_seconds"],
+            wait_max_seconds=r["wait_max_seconds"],
+        )
+        for r in rows
+    ]

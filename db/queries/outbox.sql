@@ -166,3 +166,39 @@ SELECT count(*) FROM inserted;
 -- name: outbox_parked_drop
 -- Deletes one parked row for good; returns its topic and reason (NULL: no such row).
 DELETE FROM ops.outbox_parked WHERE id = $1 RETURNING topic, reason;
+
+-- name: outbox_minutes
+-- The console's charts: per topic of $3 and per minute of [$1, $2), the records written
+-- (those written before $1 and still waiting at $1 count in its first minute), the records
+-- published, and the p95 and max of their wait (created_at -> published_at). Reads the rows
+-- published in the window (a backward range of ix_outbox_published_at) and those still
+-- waiting (ix_outbox_unpublished), each side at most $4 rows, newest first: the work is
+-- bounded whatever the traffic (past $4 the oldest minutes come out short). The caller turns
+-- written - published into a backlog per minute.
+WITH published AS (
+    SELECT topic, created_at, published_at FROM ops.outbox
+    WHERE published_at >= $1 AND published_at < $2 AND topic = ANY($3::text[])
+    ORDER BY published_at DESC LIMIT $4
+), waiting AS (
+    SELECT topic, created_at FROM ops.outbox
+    WHERE published_at IS NULL AND topic = ANY($3::text[])
+    ORDER BY lane, id LIMIT $4
+), sent AS (
+    SELECT topic, date_trunc('minute', published_at) AS minute, count(*)::int AS published,
+           percentile_cont(0.95) WITHIN GROUP (
+               ORDER BY extract(epoch FROM published_at - created_at)::float8) AS wait_p95_seconds,
+           max(extract(epoch FROM published_at - created_at))::float8 AS wait_max_seconds
+    FROM published GROUP BY 1, 2
+), written AS (
+    SELECT topic,
+           greatest(date_trunc('minute', created_at), date_trunc('minute', $1::timestamptz))
+               AS minute,
+           count(*)::int AS written
+    FROM (SELECT topic, created_at FROM published UNION ALL SELECT topic, created_at FROM waiting) w
+    WHERE created_at < $2
+    GROUP BY 1, 2
+)
+SELECT topic, minute, coalesce(w.written, 0) AS written, coalesce(s.published, 0) AS published,
+       s.wait_p95_seconds, s.wait_max_seconds
+FROM sent s FULL JOIN written w USING (topic, minute)
+ORDER BY topic, minute;

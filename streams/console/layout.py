@@ -36,6 +36,14 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}tr.fail td{background:#f
 .kv th{width:220px}td.summary{font-size:12px;color:#555;padding-left:24px;border-bottom:1px solid #ccd}
 td{white-space:nowrap}td.small,td.summary{white-space:normal}.small{font-size:12px;color:#555;max-width:520px;word-break:break-word}
 form.inline{display:inline-block;margin:0 8px 8px 0}
+.banner{margin:16px 0 8px;padding:12px 16px;border-radius:6px;display:flex;gap:12px;align-items:baseline;flex-wrap:wrap;font-size:15px}
+.banner.clear{background:#d8f3dc;color:#0a5c26}.banner.problem{background:#ffd9d9;color:#8a0c0c;border-left:6px solid #b3261e}
+.banner a{color:inherit}.banner ul.more{flex-basis:100%;margin:4px 0 0;padding-left:18px;font-size:13px}
+.slices{display:flex;flex-wrap:wrap;gap:16px}.slice{background:#fff;box-shadow:0 1px 2px #0002;padding:8px 14px 12px;border-radius:6px}
+.slice.wide{flex-basis:100%}.grid{display:flex;flex-wrap:wrap;gap:0 20px;align-items:flex-start}
+.slice .kv th{width:160px}.slice h3{font-size:15px;color:#1d2329;margin:4px 0 8px;text-transform:capitalize}.slice table{box-shadow:none}
+.charts{display:flex;gap:12px;flex-wrap:wrap;margin:8px 0}svg.chart{background:#fbfcfd;border:1px solid #e6e8eb;border-radius:4px}
+svg.chart text{font:10px system-ui,sans-serif;fill:#5b646d}table.inner th{width:auto}caption{text-align:left;font-size:12px;color:#8a939c}
 """
 
 

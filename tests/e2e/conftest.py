@@ -1,4 +1,5 @@
-"""E2E fixtures: a database and topics per module, and worker processes started as a user would."""
+"""E2E fixtures: a database and topics per module, worker processes started as a user would,
+and a headless Chromium (selenium) for the operator pages."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from selenium.webdriver.remote.webdriver import WebDriver
 
 from devkit import database
+from devkit.browser import chrome
+from devkit.tools import tool
 from tests.conftest import DATABASE_URL, forget_topics, reachable
 
 
@@ -35,3 +39,10 @@ def module_topic_prefix() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    """Debian's chromium through chromedriver: missing in CI fails, elsewhere skips."""
+    with chrome(tool("chromium"), tool("chromedriver"), width=1600, height=1400) as driver:
+        yield driver

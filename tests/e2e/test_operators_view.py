@@ -1,13 +1,12 @@
 """The operators' view against a running worker with traffic: every metric an alert rule or a
-dashboard panel uses is exported, and /status opened in headless Chromium shows the numbers
-of /status?format=json (screenshot saved in the test's output folder)."""
+dashboard panel uses is exported, and /status opened in headless Chromium (selenium) shows the
+numbers of /status?format=json, the worst problem on top and a card with charts per slice
+(screenshot saved in the test's output folder)."""
 
 from __future__ import annotations
 
 import asyncio
-import html
 import re
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,15 +14,18 @@ from typing import Any
 
 import asyncpg
 import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
 
+from devkit.browser import full_page_screenshot
 from devkit.kafka import produce
 from devkit.messages.factories import calendar_event, encode
 from devkit.observe.metrics import sample
 from devkit.observe.promql import SHARED, dashboard_uses, exported_names, metric_names, rule_uses
 from devkit.seed import seed_reminders
-from devkit.tools import tool
 from devkit.wait import eventually
 from devkit.workers import WorkerProcess, worker_env
+from streams.console.layout import text
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 from streams.slices import names as slice_names
@@ -114,22 +116,13 @@ def test_every_metric_a_rule_or_panel_uses_is_exported_by_a_running_worker(
     )
 
 
-def chromium(*args: str) -> str:
-    out = subprocess.run(
-        [tool("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         "--no-first-run", "--disable-dev-shm-usage", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout
-
-
-def shown(dom: str) -> dict[str, str]:
-    """Every ``data-k`` cell of the rendered page: JSON path -> the text it shows."""
-    cells = re.findall(r'<td[^>]*data-k="([^"]+)"[^>]*>(.*?)</td>', dom, re.S)
-    return {html.unescape(k): html.unescape(re.sub(r"<[^>]+>", "", v)) for k, v in cells}
+def shown(driver: WebDriver) -> dict[str, tuple[str, str | None]]:
+    """Every ``data-k`` cell of the rendered page: JSON path -> (its text, its title)."""
+    cells = driver.execute_script(
+        "return Array.from(document.querySelectorAll('td[data-k]'))"
+        ".map(e => [e.dataset.k, e.textContent, e.getAttribute('title')]);"
+    )
+    return {k: (text, title) for k, text, title in cells}
 
 
 def lookup(data: Any, path: str) -> Any:
@@ -138,33 +131,32 @@ def lookup(data: Any, path: str) -> Any:
     return data
 
 
-def as_text(value: Any) -> str:
-    from streams.web.page import _text
-
-    return _text(value)
-
-
 # Values that change between the two JSON reads around the page load: rates, ages, the next
 # fire time, and the cluster list (it fills in as workers' heartbeats land).
-VOLATILE = re.compile(r"rate_per_second|age_seconds|next_fire_at|running|^health\.|^cluster\.")
+VOLATILE = re.compile(
+    r"rate_per_second|age_seconds|next_fire_at|running|^health\.|^cluster\.|\.activity\."
+)
 
 
 @pytest.mark.timeout(300)
 def test_status_page_in_headless_chromium_shows_the_numbers_of_the_json(
-    worker: WorkerProcess, tmp_path: Path
+    worker: WorkerProcess, browser: WebDriver, tmp_path: Path
 ) -> None:
     url = f"http://127.0.0.1:{worker.port}/status"
     _, before = worker.get("/status?format=json")
-    dom = chromium("--dump-dom", url)
+    browser.get(url)
     _, after = worker.get("/status?format=json")
-    cells = shown(dom)
+    cells = shown(browser)
     assert "outbox.backlog" in cells and "agents.0.processed" in cells, sorted(cells)[:20]
     compared = []
-    for path, text in cells.items():
+    for path, (shows, title) in cells.items():
         if VOLATILE.search(path):
             continue
-        values = {as_text(lookup(before, path)), as_text(lookup(after, path))}
-        assert text in values, f"{path}: page shows {text!r}, JSON has {values}"
+        values = {text(lookup(before, path)), text(lookup(after, path))}
+        # A duration prints humanized, its exact figure in the cell's title.
+        exact = title if title is not None else shows
+        assert exact in values, f"{path}: page shows {shows!r} ({title!r}), JSON has {values}"
+        assert "[]" not in shows and "{}" not in shows, f"{path}: {shows!r}"
         compared.append(path)
     # The numbers the issue names are among those compared.
     agent = next(i for i, a in enumerate(before["agents"]) if a["processed"])
@@ -184,10 +176,23 @@ def test_status_page_in_headless_chromium_shows_the_numbers_of_the_json(
         "automation.on_hold",
     ):
         assert path in compared, path
-    assert cells[f"agents.{agent}.processed"] == str(INPUTS + BAD)
-    assert cells[f"agents.{agent}.errors"] == str(BAD)
-    assert float(cells["outbox.published"]) >= DUE
-    shot = tmp_path / "status-page.png"
-    chromium("--window-size=1600,1500", f"--screenshot={shot}", url)
+    assert cells[f"agents.{agent}.processed"][0] == str(INPUTS + BAD)
+    assert cells[f"agents.{agent}.errors"][0] == str(BAD)
+    assert float(cells["outbox.published"][0]) >= DUE
+    # The worst problem on top: the dead-lettered input, linking to the DLQ browser.
+    banner = browser.find_element(By.ID, "banner")
+    assert banner.get_attribute("data-problems") == "1", banner.text
+    assert "1 input messages dead-lettered" in banner.text
+    assert banner.find_element(By.TAG_NAME, "a").get_attribute("href").endswith("/console/dlq")
+    # A card per slice, each with its two charts; calendar's bars are the reminders it sent.
+    for name in ("calendar", "automation", "document_expiry"):
+        card = browser.find_element(By.ID, name)
+        assert len(card.find_elements(By.CSS_SELECTOR, "svg.chart")) == 2, name
+    assert before["calendar"]["activity"]["published"] == DUE
+    bars = browser.find_elements(By.CSS_SELECTOR, "#calendar svg.chart rect")
+    assert bars, "no bar for the minute the reminders were sent"
+    main = browser.find_element(By.TAG_NAME, "main").text
+    assert "[]" not in main and "{}" not in main
+    shot = full_page_screenshot(browser, tmp_path / "status-page.png", width=1600)
     assert shot.stat().st_size > 10_000
     print(f"screenshot: {shot}")

@@ -154,6 +154,7 @@ async def test_the_worker_installs_a_declared_slices_timer_agent_and_status(
         assert ctx.status_sections["throwaway_stream"]() == {"tick_seen": True}
         # The shared sections and the real slices' come as before, the new one after them.
         assert list(ctx.status_sections) == [
+            "calendar",
             "automation",
             "throwaway",
             "document_expiry",

@@ -16,6 +16,8 @@ from db import scheduler as repo
 from db.connector import DatabaseUnavailable, InputRejected, Pool, connection, transaction
 from db.scheduler import SchedulerRow
 from streams import logs
+from streams.console.activity import activity_of
+from streams.contracts import DISPATCH_REQUESTED
 from streams.runtime import Runtime
 from streams.slices.automation.metrics import AutomationMetrics
 
@@ -98,6 +100,8 @@ def status_section(
             if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items())
         )
 
+    activity = activity_of(runtime, DISPATCH_REQUESTED.name)
+
     async def section() -> dict[str, Any]:
         fenced = total(metrics.fenced)
         # Claims of this worker that ended without a verdict, and those that cost an attempt.
@@ -129,6 +133,7 @@ def status_section(
             **interrupted,
             "held": held,
             "hold_view": "/automation/hold",
+            "activity": await activity(),
         }
 
     return section

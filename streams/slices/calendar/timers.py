@@ -3,9 +3,13 @@ outbox, or Skipped), and the waker that runs it right after a row's DueAt."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import Any
 
+from streams.console.activity import activity_of
+from streams.contracts import REMINDER_DUE
+from streams.runtime import Runtime
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
 from streams.slices.calendar.metrics import CalendarDispatchMetrics
 from streams.slices.calendar.settings import CalendarSettings
@@ -61,6 +65,26 @@ def install_timers(ctx: TimerContext) -> Waker:
             isolated=True,
         )
     )
+    ctx.status("calendar", status_section(runtime))
     # A (re)started worker catches up on due reminders now, not at the next 60 s slot.
     ctx.on_started.append(lambda: registry.wake(CALENDAR_DISPATCH))
     return waker
+
+
+def status_section(runtime: Runtime) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """The /status "calendar" section: the dispatch's gauges after its last run (reported by
+    the timer process that runs it) and the last hour of reminder-due records."""
+    activity = activity_of(runtime, REMINDER_DUE.name)
+
+    async def section() -> dict[str, Any]:
+        value = runtime.metrics.registry.get_sample_value
+        return {
+            "due_backlog": value("calendar_reminder_dispatch_backlog"),
+            "backing_off": value("calendar_reminder_dispatch_backing_off"),
+            "oldest_due_age_seconds": value("calendar_reminder_dispatch_oldest_due_age_seconds"),
+            "sent": value("calendar_reminder_dispatch_items_total", {"result": "sent"}),
+            "skipped": value("calendar_reminder_dispatch_items_total", {"result": "skipped"}),
+            "activity": await activity(),
+        }
+
+    return section

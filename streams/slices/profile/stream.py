@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.contracts import PERSON_DOCUMENTS
+from streams.console.activity import activity_of
+from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, PERSON_DOCUMENTS
 from streams.slices.context import SliceContext
 from streams.slices.profile.documents import PersonDocumentsApplier
 from streams.slices.profile.metrics import DocumentExpiryMetrics
@@ -29,7 +30,12 @@ def install_stream(ctx: SliceContext, run: DocumentExpiryRun) -> None:
         "profile-person-documents", PERSON_DOCUMENTS, PersonDocumentsApplier(runtime, documents)
     )
     ctx.input("profile-expiry-owners", OWNER_WORK, owners)
-    ctx.status("document_expiry", lambda: status(run, owners))
+    activity = activity_of(runtime, DOCUMENT_EXPIRY_REMINDERS.name)
+
+    async def section() -> dict[str, Any]:
+        return {**status(run, owners), "activity": await activity()}
+
+    ctx.status("document_expiry", section)
 
 
 def status(run: DocumentExpiryRun, owners: OwnerWorker) -> dict[str, Any]:
