@@ -22,6 +22,7 @@ import asyncpg
 from bench import common
 from bench.progress import spin
 from bench.report import Measure, Target, measure
+from bench.targets import AUTOMATION, targets
 from db import scheduler as repo
 from db.connector import Connection
 from db.scheduler import ClaimedRow
@@ -245,7 +246,7 @@ async def run(rows: int = 100_000, small: int = 10_000, large: int = 1_000_000) 
             "rows/s",
             ours,
             ref,
-            targets=[Target(">=", 0.5, on="ratio")],
+            targets=targets(AUTOMATION),
             bench="automation",
             detail=f"{rows:,} due rows, batch {batch}, no-op handler, best of 2 each; "
             "reference: claim + complete/outbox as bare statements",

@@ -26,7 +26,8 @@ from bench.expiry_support import (
     wait_ready,
     worker,
 )
-from bench.report import Measure, Target, measure
+from bench.report import Measure, measure
+from bench.targets import EXPIRY, targets
 from streams.domain.profile import DEFAULT_THRESHOLDS, scan_window, utc_date
 from streams.kafka_admin import ensure_topics
 from streams.settings import Settings
@@ -283,7 +284,7 @@ def measures(figures: dict[str, float], owners: int, documents: int) -> list[Mea
             "s",
             figures["real_seconds"],
             figures["bare_seconds"],
-            targets=[Target("<", 60)],
+            targets=targets(EXPIRY),
             higher_is_better=False,
             bench="expiry",
             detail=size + "; reference: one bare SQL statement per 500 owners",
