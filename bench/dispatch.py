@@ -124,7 +124,7 @@ async def run(rows: int = 200_000, batch: int = 200) -> list[Measure]:
                 )
         ref = max(figures["bare SQL statement"], figures["bare SQL statement (2nd)"])
         ours = max(figures["real dispatcher"], figures["real dispatcher (2nd)"])
-        print(f"  ratio real/bare (best of 2 each) = {ours / ref:.2f}   (target >= 0.6)")
+        print(f"  ratio real/bare (best of 2 each) = {ours / ref:.2f}   (target >= 0.8)")
         scale = await processes(seed, as_of, batch, n)
     detail = f"{n:,} due rows, batch {batch}, best of 2 each"
     return [

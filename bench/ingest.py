@@ -1,5 +1,6 @@
 """Ingest: calendar change events -> projection + reminder rows (SPEC §5: >= 5,000 events/s
-per worker process and >= 0.5x a bare aiokafka + asyncpg pipeline writing the same rows).
+per worker process; the performance issue: >= 0.8x a bare aiokafka + asyncpg pipeline writing
+the same rows, bench/targets.py).
 
 One topic (the service's own partition count, 4), ``events`` messages produced once, each
 reader starting from the beginning with a fresh database:
