@@ -158,13 +158,23 @@ def machine(
     }
 
 
-async def run_benches(names: Sequence[str], quick: bool) -> tuple[list[Measure], list[str]]:
-    """Every named bench in turn; a crashed bench is reported and the others still run."""
+async def run_benches(
+    names: Sequence[str], quick: bool
+) -> tuple[list[Measure], list[str], list[dict[str, Any]]]:
+    """Every named bench in turn, each after a wait for a quiet database (bench/quiet.py); a
+    crashed bench is reported and the others still run."""
+    from bench.quiet import quiet
+
     measures: list[Measure] = []
     crashed: list[str] = []
+    waits: list[dict[str, Any]] = []
     for name in names:
         module = importlib.import_module(BENCHES[name][0])
         kwargs = dict(getattr(module, "QUICK", {})) if quick else {}
+        try:
+            waits.append((await quiet(name)).to_json())
+        except Exception as exc:  # the bench itself will say more about an unreachable server
+            print(f"  (no quiet-database wait before {name}: {type(exc).__name__}: {exc})")
         try:
             measures.extend(await module.run(**kwargs))
         except Exception:
@@ -175,7 +185,7 @@ async def run_benches(names: Sequence[str], quick: bool) -> tuple[list[Measure],
                 Measure(f"{name}: crashed", "", float("nan"), None, None, "no crash", False,
                         True, bench=name, detail="see the log")
             )  # fmt: skip
-    return measures, crashed
+    return measures, crashed, waits
 
 
 def comparison(before: list[Measure], after: list[Measure], label: str) -> int:
@@ -213,8 +223,9 @@ def main(argv: Sequence[str]) -> int:
     # aiokafka's retry warnings (e.g. a leader not yet elected on a new topic) are noise here.
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     started, t0, load_start = datetime.now(UTC), time.monotonic(), os.getloadavg()
-    measures, crashed = asyncio.run(run_benches(names, args.quick))
+    measures, crashed, waits = asyncio.run(run_benches(names, args.quick))
     info = machine(started, time.monotonic() - t0, names, args.quick, load_start, pg)
+    info["quiet_waits"] = waits
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(document(measures, info), indent=2) + "\n")
     print("\n" + heading(info))

@@ -36,13 +36,17 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from bench.common import KAFKA_BOOTSTRAP, calendar_event, database, drop_topics, pct, summary
 from bench.pipeline import write_batch
 from bench.progress import Progress
+from bench.quiet import quiet
 from bench.report import Measure, Target, measure
+from bench.targets import LATENESS_P99, targets
 from devkit.workers import WorkerProcess, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 
-QUICK = {"rate": 100, "seconds": 10, "background": 200, "warmup": 3}
-P99_LIMIT_MS = 100
+QUICK = {"rate": 100, "seconds": 10, "background": 200, "warmup": 3, "high_rate": 300}
+HIGH_RATE = 3000  # the issue's second figure: the same window at 3,000 due/s, reported
+WRITE_RATE = 10_000  # due rows written per second before the window, at the least (lead)
+QUIET_DEADLINE_S = 10.0
 WARMUP = 2.0  # the background producer starts this long before the first DueAt
 OUTBOX_LATENESS = """
 SELECT extract(epoch FROM o.created_at - r.due_at) AS s
@@ -103,9 +107,27 @@ async def run(
     background: int = 2000,
     lead: float | None = None,
     warmup: float | None = None,
+    high_rate: int = HIGH_RATE,
 ) -> list[Measure]:
-    lead = lead if lead is not None else lead_default()
+    """The target window at ``rate`` due/s, then the same at ``high_rate`` due/s (reported:
+    where the tail goes past the target, and why, is in docs/benchmarks.md)."""
+    measures = await _run(rate, seconds, background, lead, warmup, targeted=True)
+    if high_rate:
+        measures += await _run(high_rate, seconds, background, lead, warmup, targeted=False)
+    return measures
+
+
+async def _run(
+    rate: int,
+    seconds: int,
+    background: int,
+    lead: float | None,
+    warmup: float | None,
+    targeted: bool,
+) -> list[Measure]:
     warm = int(warmup if warmup is not None else warmup_default())
+    # Writing the due rows comes before the first DueAt: more rows need a longer lead.
+    lead = (lead if lead is not None else lead_default()) + rate * (warm + seconds) / WRITE_RATE
     print(
         f"\n== lateness: {rate:,}/s reminders coming due for {seconds} s ({rate * seconds:,}) "
         f"while the worker ingests {background:,} events/s, after {warm} s of the same load =="
@@ -119,6 +141,8 @@ async def run(
             first_due = datetime.now(UTC) + timedelta(seconds=lead)
             window = Window(first_due, rate, warm, seconds, background)
             await prewrite(url, first_due, rate, window.total)
+            # The rows just written leave dirty buffers: flush them before the window.
+            await quiet("the lateness window", deadline_s=QUIET_DEADLINE_S)
             worker = WorkerProcess(worker_env(url, KAFKA_BOOTSTRAP, prefix), tmp, "bench-worker")
             try:
                 worker.start()
@@ -134,7 +158,7 @@ async def run(
                         f"the worker was ready {WARMUP + 1 - margin:.1f} s too late for the "
                         "first DueAt: raise BENCH_LATENESS_LEAD"
                     )
-                return await _window(settings, url, window, worker.pids)
+                return await _window(settings, url, window, worker.pids, targeted)
             finally:
                 worker.stop()
     finally:
@@ -162,7 +186,9 @@ class Window:
         return self.rate * (self.warmup + self.seconds)
 
 
-async def _window(settings: Settings, url: str, w: Window, worker_pids: list[int]) -> list[Measure]:
+async def _window(
+    settings: Settings, url: str, w: Window, worker_pids: list[int], targeted: bool
+) -> list[Measure]:
     consumer = AIOKafkaConsumer(
         settings.topic("pin.calendar.reminder-due.v1"),
         bootstrap_servers=KAFKA_BOOTSTRAP,
@@ -248,7 +274,7 @@ async def _window(settings: Settings, url: str, w: Window, worker_pids: list[int
         f"  warm-up, first {w.warmup} s (not counted): DueAt -> on the topic (ms): {summary(warm)}"
     )
     print(f"  DueAt -> outbox commit (ms): {summary(outbox)}")
-    print(f"  DueAt -> on the topic  (ms): {summary(topic)}   (target p99 <= {P99_LIMIT_MS})")
+    print(f"  DueAt -> on the topic  (ms): {summary(topic)}")
     print(f"  DueAt -> record timestamp (ms, the relay's send): {summary(stamp)}")
     if missing:
         print(f"  WARNING: {missing:,} of {w.total:,} due reminders did not reach the topic")
@@ -257,22 +283,27 @@ async def _window(settings: Settings, url: str, w: Window, worker_pids: list[int
         f"after {w.warmup} s of the same load"
     )
 
-    def row(name: str, value: float, targets: list[Target] | None = None) -> Measure:
-        return measure(name, "ms", value, targets=targets or [], higher_is_better=False,
+    # The target window keeps the measures' names; the 3,000 due/s window is reported
+    # under its rate.
+    label = "lateness" if targeted else f"lateness at {w.rate:,} due/s"
+
+    def row(name: str, value: float, bounds: list[Target] | None = None) -> Measure:
+        return measure(label + name.removeprefix("lateness"), "ms", value,
+                       targets=bounds if bounds and targeted else [], higher_is_better=False,
                        bench="lateness", detail=detail)  # fmt: skip
 
     measures = [
-        row("lateness: DueAt -> on the topic, p99", pct(topic, 99), [Target("<=", P99_LIMIT_MS)]),
+        row(LATENESS_P99, pct(topic, 99), targets(LATENESS_P99)),
         row("lateness: DueAt -> on the topic, p50", pct(topic, 50)),
         row("lateness: DueAt -> on the topic, p95", pct(topic, 95)),
         row("lateness: DueAt -> on the topic, max", max(topic, default=float("nan"))),
         row("lateness: DueAt -> outbox commit, p99", pct(outbox, 99)),
         row("lateness: warm-up window (not counted), p99", pct(warm, 99)),
-        measure("lateness: timer process CPU per due reminder", "ms",
+        measure(f"{label}: timer process CPU per due reminder", "ms",
                 timers_share * 1000 / w.rate, higher_is_better=False, bench="lateness",
                 detail="its CPU time in the measured window / the reminders coming due in it"),
         measure(
-            "lateness: background events stored during the window",
+            f"{label}: background events stored during the window",
             "events/s",
             stored / took,
             bench="lateness",
@@ -281,7 +312,7 @@ async def _window(settings: Settings, url: str, w: Window, worker_pids: list[int
     ]  # fmt: skip
     if missing:
         measures.append(
-            measure("lateness: due reminders missing on the topic", "", missing,
+            measure(f"{label}: due reminders missing on the topic", "", missing,
                     targets=[Target("<=", 0)], higher_is_better=False, bench="lateness")
         )  # fmt: skip
     return measures

@@ -241,12 +241,16 @@ def mode_mismatch(wanted: str | None, mode: PgMode) -> str | None:
 
 
 def heading(machine: Mapping[str, Any]) -> str:
-    """The summary's first line: when, how long, which commit, which PostgreSQL mode."""
+    """The summary's first line: when, how long, which commit, which PostgreSQL mode, and the
+    waits for a quiet database before the benches (bench/quiet.py), when the run recorded
+    them."""
     pg = machine.get("postgres") or {}
     mode = PgMode(str(pg.get("fsync", "")), str(pg.get("synchronous_commit", "")))
+    waits = machine.get("quiet_waits")
+    quiet = "" if waits is None else f", {quiet_summary(waits)}"
     return (
         f"== summary ({machine.get('date', '?')}, {float(machine.get('seconds', 0)):.0f} s, "
-        f"commit {machine.get('git_commit') or 'unknown'}, {mode.text()}) =="
+        f"commit {machine.get('git_commit') or 'unknown'}, {mode.text()}{quiet}) =="
     )
 
 
@@ -257,3 +261,21 @@ def document(measures: Sequence[Measure], machine: Mapping[str, Any]) -> dict[st
 
 def measures_of(doc: Mapping[str, Any]) -> list[Measure]:
     return [Measure.from_json(m) for m in doc.get("measures", [])]
+
+
+def quiet_summary(waits: Sequence[Mapping[str, Any]]) -> str:
+    """One phrase for the summary heading: how many waits for a quiet database (bench/quiet.py),
+    how long, the longest, and any whose deadline passed."""
+    if not waits:
+        return "no quiet-database wait"
+    total = sum(float(w["checkpoint_s"]) + float(w["vacuum_s"]) for w in waits)
+    longest = max(waits, key=lambda w: float(w["checkpoint_s"]) + float(w["vacuum_s"]))
+    late = [str(w["before"]) for w in waits if w.get("timed_out")]
+    text = (
+        f"quiet database before each bench ({len(waits)} waits, {total:.1f} s in all, "
+        f"longest {float(longest['checkpoint_s']) + float(longest['vacuum_s']):.1f} s "
+        f"before {longest['before']}"
+    )
+    if late:
+        text += f"; deadline passed before {', '.join(late)}"
+    return text + ")"

@@ -19,6 +19,7 @@ from bench.cli import BENCHES, EXIT_OK, EXIT_USAGE, EXIT_WORSE, main
 from bench.compare import Change, compare, format_changes, gain, regressions
 from bench.pipeline import event_columns, newest, reminder_columns
 from bench.progress import Progress, render
+from bench.quiet import QuietWait
 from bench.report import (
     REPORT,
     Measure,
@@ -225,6 +226,11 @@ def fake_benches(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
     monkeypatch.setattr("bench.cli.pg_mode", lambda: DURABLE)
     monkeypatch.delenv("BENCH_PG", raising=False)
 
+    async def no_wait(before: str, **_: object) -> QuietWait:
+        return QuietWait(before, 0.5, 0.25, False)
+
+    monkeypatch.setattr("bench.quiet.quiet", no_wait)
+
     async def fine_run(**_: object) -> list[Measure]:
         return [rate("fine: rate", figures["rate"])]
 
@@ -333,6 +339,9 @@ def test_the_run_records_mode_and_commit_in_heading_and_json(
     assert summary == heading(doc["machine"])
     assert f"commit {doc['machine']['git_commit']}" in summary
     assert "PostgreSQL durable: fsync=on, synchronous_commit=on" in summary
+    # The wait for a quiet database before the bench is in the JSON and the heading.
+    assert doc["machine"]["quiet_waits"] == [QuietWait("fine", 0.5, 0.25, False).to_json()]
+    assert "quiet database before each bench (1 waits, 0.8 s in all" in summary
     # A fast server under BENCH_PG=durable: refused before any bench runs, nothing written.
     monkeypatch.setattr("bench.cli.pg_mode", lambda: PgMode("off", "off"))
     monkeypatch.setenv("BENCH_PG", "durable")
