@@ -58,6 +58,7 @@ def register(ctx: SliceContext) -> None:
     @app.page("/timers")
     async def timers(web: View, request: Request) -> Response:
         await peer()
+        await ctx.registry.refresh_pauses()  # one read: a daily job's flag is current too
         return web.json(timer_list(ctx))
 
     @app.page("/status")
