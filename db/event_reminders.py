@@ -10,6 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from db.connector import Connection
+from db.console_audit import ActionOutcome, outcome_of
 from db.outbox import OutboxColumns
 from db.queries import sql
 
@@ -133,3 +134,21 @@ async def status_count(conn: Connection, event_ids: Sequence[UUID]) -> dict[str,
 async def explain(conn: Connection, reminder_id: UUID) -> dict[str, Any] | None:
     row = await conn.fetchrow(sql("event_reminders_explain"), reminder_id)
     return dict(row) if row is not None else None
+
+
+async def console_retry(
+    conn: Connection, reminder_id: UUID, actor: str, reason: str, now: datetime, listing: str
+) -> ActionOutcome:
+    row = await conn.fetchrow(
+        sql("event_reminders_console_retry"), reminder_id, actor, reason, now, listing
+    )
+    return outcome_of(row)
+
+
+async def console_cancel(
+    conn: Connection, reminder_id: UUID, actor: str, reason: str, now: datetime, listing: str
+) -> ActionOutcome:
+    row = await conn.fetchrow(
+        sql("event_reminders_console_cancel"), reminder_id, actor, reason, now, listing
+    )
+    return outcome_of(row)

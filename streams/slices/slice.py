@@ -17,6 +17,7 @@ from streams.settings import Settings
 from streams.timers.registry import TimerRegistry
 
 if TYPE_CHECKING:
+    from streams.console.actions import RowAction
     from streams.demo_kit import DemoKafka
     from streams.slices.context import SliceContext
 
@@ -78,6 +79,8 @@ class Slice:
     """Loads its demo workload (imported only when the demo runs)."""
     cli: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None] | None = None
     """Adds its commands to ``python -m streams`` (argparse ``add_commands``)."""
+    actions: tuple[RowAction, ...] = ()
+    """The console actions its rows allow (streams/console/actions.py)."""
 
 
 def install_timers(slices: tuple[Slice, ...], ctx: TimerContext) -> None:

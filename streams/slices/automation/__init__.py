@@ -30,6 +30,7 @@ from streams.contracts import (
     REPORT_SUBSCRIPTIONS,
     SOURCE_EVENTS,
 )
+from streams.slices.automation import actions as automation_actions
 from streams.slices.automation.cleanup import CleanupConfig, StaleCleanup
 from streams.slices.automation.cli import add_commands
 from streams.slices.automation.config import AutomationConfig
@@ -81,6 +82,7 @@ SLICE = Slice(
     install_stream=install_stream,
     demo=load_demo,
     cli=add_commands,
+    actions=automation_actions.ACTIONS,
 )
 
 __all__ = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from streams.contracts import CALENDAR_EVENTS, REMINDER_DUE
+from streams.slices.calendar import actions as calendar_actions
 from streams.slices.calendar.explain import explain
 from streams.slices.calendar.settings import CalendarSettings
 from streams.slices.calendar.timers import (
@@ -47,6 +48,7 @@ SLICE = Slice(
     install_stream=install_stream,
     explain=explain,
     demo=load_demo,
+    actions=calendar_actions.ACTIONS,
 )
 
 __all__ = ["CALENDAR_DISPATCH", "SLICE", "WAKE_NUDGE", "dispatch_waker", "install_timers"]
