@@ -3,7 +3,9 @@
 The contract between the console's pages and its actions: a detail page calls
 ``action_forms(listing, row, csrf)`` and places the HTML it returns. Each form posts to
 ``/console/actions/<action>`` with the fields ``listing``, ``target`` (the row's id as text),
-``reason`` and ``csrf``. With no actions declared for the listing it returns ``""``.
+``reason`` and ``csrf``. With no actions declared for the listing it returns ``""``; with
+``csrf`` None (actions are off: no ``WEB_ADMIN_TOKEN``, or not logged in) it says how to
+turn them on instead of offering forms.
 """
 
 from __future__ import annotations
@@ -11,6 +13,45 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from streams.console.layout import esc
+
+# The row fields that hold its key, per listing (the listings' primary keys).
+KEY_FIELDS = {
+    "calendar/reminders": "reminder_id",
+    "automation/scheduler": "scheduler_id",
+    "document-expiry/markers": "marker_id",
+    "document-expiry/owner-runs": "run_id",
+}
+
+
+def row_key(listing: str, row: Mapping[str, Any]) -> str:
+    field = KEY_FIELDS.get(listing)
+    value = row.get(field) if field else None
+    return "" if value is None else str(value)
+
 
 def action_forms(listing: str, row: Mapping[str, Any], csrf: str | None) -> str:
-    return ""
+    from streams.console.perform import declared_actions
+
+    offered = [a for (lst, _), a in declared_actions().items() if lst == listing and a.offered(row)]
+    target = row_key(listing, row)
+    if not offered or not target:
+        return ""
+    if csrf is None:
+        return (
+            '<p class="dim">actions: ' + esc(", ".join(a.name for a in offered)) + " — "
+            '<a href="/console/login">log in</a> with WEB_ADMIN_TOKEN to use them</p>'
+        )
+    forms = []
+    for a in offered:
+        forms.append(
+            f'<form class="inline" method="post" action="/console/actions/{esc(a.name)}">'
+            f'<input type="hidden" name="listing" value="{esc(listing)}">'
+            f'<input type="hidden" name="target" value="{esc(target)}">'
+            f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+            f'<input name="reason" required maxlength="1000" placeholder="reason" '
+            f'aria-label="reason to {esc(a.name)}">'
+            f'<button type="submit" data-action="{esc(a.name)}">{esc(a.label or a.name)}</button>'
+            "</form>"
+        )
+    return "".join(forms)
