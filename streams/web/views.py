@@ -17,6 +17,9 @@ from streams.web.status import Rates, status, timer_list
 
 def register(ctx: SliceContext) -> None:
     app, runtime = ctx.app, ctx.runtime
+    from streams.console import web as console_web
+
+    console_web.register(ctx)  # the console's POST routes (off without WEB_ADMIN_TOKEN)
     rates = Rates()
     source = FaustStreamSource(app, ctx.consumers)
 

@@ -34,6 +34,7 @@ RUNNABLE = [
     ["outbox", "parked"],
     ["explain", "some-id"],
     ["timers", "run", "document-expiry"],
+    ["rows", "cancel", "calendar/reminders", "some-id", "--reason", "r"],
     ["demo"],
 ]
 
@@ -70,6 +71,7 @@ def test_the_tree_has_every_command_and_the_slices_their_own() -> None:
         "outbox",
         "explain",
         "timers",
+        "rows",
         "demo",
     ]
     assert top == {(c,) for c in commands}
@@ -78,6 +80,12 @@ def test_the_tree_has_every_command_and_the_slices_their_own() -> None:
     assert {tuple(p) for p in PATHS if len(p) == 2} >= {
         ("dlq", "replay"),
         ("timers", "run"),
+        ("timers", "pause"),
+        ("timers", "resume"),
+        ("timers", "backfill"),
+        ("rows", "cancel"),
+        ("rows", "retry"),
+        ("rows", "resend"),
         ("outbox", "parked"),
         ("outbox", "retry"),
         ("outbox", "drop"),
