@@ -113,7 +113,7 @@ def register(ctx: SliceContext) -> None:
                 time.time(),
             )
             if not verdict.allowed:
-                return self._answer(request, verdict.status, verdict.reason)
+                return _answer(self, request, verdict.status, verdict.reason)
             try:
                 declared = lookup(fields.get("listing", ""), action)
                 pool = await runtime.pool()
@@ -126,11 +126,12 @@ def register(ctx: SliceContext) -> None:
                     runtime.clock.now(),
                 )
             except UnknownAction as exc:
-                return self._answer(request, 404, str(exc))
+                return _answer(self, request, 404, str(exc))
             except BadRequest as exc:
-                return self._answer(request, 400, str(exc))
+                return _answer(self, request, 400, str(exc))
             status = 200 if done.ok else (404 if done.result.outcome == "not_found" else 409)
-            return self._answer(
+            return _answer(
+                self,
                 request,
                 status,
                 done.text,
@@ -142,15 +143,21 @@ def register(ctx: SliceContext) -> None:
                 target=done.target,
             )
 
-        def _answer(self, request: Request, status: int, text: str, **data: Any) -> Response:
-            if _wants_json(request):
-                return self.json({"message": text, **data}, status=status)
-            back = ""
-            if "listing" in data:
-                href = f"/console/rows/{data['listing']}/{data['target']}"
-                back = f' <a href="{esc(href)}">back to the row</a>'
-            cls = "ok" if status == 200 else "bad"
-            return self.html(
-                shell("console action", f'<p class="badge {cls}">{esc(text)}</p>{back}'),
-                status=status,
-            )
+    from streams.console import dlq_page
+
+    dlq_page.register(ctx, _token, page_csrf, _answer)
+
+
+def _answer(view: View, request: Request, status: int, text: str, **data: Any) -> Response:
+    """JSON for scripts (bearer, or Accept: application/json), a small page for the browser."""
+    if _wants_json(request):
+        return view.json({"message": text, **data}, status=status)
+    back = ""
+    if "listing" in data:
+        href = f"/console/rows/{data['listing']}/{data['target']}"
+        back = f' <a href="{esc(href)}">back to the row</a>'
+    cls = "ok" if status == 200 else "bad"
+    return view.html(
+        shell("console action", f'<p class="badge {cls}">{esc(text)}</p>{back}'),
+        status=status,
+    )
