@@ -218,3 +218,21 @@ async def test_the_cli_cancels_and_refuses_with_exit_codes(
     assert "no action 'resend' on calendar/reminders" in capsys.readouterr().err
     actors = {r["actor"] for r in await pool.fetch("SELECT actor FROM ops.console_audit")}
     assert actors == {"oncall"}
+
+
+async def test_automation_release_of_the_cli_is_audited_too(pool: asyncpg.Pool) -> None:
+    from streams.slices.automation.support import SupportAction, put_back
+
+    held = await _scheduler(pool, "Failed", hold=True)
+    key = await pool.fetchval(
+        "SELECT scheduler_key FROM automation.scheduler WHERE scheduler_id = $1", held
+    )
+    assert await put_back(pool, key, SupportAction.RELEASE, NOW, actor="gina", reason="fixed")
+    assert await put_back(pool, key, SupportAction.RELEASE, NOW, actor="gina") is None
+    audit = await pool.fetch(
+        "SELECT actor, action, target, outcome, reason FROM ops.console_audit ORDER BY id"
+    )
+    assert [tuple(a) for a in audit] == [
+        ("gina", "release", str(held), "changed", "fixed"),
+        ("gina", "release", key, "refused", ""),
+    ]
