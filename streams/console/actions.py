@@ -83,7 +83,7 @@ def message(action: RowAction, target: str, result: ActionOutcome) -> str:
     if result.outcome == "changed":
         return f"{noun} {target} {action.done}: {before} -> {after} (audit {result.audit_id})"
     if result.outcome == "unchanged":
-        return f"{noun} {target} is {before}: already {action.done}, nothing changed"
+        return f"{noun} {target} is {before}: nothing to do (already so), nothing changed"
     if result.outcome == "not_found":
         return f"no {noun} {target}"
     return f"{noun} {target} is {before}: only {action.allowed} {noun}s can be {action.done}"

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 
+import asyncpg
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from devkit.kafka import create_topics
+from streams.app import create_worker
 from streams.dlq.browse import browse
 from streams.dlq.replay import replay_dlq
 from streams.dlq.rules import SKIP_NOT_SELECTED, ReplayUsageError
@@ -81,3 +84,50 @@ async def test_one_record_then_one_reason_then_everything(topics: Topics) -> Non
     assert everything.replayed == 9
     with pytest.raises(ReplayUsageError, match="no record at partition"):
         await replay_dlq(topics.settings, EVENTS, record=(newest.partition, 10_000))
+
+
+async def test_the_console_page_and_its_replay_post(
+    topics: Topics, database_url: str, pool: asyncpg.Pool
+) -> None:
+    await _fill(topics)
+    token = "d" * 40
+    s = topics.settings
+    ctx = create_worker(
+        Settings(
+            database_url=database_url,
+            kafka_bootstrap=s.kafka_bootstrap,
+            topic_prefix=s.topic_prefix,
+            app_id=s.app_id,
+            web_admin_token=token,
+            worker_timer_process=False,
+        )
+    )
+    client = TestClient(TestServer(ctx.app.web.web_app))
+    await client.start_server()
+    try:
+        r = await client.get(f"/console/dlq?topic={EVENTS}&format=json&limit=2")
+        data = await r.json()
+        assert r.status == 200 and data["records"] == 9 and len(data["entries"]) == 2
+        assert "secret-value-123" not in json.dumps(data)
+        page = await (await client.get(f"/console/dlq?topic={EVENTS}")).text()
+        assert "value is not valid JSON" in page and "<form" not in page  # no session: no forms
+        newest = data["entries"][0]
+        form = {"topic": EVENTS, "partition": newest["partition"], "offset": newest["offset"]}
+        assert (await client.post("/console/dlq/replay", data=form)).status == 401
+        r = await client.post(
+            "/console/dlq/replay",
+            data=form,
+            headers={"Authorization": f"Bearer {token}", "X-Operator": "hana"},
+        )
+        assert r.status == 200, await r.text()
+        assert (await r.json())["replayed"] == 1
+        assert await count(s.kafka_bootstrap, topics.source) == 1
+        audit = await pool.fetchrow("SELECT actor, action, listing, target FROM ops.console_audit")
+        assert tuple(audit) == (
+            "hana",
+            "dlq-replay",
+            "dlq",
+            f"{topics.dlq}:{newest['partition']}:{newest['offset']}",
+        )
+    finally:
+        await client.close()
