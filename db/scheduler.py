@@ -13,7 +13,6 @@ from uuid import UUID
 import asyncpg
 
 from db.connector import Connection
-from db.console_audit import ActionOutcome, outcome_of
 from db.queries import sql
 from db.sources import SourceRef
 from db.threshold_states import Triple
@@ -365,46 +364,3 @@ async def status_count(conn: Connection, sources: Collection[UUID]) -> dict[str,
 
 async def prune(conn: Connection, before: datetime, limit: int) -> int:
     return int(await conn.fetchval(sql("scheduler_prune"), before, limit))
-
-
-async def console_cancel(
-    conn: Connection, scheduler_id: int, actor: str, reason: str, now: datetime, listing: str
-) -> ActionOutcome:
-    row = await conn.fetchrow(
-        sql("scheduler_console_cancel"), scheduler_id, actor, reason, now, listing
-    )
-    return outcome_of(row)
-
-
-async def console_resend(
-    conn: Connection, scheduler_id: int, actor: str, reason: str, now: datetime, listing: str
-) -> ActionOutcome:
-    row = await conn.fetchrow(
-        sql("scheduler_console_resend"), scheduler_id, actor, reason, now, listing
-    )
-    return outcome_of(row)
-
-
-async def console_release(
-    conn: Connection,
-    scheduler_id: int,
-    actor: str,
-    reason: str,
-    now: datetime,
-    listing: str,
-    *,
-    action: str,
-    reset_attempts: bool,
-) -> ActionOutcome:
-    """``action`` is ``release`` (attempts kept) or ``retry-key`` (``reset_attempts``)."""
-    row = await conn.fetchrow(
-        sql("scheduler_console_release"),
-        scheduler_id,
-        actor,
-        reason,
-        now,
-        listing,
-        reset_attempts,
-        action,
-    )
-    return outcome_of(row)

@@ -1,7 +1,7 @@
 """The console's actions on scheduler rows: cancel a Pending or Failed row, re-send a
 Completed one through the support-retry key, and release / retry-key a row on support hold
 (the CLI's ``automation release|retry-key``, audited); statements in
-db/queries/scheduler.sql."""
+db/queries/scheduler_console.sql."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from db import scheduler
+from db import scheduler_console
 from db.connector import Connection
 from db.console_audit import ActionOutcome
 from streams.console.actions import RowAction, state_of
@@ -24,7 +24,7 @@ def _on_hold(row: Mapping[str, Any]) -> bool:
 async def _release(
     conn: Connection, target: int, actor: str, reason: str, now: datetime, listing: str
 ) -> ActionOutcome:
-    return await scheduler.console_release(
+    return await scheduler_console.release(
         conn, target, actor, reason, now, listing, action="release", reset_attempts=False
     )
 
@@ -32,7 +32,7 @@ async def _release(
 async def _retry_key(
     conn: Connection, target: int, actor: str, reason: str, now: datetime, listing: str
 ) -> ActionOutcome:
-    return await scheduler.console_release(
+    return await scheduler_console.release(
         conn, target, actor, reason, now, listing, action="retry-key", reset_attempts=True
     )
 
@@ -44,7 +44,7 @@ ACTIONS = (
         noun="scheduler row",
         allowed="Pending and Failed",
         done="cancelled",
-        statement=scheduler.console_cancel,
+        statement=scheduler_console.cancel,
         parse_target=int,
         offered=lambda row: state_of(row) in ("Pending", "Failed"),
     ),
@@ -54,7 +54,7 @@ ACTIONS = (
         noun="scheduler row",
         allowed="Completed",
         done="re-sent",
-        statement=scheduler.console_resend,
+        statement=scheduler_console.resend,
         parse_target=int,
         offered=lambda row: state_of(row) == "Completed",
         label="re-send (support retry)",
