@@ -10,6 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from db.connector import Connection, Executor
+from db.console_audit import ActionOutcome, outcome_of
 from db.outbox import OutboxColumns
 from db.queries import sql
 
@@ -189,3 +190,21 @@ async def console_counts(db: Executor, cap: int) -> dict[str, int]:
     """Rows by console state (Pending, Retrying, Sent, Skipped), each counted up to ``cap``."""
     rows = await db.fetch(sql("event_reminders_console_counts"), cap)
     return {str(r["state"]): int(r["n"]) for r in rows}
+
+
+async def console_retry(
+    conn: Connection, reminder_id: UUID, actor: str, reason: str, now: datetime, listing: str
+) -> ActionOutcome:
+    row = await conn.fetchrow(
+        sql("event_reminders_console_retry"), reminder_id, actor, reason, now, listing
+    )
+    return outcome_of(row)
+
+
+async def console_cancel(
+    conn: Connection, reminder_id: UUID, actor: str, reason: str, now: datetime, listing: str
+) -> ActionOutcome:
+    row = await conn.fetchrow(
+        sql("event_reminders_console_cancel"), reminder_id, actor, reason, now, listing
+    )
+    return outcome_of(row)

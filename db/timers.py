@@ -1,12 +1,13 @@
-"""The timer registry's store: slot claims, last started slots, pruning, on the repositories
-``db/timer_slots.py`` and ``db/timer_state.py``."""
+"""The timer registry's store: slot claims, last started slots, pruning and the cluster-wide
+pause flags, on the repositories ``db/timer_slots.py``, ``db/timer_state.py`` and
+``db/timer_pauses.py``."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
-from db import timer_slots, timer_state
+from db import timer_pauses, timer_slots, timer_state
 from db.connector import Executor, translating
 
 
@@ -134,3 +135,13 @@ class TimerRepository:
         db = await self._executor()
         async with translating():
             return await timer_state.last_slots(db, names)
+
+    async def paused(self, name: str) -> bool:
+        db = await self._executor()
+        async with translating():
+            return await timer_pauses.get(db, name) is not None
+
+    async def paused_names(self) -> list[str]:
+        db = await self._executor()
+        async with translating():
+            return [str(r["schedule"]) for r in await timer_pauses.list_all(db)]

@@ -136,7 +136,7 @@ def _slice_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def build_parser() -> argparse.ArgumentParser:
     from streams import explain
-    from streams.console import rows_cli
+    from streams.console import cli as console_cli
     from streams.dlq import cli as dlq_cli
     from streams.outbox import cli as outbox_cli
     from streams.timers import manual
@@ -170,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     _slice_commands(sub)
     outbox_cli.add_commands(sub)
     explain.add_commands(sub)
-    rows_cli.add_commands(sub)
     manual.add_commands(sub)
+    console_cli.add_commands(sub)
     sub.add_parser(
         "demo", help="send the demo workload of every slice and report what came out"
     ).set_defaults(run=_demo)

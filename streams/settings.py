@@ -32,6 +32,10 @@ class ConfigError(Exception):
 S = TypeVar("S", bound=BaseSettings)
 
 
+# The shortest WEB_ADMIN_TOKEN accepted (a guessable token would guard nothing).
+WEB_ADMIN_TOKEN_MIN_CHARS = 32
+
+
 class Settings(BaseSettings):
     """The service's own knobs (Kafka, PostgreSQL, web, timers, outbox, retention); a slice's
     are in its settings class, read with ``of``. Environment variable = field name in upper
@@ -73,6 +77,10 @@ class Settings(BaseSettings):
     web_port: int = Field(6066, ge=1, le=65535)
     # How other workers' status pages link to this one (default http://WEB_HOST:WEB_PORT).
     web_advertised_url: str = ""
+    # Turns the console's actions on (POST /console/actions/..., DLQ replay): required as
+    # ``Authorization: Bearer <token>`` or through the console's login form; empty = off.
+    # Never logged; at least WEB_ADMIN_TOKEN_MIN_CHARS characters.
+    web_admin_token: SecretStr = SecretStr("")
     log_level: str = "info"
     # One line per record: text (``<time> <level> <logger> action=... k=v``) or json (one
     # object per line, the same fields as keys); streams/logs.py.
@@ -149,6 +157,18 @@ class Settings(BaseSettings):
     # this long past their ScheduledOn and last change.
     automation_scheduler_retention_days: float = Field(30.0, ge=2, le=36_500)
     timer_slot_retention_days: float = Field(7.0, ge=1, le=36_500)
+
+    @field_validator("web_admin_token")
+    @classmethod
+    def _admin_token(cls, v: SecretStr) -> SecretStr:
+        token = v.get_secret_value()
+        if token and (len(token) < WEB_ADMIN_TOKEN_MIN_CHARS or token != token.strip()):
+            # The message never carries the value.
+            raise ValueError(
+                f"must be empty (console actions off) or at least {WEB_ADMIN_TOKEN_MIN_CHARS} "
+                "characters without surrounding spaces (e.g. `openssl rand -hex 32`)"
+            )
+        return v
 
     @field_validator("database_url")
     @classmethod

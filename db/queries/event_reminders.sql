@@ -183,3 +183,73 @@ SELECT 'Sent', (SELECT count(*) FROM (SELECT 1 FROM calendar.event_reminders
 UNION ALL
 SELECT 'Skipped', (SELECT count(*) FROM (SELECT 1 FROM calendar.event_reminders
                    WHERE status = 'Skipped' LIMIT $1) x);
+-- name: event_reminders_console_retry
+-- The console's retry of a poison row (Pending, backing off after failed attempts): its
+-- retry state is cleared, so the next dispatch run claims it (the claim needs
+-- next_attempt_at <= now, the wake-up looks for retry times only on rows with attempts > 0).
+-- Only a Pending row with attempts changes; a Pending row without is unchanged (nothing to
+-- retry); Sent and Skipped rows are refused. Audited in the same statement.
+-- $1 reminder id, $2 actor, $3 reason, $4 now, $5 listing.
+WITH cur AS (
+    SELECT reminder_id, status, attempts FROM calendar.event_reminders
+    WHERE reminder_id = $1::uuid
+    FOR NO KEY UPDATE
+), upd AS (
+    UPDATE calendar.event_reminders r
+    SET attempts = 0, next_attempt_at = '-infinity', last_error_code = NULL, updated_at = $4
+    FROM cur
+    WHERE r.reminder_id = cur.reminder_id AND cur.status = 'Pending' AND cur.attempts > 0
+    RETURNING r.status
+), res AS (
+    SELECT CASE WHEN cur.reminder_id IS NULL THEN 'not_found'
+                WHEN EXISTS (SELECT 1 FROM upd) THEN 'changed'
+                WHEN cur.status = 'Pending' THEN 'unchanged'
+                ELSE 'refused' END AS outcome,
+           cur.status || CASE WHEN cur.attempts > 0 THEN ', ' || cur.attempts || ' failed attempts'
+                              ELSE '' END AS state_before,
+           cur.status AS state_after
+    FROM (SELECT 1) one LEFT JOIN cur ON true
+), aud AS (
+    INSERT INTO ops.console_audit (at, actor, action, listing, target, reason, outcome,
+                                   state_before, state_after)
+    SELECT $4, $2, 'retry', $5, $1::uuid::text, $3, outcome, state_before, state_after FROM res
+    RETURNING id
+)
+SELECT res.outcome, res.state_before, res.state_after, aud.id AS audit_id
+FROM res CROSS JOIN aud;
+
+-- name: event_reminders_console_cancel
+-- The console's cancel of a Pending reminder: Skipped with skip_reason 'ManualCancel' (a
+-- newer Version of its event that still wants it makes it Pending again, as for any
+-- Skipped row). A row cancelled already is unchanged; Sent and otherwise Skipped rows are
+-- refused. Audited in the same statement. $1 reminder id, $2 actor, $3 reason, $4 now,
+-- $5 listing.
+WITH cur AS (
+    SELECT reminder_id, status, skip_reason FROM calendar.event_reminders
+    WHERE reminder_id = $1::uuid
+    FOR NO KEY UPDATE
+), upd AS (
+    UPDATE calendar.event_reminders r
+    SET status = 'Skipped', skip_reason = 'ManualCancel', updated_at = $4
+    FROM cur
+    WHERE r.reminder_id = cur.reminder_id AND cur.status = 'Pending'
+    RETURNING r.status, r.skip_reason
+), res AS (
+    SELECT CASE WHEN cur.reminder_id IS NULL THEN 'not_found'
+                WHEN EXISTS (SELECT 1 FROM upd) THEN 'changed'
+                WHEN cur.status = 'Skipped' AND cur.skip_reason = 'ManualCancel'
+                    THEN 'unchanged'
+                ELSE 'refused' END AS outcome,
+           cur.status || coalesce(' (' || cur.skip_reason || ')', '') AS state_before,
+           coalesce((SELECT status || ' (' || skip_reason || ')' FROM upd),
+                    cur.status || coalesce(' (' || cur.skip_reason || ')', '')) AS state_after
+    FROM (SELECT 1) one LEFT JOIN cur ON true
+), aud AS (
+    INSERT INTO ops.console_audit (at, actor, action, listing, target, reason, outcome,
+                                   state_before, state_after)
+    SELECT $4, $2, 'cancel', $5, $1::uuid::text, $3, outcome, state_before, state_after
+    FROM res
+    RETURNING id
+)
+SELECT res.outcome, res.state_before, res.state_after, aud.id AS audit_id
+FROM res CROSS JOIN aud;

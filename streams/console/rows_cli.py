@@ -33,15 +33,8 @@ OPTIONS = {
 }
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``rows list|show``."""
-    p = sub.add_parser(
-        "rows",
-        help="rows by slice and state: list them with filters, show one (the console's pages)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands = p.add_subparsers(dest="command", metavar="<command>", required=True)
+def add_read_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``rows list|show``, in the ``rows`` group of streams/console/cli.py."""
     lst = commands.add_parser(
         "list",
         help="one page of a listing",
@@ -64,7 +57,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     show.add_argument("listing", metavar="SLICE/LISTING")
     show.add_argument("id", metavar="ID")
     show.add_argument("--json", action="store_true", help="as JSON (as the web's)")
-    p.set_defaults(run=run_rows)
+    lst.set_defaults(run=run_rows)
+    show.set_defaults(run=run_rows)
 
 
 def table(columns: tuple[str, ...], records: list[dict[str, Any]]) -> str:
@@ -77,7 +71,7 @@ def table(columns: tuple[str, ...], records: list[dict[str, Any]]) -> str:
 
 async def _run(runtime: Runtime, args: argparse.Namespace) -> int:
     listing = rows.find(args.listing)
-    if args.command == "list":
+    if args.rows_command == "list":
         params = {
             name: getattr(args, option)
             for option, name in OPTIONS.items()

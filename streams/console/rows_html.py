@@ -121,7 +121,7 @@ def _kv(values: dict[str, Any], path: str) -> str:
     return f'<table class="kv">{rows}</table>'
 
 
-def render_detail(listing: Listing, data: dict[str, Any]) -> str:
+def render_detail(listing: Listing, data: dict[str, Any], csrf: str | None = None) -> str:
     outbox = "".join(
         "<tr>"
         + "".join(td(record.get(c), f"outbox.{i}.{c}", key=c) for c in OUTBOX_COLUMNS)
@@ -131,7 +131,7 @@ def render_detail(listing: Listing, data: dict[str, Any]) -> str:
     lineage = data.get("lineage")
     body = (
         f'<p><a href="/console/rows/{esc(listing.name)}">{esc(listing.title)}</a></p>'
-        + action_forms(listing.name, data["row"], None)
+        + action_forms(listing.name, data["row"], csrf)
         + "<h2>row</h2>"
         + _kv(data["row"], "row")
         + "<h2>attempts and last error</h2>"

@@ -12,6 +12,7 @@ from faust.web import Request, Response, View
 from streams.console import rows
 from streams.console.listing import FilterError
 from streams.console.rows_html import render_detail, render_error, render_index, render_page
+from streams.console.web import page_csrf
 from streams.slices.context import SliceContext
 
 
@@ -61,4 +62,8 @@ def register(ctx: SliceContext) -> None:
             return _error(web, request, 400, str(exc), parameter=exc.param)
         if data is None:
             return _error(web, request, 404, f"no row {ident!r} in {listing.name}")
-        return web.json(data) if wants_json(request) else web.html(render_detail(listing, data))
+        return (
+            web.json(data)
+            if wants_json(request)
+            else web.html(render_detail(listing, data, page_csrf(runtime, request)))
+        )

@@ -8,6 +8,7 @@ import sys
 
 from aiokafka.errors import KafkaError
 
+from streams.dlq.browse import DEFAULT_LIMIT, MAX_LIMIT, WINDOW, browse
 from streams.dlq.replay import ReplayResult, replay_dlq
 from streams.dlq.rules import (
     REDACTED_HINT,
@@ -60,7 +61,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     """``dlq replay TOPIC [--since ISO-8601] [--dry-run]``."""
     dlq = sub.add_parser(
         "dlq",
-        help="dead-letter topics: replay what was dead-lettered into its source topic",
+        help="dead-letter topics: list them, replay what was dead-lettered into its source topic",
         description="Dead-letter topics: replay what was dead-lettered into its source topic.",
     )
     actions = dlq.add_subparsers(dest="action", metavar="<action>", required=True)
@@ -81,7 +82,63 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     replay.add_argument(
         "--dry-run", action="store_true", help="print what would be replayed, send nothing"
     )
+    replay.add_argument(
+        "--reason",
+        default=None,
+        help="replay only the records with this reason (from the beginning, or --since); "
+        "saves no progress; audited",
+    )
+    replay.add_argument("--partition", type=int, default=None, help="with --offset: one record")
+    replay.add_argument("--offset", type=int, default=None, help="with --partition: one record")
+    replay.add_argument("--actor", default=None, help="who, for the audit (default: $USER)")
     replay.set_defaults(run=run_replay)
+    listing = actions.add_parser(
+        "list",
+        help="the newest records of <topic>.dlq with their reasons (bounded; never values)",
+        description="The newest records of <topic>.dlq, newest first, with counts by reason "
+        f"and kind over the last {WINDOW} records of each partition (a huge DLQ is never read "
+        "whole); values are never shown.",
+    )
+    listing.add_argument(
+        "--topic", required=True, metavar="TOPIC", help="e.g. pin.calendar.events.v1"
+    )
+    listing.add_argument("--reason", default=None, help="only records with this reason")
+    listing.add_argument(
+        "--limit", type=int, default=DEFAULT_LIMIT, help=f"at most (≤ {MAX_LIMIT})"
+    )
+    listing.add_argument("--format", choices=("text", "json"), default="text")
+    listing.set_defaults(run=run_list)
+
+
+def run_list(settings: Settings, args: argparse.Namespace) -> int:
+    """``dlq list``; returns the exit code."""
+    import json
+
+    try:
+        found = asyncio.run(browse(settings, args.topic, reason=args.reason, limit=args.limit))
+    except ReplayUsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (KafkaError, TimeoutError, OSError) as exc:
+        print(
+            f"error: Kafka at {settings.kafka_bootstrap} (setting KAFKA_BOOTSTRAP): {type(exc).__name__}",
+            file=sys.stderr,
+        )
+        return 1
+    if args.format == "json":
+        print(json.dumps(found.view(), indent=2))
+        return 0
+    print(f"{found.dlq_topic}: {found.records} records, read the newest {found.read}")
+    print("by reason:")
+    for reason, n in found.by_reason.most_common():
+        print(f"  {n:6d}  {_short(reason)}")
+    print(f"newest{' with reason ' + repr(args.reason) if args.reason else ''}:")
+    for e in found.entries:
+        print(
+            f"  {e.at or '-'} partition={e.partition} offset={e.offset} kind={e.kind} "
+            f"replay={e.replay} reason={_short(e.reason)!r}"
+        )
+    return 0
 
 
 def run_replay(settings: Settings, args: argparse.Namespace) -> int:
@@ -92,6 +149,10 @@ def run_replay(settings: Settings, args: argparse.Namespace) -> int:
     except ReplayUsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if (args.partition is None) != (args.offset is None):
+        print("error: --partition and --offset go together (one record)", file=sys.stderr)
+        return 2
+    record = (args.partition, args.offset) if args.partition is not None else None
     mode = "dry run" if args.dry_run else "replay"
     start_from = f"since {since.isoformat()}" if since else "after the last replay"
     print(f"dlq {mode}: {dlq} -> {source} ({start_from})")
@@ -102,7 +163,15 @@ def run_replay(settings: Settings, args: argparse.Namespace) -> int:
 
     try:
         result = asyncio.run(
-            replay_dlq(settings, args.topic, since=since, dry_run=args.dry_run, on_decision=show)
+            replay_dlq(
+                settings,
+                args.topic,
+                since=since,
+                dry_run=args.dry_run,
+                on_decision=show,
+                reason=args.reason,
+                record=record,
+            )
         )
     except ReplayUsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -116,4 +185,12 @@ def run_replay(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 1
     print(summary(result))
+    if (args.reason is not None or record is not None) and not args.dry_run:
+        from streams.dlq.audit import audit_replay
+        from streams.timers.control import actor_default
+
+        audit_id = asyncio.run(
+            audit_replay(settings, result, args.actor or actor_default(), args.reason, record)
+        )
+        print(f"audited: {audit_id}")
     return 0

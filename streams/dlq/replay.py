@@ -25,7 +25,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
-from streams.dlq.rules import SKIP_UNKNOWN_TOPIC, Decision, ReplayUsageError, decide, resolve_topic
+from streams.dlq.rules import (
+    SKIP_NOT_SELECTED,
+    SKIP_UNKNOWN_TOPIC,
+    Decision,
+    ReplayUsageError,
+    decide,
+    resolve_topic,
+)
 from streams.kafka_client import client_options
 from streams.settings import Settings
 
@@ -56,12 +63,20 @@ async def replay_dlq(
     dry_run: bool = False,
     idle_timeout_s: float = 30.0,
     on_decision: Callable[[Decision], None] | None = None,
+    reason: str | None = None,
+    record: tuple[int, int] | None = None,
 ) -> ReplayResult:
     """Replay ``topic``'s DLQ up to its end offsets as of now; ``on_decision`` sees every
     record read (the result keeps counts only, so a large DLQ does not fill memory).
 
     Raises ReplayUsageError for an unknown topic, KafkaError (or TimeoutError) when Kafka
-    fails midway: what was acked by then is committed, so a re-run resumes after it."""
+    fails midway: what was acked by then is committed, so a re-run resumes after it.
+
+    A selective replay sends only the records with ``reason``, or the one ``record``
+    (partition, offset), read from the beginning (or ``since``; a record: just its offset);
+    the others are skipped as ``not-selected``, and no progress is committed (the next plain
+    replay still sends what this one passed over)."""
+    selective = reason is not None or record is not None
     source, dlq = resolve_topic(settings, topic)
     result = ReplayResult(dlq, source, dry_run, since)
     existing, partitions = await _topic_layout(settings, dlq)
@@ -91,9 +106,20 @@ async def replay_dlq(
             for tp in tps:
                 hit = found.get(tp)
                 start[tp] = hit.offset if hit is not None else end[tp]
+        elif selective:
+            start = dict(begin)
         else:
             for tp in tps:
                 start[tp] = max(committed[tp], begin[tp])
+        if record is not None:
+            part, offset = record
+            if part not in partitions:
+                raise ReplayUsageError(f"{dlq} has no partition {part}")
+            for tp in tps:
+                inside = tp.partition == part and begin[tp] <= offset < end[tp]
+                start[tp], end[tp] = (offset, offset + 1) if inside else (end[tp], end[tp])
+            if not any(start[tp] < end[tp] for tp in tps):
+                raise ReplayUsageError(f"{dlq} has no record at partition {part} offset {offset}")
         pending = set()
         for tp in tps:
             result.ranges[tp.partition] = (start[tp], end[tp])
@@ -128,6 +154,8 @@ async def replay_dlq(
                     )
                     if d.skip is None and d.target_topic not in existing:
                         d = replace(d, skip=SKIP_UNKNOWN_TOPIC)
+                    if reason is not None and d.reason != reason:
+                        d = replace(d, skip=SKIP_NOT_SELECTED)
                     result.by_reason[d.reason] += 1
                     result.by_source_topic[d.target_topic] += 1
                     result.redacted_fields.update(d.redacted)
@@ -145,7 +173,7 @@ async def replay_dlq(
             # Progress only moves forward: a --since run that starts earlier does not
             # make the next plain run send again what an earlier run already sent.
             ahead = {tp: o for tp, o in commits.items() if o > committed[tp]}
-            if ahead and not dry_run:
+            if ahead and not dry_run and not selective:
                 await consumer.commit(ahead)
                 committed.update(ahead)
             if batch:
@@ -160,7 +188,7 @@ async def replay_dlq(
         # Done up to the end offsets taken at the start, on every partition: after a --since
         # run too, so the next plain run sends only what is dead-lettered from now on.
         final = {tp: end[tp] for tp in tps if end[tp] > committed[tp]}
-        if final and not dry_run:
+        if final and not dry_run and not selective:
             await consumer.commit(final)
         return result
     finally:

@@ -25,6 +25,8 @@ H_REPLAYED_FROM = "dlq-replayed-from"
 SKIP_TRUNCATED = "truncated"
 SKIP_NO_KEY_NO_VALUE = "no-key-no-value"
 SKIP_UNKNOWN_TOPIC = "source-topic-missing"
+# A selective replay (one record, or one reason) passes over the other records.
+SKIP_NOT_SELECTED = "not-selected"
 # Written without the contract's secret fields (streams/dlq/redact.py): not what the producer
 # sent, so never put back on a topic other teams read; the producer re-sends the original.
 SKIP_REDACTED = "redacted"

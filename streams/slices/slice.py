@@ -19,6 +19,7 @@ from streams.settings import Settings
 from streams.timers.registry import TimerRegistry
 
 if TYPE_CHECKING:
+    from streams.console.actions import RowAction
     from streams.demo_kit import DemoKafka
     from streams.slices.context import SliceContext
 
@@ -82,6 +83,8 @@ class Slice:
     """Adds its commands to ``python -m streams`` (argparse ``add_commands``)."""
     listings: tuple[Listing, ...] = ()
     """Its rows as the operators' console lists them (streams/console; ``<name>/...``)."""
+    actions: tuple[RowAction, ...] = ()
+    """The console actions its rows allow (streams/console/actions.py)."""
 
 
 def install_timers(slices: tuple[Slice, ...], ctx: TimerContext) -> None:

@@ -17,6 +17,7 @@ from streams.timers.context import RunContext
 from streams.timers.leases import ClaimResult, SlotLeases
 from streams.timers.logfmt import event
 from streams.timers.metrics import TimerMetrics
+from streams.timers.pauses import PauseCheck
 from streams.timers.ports import Sleeper
 from streams.timers.retries import HandBack
 from streams.timers.runs import RunRecord, summarize
@@ -24,6 +25,8 @@ from streams.timers.schedule import Mode, ResolvedSchedule
 from streams.timers.state import ScheduleState
 
 _ERROR_CHARS = 300
+# Runs an operator asked for (timers run, backfill): a cluster-wide pause does not hold them.
+MANUAL_KINDS = frozenset({"manual", "manual_rerun"})
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,9 @@ class RunExecutor:
         stopping: Callable[[], bool] = lambda: False,
         turned: Callable[[str, float], None] = lambda name, within: None,
         finished: Callable[[RunRecord], None] = lambda record: None,
+        pauses: PauseCheck | None = None,
     ) -> None:
+        self._pauses = pauses
         self._stopping = stopping
         self._turned = turned
         self._finished = finished
@@ -186,6 +191,19 @@ class RunExecutor:
         name = spec.name
         run_id = run_id or uuid.uuid4().hex
         once = slot is not None and spec.mode is Mode.CLUSTER_ONCE
+        if (
+            self._pauses is not None
+            and not claimed
+            and kind not in MANUAL_KINDS
+            and await self._pauses.paused(state)
+        ):
+            # Not started, not claimed: a paused day can still be run by hand or backfilled.
+            state.stats.paused += 1
+            self._metrics.paused_runs.labels(schedule=name).inc()
+            event(
+                logging.INFO, "timer_run_paused", schedule=name, run_id=run_id, kind=kind, slot=slot
+            )
+            return RunRecord(name, run_id, kind, slot, as_of, "paused")
         if once and not claimed:
             assert self._leases is not None and slot is not None
             claim = await self._leases.claim(state, slot, run_id)

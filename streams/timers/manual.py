@@ -44,7 +44,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     """``timers run NAME [--as-of ISO-8601] [--rerun]``."""
     timers = sub.add_parser(
         "timers",
-        help="run one slot of a registered timer now (exit 1 failed, 3 already claimed)",
+        help="run one slot of a registered timer now, backfill days, pause or resume one",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -69,6 +69,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="run a slot that was already claimed once more, without a claim (idempotent jobs)",
     )
     timers.set_defaults(run=run_timers)
+    from streams.timers import control
+
+    control.add_commands(commands)
 
 
 async def run_manual(

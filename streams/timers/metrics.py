@@ -96,6 +96,27 @@ class TimerMetrics:
             registry=registry,
         )
 
+        # Set only by the process that runs the schedule (a worker's timer process runs
+        # some): the merged /metrics then has one series per schedule.
+        self.paused = Gauge(
+            "reminders_timer_paused",
+            "1 while the schedule is paused cluster-wide (ops.timer_pauses, as last read)",
+            ["schedule"],
+            registry=registry,
+        )
+        self.paused_runs = Counter(
+            "reminders_timer_paused_runs_total",
+            "Runs not started because the schedule was paused cluster-wide",
+            ["schedule"],
+            registry=registry,
+        )
+        self.pause_read_failures = Counter(
+            "reminders_timer_pause_read_failures_total",
+            "Reads of the pause flag that failed (the state last read is kept; paused before any)",
+            ["schedule"],
+            registry=registry,
+        )
+
     def prime(self, schedule: str) -> None:
         """Create every series of a schedule at zero so dashboards and rate() see it at once."""
         for result in RESULTS:
@@ -111,3 +132,4 @@ class TimerMetrics:
         self.retries.labels(schedule=schedule)
         self.handbacks.labels(schedule=schedule)
         self.given_up.labels(schedule=schedule)
+        self.paused_runs.labels(schedule=schedule)

@@ -22,6 +22,7 @@ from streams.timers.leases import CLAIM_RETRY_FIRST, LEASE_MARGIN, RELEASED_POLL
 from streams.timers.logfmt import event
 from streams.timers.loop import ScheduleLoop
 from streams.timers.metrics import TimerMetrics
+from streams.timers.pauses import PauseCheck, PauseFlags
 from streams.timers.ports import ClockSleeper, Sleeper, TimerStore
 from streams.timers.runs import RunRecord
 from streams.timers.schedule import (
@@ -56,6 +57,7 @@ class TimerRegistry:
         lease_margin: timedelta = LEASE_MARGIN,
         claim_retry: timedelta = CLAIM_RETRY_FIRST,
         released_poll: timedelta = RELEASED_POLL,
+        pauses: PauseFlags | None = None,
     ) -> None:
         self._clock: Clock = clock or SystemClock()
         self._sleeper: Sleeper = sleeper or ClockSleeper(self._clock)
@@ -79,7 +81,9 @@ class TimerRegistry:
         )
         self._stopping = asyncio.Event()
         self._finished = RunsFinished()
+        self._pauses = None if pauses is None else PauseCheck(pauses, self._metrics)
         self._executor = RunExecutor(
+            pauses=self._pauses,
             clock=self._clock,
             sleeper=self._sleeper,
             metrics=self._metrics,
@@ -211,6 +215,11 @@ class TimerRegistry:
         """Every schedule as a plain JSON-able dict (for the web view)."""
         now = self._clock.now()
         return [schedule_view(entry, now) for entry in self._entries.values()]
+
+    async def refresh_pauses(self) -> None:
+        """Read every schedule's cluster-wide pause flag now (one query; /timers shows it)."""
+        if self._pauses is not None:
+            await self._pauses.refresh(builtins.list(self._entries.values()))
 
     # -- lifecycle ---------------------------------------------------------------------------
 

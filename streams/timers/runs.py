@@ -22,7 +22,8 @@ class RunRecord:
     kind: str
     slot: datetime | None
     as_of: datetime
-    # ok, failed, timeout, cancelled - or deduped when another worker owns the slot
+    # ok, failed, timeout, cancelled - or deduped when another worker owns the slot, or
+    # paused when the schedule was paused cluster-wide (not started)
     result: str
     started_at: datetime | None = None
     duration_seconds: float | None = None
@@ -50,6 +51,8 @@ class RunStats:
     retries: int = 0
     handed_back: int = 0
     given_up: int = 0
+    # Runs not started because the schedule was paused cluster-wide.
+    paused: int = 0
     last_slot: datetime | None = None
     last_started_at: datetime | None = None
     last_duration_seconds: float | None = None
@@ -94,6 +97,7 @@ class RunStats:
             "retries": self.retries,
             "handed_back": self.handed_back,
             "given_up": self.given_up,
+            "paused": self.paused,
         }
 
 

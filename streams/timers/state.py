@@ -37,6 +37,8 @@ class ScheduleState:
     wake_event: asyncio.Event = field(default_factory=asyncio.Event)
     # Another process of this worker runs the schedule (its timer process): wake-ups go here.
     delegate: Callable[[str, datetime | None], None] | None = None
+    # Paused cluster-wide (ops.timer_pauses) as last read; None before the first read.
+    paused: bool | None = None
 
     def track(self, task: asyncio.Task[object] | None) -> None:
         """The handler task now running (None when none is)."""

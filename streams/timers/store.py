@@ -25,6 +25,7 @@ def build_registry(runtime: Runtime, worker_id: str | None = None) -> TimerRegis
         clock=runtime.clock,
         metrics=TimerMetrics(runtime.metrics.registry),
         worker_id=worker_id,
+        pauses=store,
     )
 
     registry.register_all(maintenance_schedules(runtime, store, registry.worker_id))

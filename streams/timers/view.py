@@ -17,6 +17,7 @@ def schedule_view(state: ScheduleState, now: datetime) -> dict[str, Any]:
         "name": spec.name,
         "mode": spec.mode.value,
         "enabled": spec.enabled,
+        "paused": state.paused is True,
         "interval_seconds": (
             cadence.interval.total_seconds() if cadence.interval is not None else None
         ),

@@ -155,7 +155,12 @@ def timer_list(ctx: SliceContext) -> list[dict[str, Any]]:
         return [{**t, "process": "worker"} for t in own]
     theirs = {t["name"]: t for t in child.timers}
     return [
-        {**theirs.get(t["name"], t), "process": "timer", "process_ready": child.ready}
+        {
+            **theirs.get(t["name"], t),
+            "process": "timer",
+            "process_ready": child.ready,
+            "paused": t.get("paused", False),  # as this registry last read ops.timer_pauses
+        }
         if t["name"] in child.names
         else {**t, "process": "worker"}
         for t in own

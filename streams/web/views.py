@@ -18,6 +18,9 @@ from streams.web.status import Rates, status, timer_list
 
 def register(ctx: SliceContext) -> None:
     app, runtime = ctx.app, ctx.runtime
+    from streams.console import web as console_web
+
+    console_web.register(ctx)  # the console's POST routes (off without WEB_ADMIN_TOKEN)
     rates = Rates()
     source = FaustStreamSource(app, ctx.consumers)
     rows_web.register(ctx)  # /console/rows: rows by slice and state, a row's detail
@@ -60,6 +63,7 @@ def register(ctx: SliceContext) -> None:
     @app.page("/timers")
     async def timers(web: View, request: Request) -> Response:
         await peer()
+        await ctx.registry.refresh_pauses()  # one read: a daily job's flag is current too
         return web.json(timer_list(ctx))
 
     @app.page("/status")

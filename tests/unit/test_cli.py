@@ -35,6 +35,7 @@ RUNNABLE = [
     ["explain", "some-id"],
     ["rows", "list", "calendar/reminders"],
     ["timers", "run", "document-expiry"],
+    ["rows", "cancel", "calendar/reminders", "some-id", "--reason", "r"],
     ["demo"],
 ]
 
@@ -72,6 +73,7 @@ def test_the_tree_has_every_command_and_the_slices_their_own() -> None:
         "explain",
         "rows",
         "timers",
+        "rows",
         "demo",
     ]
     assert top == {(c,) for c in commands}
@@ -82,6 +84,12 @@ def test_the_tree_has_every_command_and_the_slices_their_own() -> None:
         ("rows", "list"),
         ("rows", "show"),
         ("timers", "run"),
+        ("timers", "pause"),
+        ("timers", "resume"),
+        ("timers", "backfill"),
+        ("rows", "cancel"),
+        ("rows", "retry"),
+        ("rows", "resend"),
         ("outbox", "parked"),
         ("outbox", "retry"),
         ("outbox", "drop"),

@@ -87,6 +87,7 @@ async def test_list_is_json_able_and_complete(world: World) -> None:
         "retries": 0,
         "handed_back": 0,
         "given_up": 0,
+        "paused": 0,
     }
     assert rows["summary"]["last_summary"] == {"rows": 3}
     daily = rows["daily"]

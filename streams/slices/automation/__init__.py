@@ -31,6 +31,7 @@ from streams.contracts import (
     REPORT_SUBSCRIPTIONS,
     SOURCE_EVENTS,
 )
+from streams.slices.automation import actions as automation_actions
 from streams.slices.automation.cleanup import CleanupConfig, StaleCleanup
 from streams.slices.automation.cli import add_commands
 from streams.slices.automation.config import AutomationConfig
@@ -84,6 +85,7 @@ SLICE = Slice(
     demo=load_demo,
     cli=add_commands,
     listings=LISTINGS,
+    actions=automation_actions.ACTIONS,
 )
 
 __all__ = [

@@ -136,8 +136,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     h = commands.add_parser("hold", help="list rows on support hold")
     h.add_argument("--limit", type=int, default=100, metavar="N")
     for name in ("release", "retry-key"):
-        r = commands.add_parser(name, help="put a held row back")
+        r = commands.add_parser(name, help="put a held row back (audited in ops.console_audit)")
         r.add_argument("key", metavar="KEY")
+        r.add_argument("--reason", default="", help="why (audited)")
+        r.add_argument("--actor", default=None, help="who (default: $USER)")
     p.set_defaults(run=run_automation)
 
 
@@ -183,8 +185,12 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 )
             print(f"{len(held)} row(s) on hold")
             return 0
+        from streams.timers.control import actor_default
+
         action = SupportAction(args.command)
-        put = await put_back(pool, args.key, action, now)
+        put = await put_back(
+            pool, args.key, action, now, actor=args.actor or actor_default(), reason=args.reason
+        )
         if put is None:
             print(f"no row on support hold with SchedulerKey {args.key!r}", file=sys.stderr)
             return 1

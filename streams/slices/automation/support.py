@@ -12,6 +12,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from db import console_audit
 from db import scheduler as repo
 from db.connector import DatabaseUnavailable, InputRejected, Pool, connection, transaction
 from db.scheduler import SchedulerRow
@@ -70,11 +71,29 @@ async def held_rows(pool: Pool, limit: int) -> list[dict[str, Any]]:
 
 
 async def put_back(
-    pool: Pool, key: str, action: SupportAction, now: datetime
+    pool: Pool,
+    key: str,
+    action: SupportAction,
+    now: datetime,
+    *,
+    actor: str = "support",
+    reason: str = "",
 ) -> SchedulerRow | None:
-    """Lift the hold of ``key`` (None when no such row is on hold)."""
+    """Lift the hold of ``key`` (None when no such row is on hold); audited in
+    ``ops.console_audit`` in the same transaction, as the console's release is."""
     async with transaction(pool) as conn:
         row = await repo.release(conn, key, action.value, action is SupportAction.RETRY_KEY, now)
+        await console_audit.record(
+            conn,
+            now,
+            actor,
+            action.value,
+            "automation/scheduler",
+            str(row.scheduler_id) if row is not None else key,
+            reason,
+            "changed" if row is not None else "refused",
+            {"scheduler_key": key, **({"status": row.status_id} if row is not None else {})},
+        )
     if row is not None:
         logs.event(
             log,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from streams.contracts import CALENDAR_EVENTS, REMINDER_DUE
+from streams.slices.calendar import actions as calendar_actions
 from streams.slices.calendar.explain import explain
 from streams.slices.calendar.listings import LISTINGS
 from streams.slices.calendar.settings import CalendarSettings
@@ -50,6 +51,7 @@ SLICE = Slice(
     explain=explain,
     demo=load_demo,
     listings=LISTINGS,
+    actions=calendar_actions.ACTIONS,
 )
 
 __all__ = ["CALENDAR_DISPATCH", "SLICE", "WAKE_NUDGE", "dispatch_waker", "install_timers"]
