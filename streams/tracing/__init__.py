@@ -66,6 +66,8 @@ MAX_LINKS = 64
 _TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+# stored_traceparent's last ((incoming traceparent, current span id), answer).
+_last_stored: tuple[tuple[str, int], str | None] | None = None
 _NULL: AbstractContextManager[None] = nullcontext()
 _tracer: Tracer | None = None
 _provider: Any = None
@@ -335,17 +337,26 @@ def stored_traceparent(raw_headers: object) -> str | None:
     the one that span continued (same trace), else the record's own (another trace the batch
     carried); None when tracing is off or the record has no valid one. Always the 55-character
     W3C form (checked here, before it is written)."""
+    global _last_stored
     if _tracer is None:
         return None
-    incoming = context_of(raw_headers)
-    if incoming is None:
+    carrier = _carrier(raw_headers)
+    if carrier is None:
         return None
-    sc = trace.get_current_span(incoming).get_span_context()
     current = trace.get_current_span().get_span_context()
-    if current.is_valid and current.trace_id == sc.trace_id:
-        sc = current
-    value = _format(sc)
-    return value if _TRACEPARENT.fullmatch(value) else None
+    # A batch's records mostly share one traceparent: the last answer is kept for it.
+    key = (carrier[TRACEPARENT], current.span_id)
+    if _last_stored is not None and _last_stored[0] == key:
+        return _last_stored[1]
+    sc = trace.get_current_span(_PROPAGATOR.extract(carrier)).get_span_context()
+    value: str | None = None
+    if sc.is_valid:
+        if current.is_valid and current.trace_id == sc.trace_id:
+            sc = current
+        formatted = _format(sc)
+        value = formatted if _TRACEPARENT.fullmatch(formatted) else None
+    _last_stored = (key, value)
+    return value
 
 
 def continued(
