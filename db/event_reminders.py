@@ -47,6 +47,9 @@ class ClaimedReminder:
     time_zone: str
     event_status: str
     appointment_id: UUID | None
+    source_traceparent: str | None = None
+    """The W3C traceparent of the input that stored the event's state (None: tracing was off
+    at ingest, or the input carried none)."""
 
 
 _CLAIMED = [f.name for f in fields(ClaimedReminder)]

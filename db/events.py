@@ -41,13 +41,16 @@ async def apply(
     now: datetime,
     fingerprints: Sequence[str],
     sources: Mapping[UUID, Source] | None = None,
+    traceparents: Mapping[UUID, str] | None = None,
 ) -> EventsApplied:
     """Store newer event states and, for those stored, ensure the ``insertable`` reminders
     and skip the Pending ones they no longer want (with the event's reason, one per event
     in ``unwanted_reasons``); wanted are the ``insertable`` ones and ``also_wanted`` (those
     already due at the change: kept, never created). The event's input (partition, offset,
     Version) is kept on it and on the reminders it creates, and each state's fingerprint (one
-    per event in ``fingerprints``) on the event; one statement for the batch."""
+    per event in ``fingerprints``) on the event, and its input's trace context
+    (``traceparents``, validated by streams.tracing; NULL for the others); one statement for
+    the batch."""
     if not events:
         return EventsApplied(set(), [], 0)
     src = [(sources or {}).get(e.event_id) for e in events]
@@ -75,6 +78,7 @@ async def apply(
         [s.offset_minutes for s in insertable],
         [s.due_at for s in insertable],
         list(fingerprints),
+        [(traceparents or {}).get(e.event_id) for e in events],
     )
     applied: set[UUID] = set()
     made: list[datetime] = []

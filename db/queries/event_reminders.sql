@@ -15,11 +15,13 @@
 -- DueAt, or its retry time): when the batch took every due row it saw (none passed over,
 -- no poison, not full), the dispatcher wakes there without asking
 -- event_reminders_due_state after the run.
+-- ``source_traceparent`` is the trace context of the input that stored the event's state
+-- (NULL when tracing was off): the reminder's output record continues that trace.
 -- $1 as_of, $2 batch size, $3 reminder ids to leave out (poison rows seen this run).
 WITH claimed AS (
     SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.attempts,
            e.tenant_id, e.owner_user_id, e.client_user_id, e.kind, e.start_at, e.time_zone,
-           e.status AS event_status, e.appointment_id
+           e.status AS event_status, e.appointment_id, e.source_traceparent
     FROM calendar.event_reminders r
     JOIN calendar.events e ON e.event_id = r.event_id
     WHERE r.status = 'Pending' AND r.due_at < $1 AND r.next_attempt_at <= $1

@@ -20,7 +20,9 @@
 -- event, by foreign key): the probe is for updated events, not inserted ones (xmax = 0 on
 -- the row an INSERT ... ON CONFLICT inserted; the updated row carries its updater's lock).
 -- Offsets come as an array literal ($9: '{15,60}', sorted and distinct). $22 is each state's
--- content fingerprint, stored with it (events_version_advance compares it).
+-- content fingerprint, stored with it (events_version_advance compares it). $23 is each
+-- state's input trace context (a W3C traceparent, or NULL: tracing off, or none on the
+-- input), which the dispatch claim reads so the reminder's output continues that trace.
 -- An event retention pruned is stored again only for a Version newer than its tombstone.
 -- Returns one row per stored event (event_id), one per reminder made Pending (due_at, to
 -- wake the dispatcher) and one with the number of reminders Skipped.
@@ -28,18 +30,18 @@ WITH up AS (
     INSERT INTO calendar.events AS e (
         event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone, status,
         reminder_offsets_minutes, appointment_id, version, occurred_at, updated_at,
-        source_partition, source_offset, fingerprint)
+        source_partition, source_offset, fingerprint, source_traceparent)
     SELECT u.event_id, u.tenant_id, u.owner_user_id, u.client_user_id, u.kind, u.start_at,
            u.time_zone, u.status,
            u.offsets::int[],
            u.appointment_id, u.version, u.occurred_at, $13, u.source_partition, u.source_offset,
-           u.fingerprint
+           u.fingerprint, u.traceparent
     FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::timestamptz[],
                 $7::text[], $8::text[], $9::text[], $10::uuid[], $11::bigint[],
-                $12::timestamptz[], $14::int[], $15::bigint[], $22::text[])
+                $12::timestamptz[], $14::int[], $15::bigint[], $22::text[], $23::text[])
          AS u(event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone,
               status, offsets, appointment_id, version, occurred_at, source_partition,
-              source_offset, fingerprint)
+              source_offset, fingerprint, traceparent)
     -- A pruned event (migration 0024): only a Version newer than its tombstone is stored,
     -- and an input that happened before the prune horizon (raised as tombstones go, more
     -- than a year after their prune) is stale, whether or not the event still has a row.
@@ -63,7 +65,8 @@ WITH up AS (
         updated_at = EXCLUDED.updated_at,
         source_partition = EXCLUDED.source_partition,
         source_offset = EXCLUDED.source_offset,
-        fingerprint = EXCLUDED.fingerprint
+        fingerprint = EXCLUDED.fingerprint,
+        source_traceparent = EXCLUDED.source_traceparent
     WHERE e.version < EXCLUDED.version
     RETURNING e.event_id, e.version, e.source_partition, e.source_offset,
               e.xmax = 0 AS inserted

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 from db.connector import Connection, transaction
-from streams import faults
+from streams import faults, tracing
 from streams.contracts.base import StateMessage
 from streams.input.consumer import Decoded
 from streams.runtime import Runtime
@@ -39,6 +39,9 @@ class Origin:
 
     partition: int
     offset: int
+    traceparent: str | None = None
+    """The trace context to keep with the state it stored (streams.tracing.stored_traceparent:
+    the input span's, or the record's own); None when tracing is off or it carried none."""
 
 
 @dataclass
@@ -218,5 +221,7 @@ def _origin(d: Decoded[Any]) -> Origin:
     message = getattr(d.event, "message", None)
     partition, offset = getattr(message, "partition", -1), getattr(message, "offset", -1)
     return Origin(
-        partition if isinstance(partition, int) else -1, offset if isinstance(offset, int) else -1
+        partition if isinstance(partition, int) else -1,
+        offset if isinstance(offset, int) else -1,
+        tracing.stored_traceparent(getattr(message, "headers", None)),
     )

@@ -25,6 +25,7 @@ copies the writer's context to the output topic unchanged.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
@@ -42,6 +43,7 @@ __all__ = [
     "TracingConfig",
     "TracingConfigError",
     "configure",
+    "continued",
     "enabled",
     "headers",
     "input_span",
@@ -50,6 +52,7 @@ __all__ = [
     "links_of",
     "problems",
     "span",
+    "stored_traceparent",
     "uninstall",
 ]
 
@@ -59,7 +62,12 @@ TRACESTATE = "tracestate"
 # at 128 links).
 MAX_LINKS = 64
 
+# The one form a stored traceparent has (version 00, lower-case hex, 55 characters).
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
 _PROPAGATOR = TraceContextTextMapPropagator()
+# stored_traceparent's last ((incoming traceparent, current span id), answer).
+_last_stored: tuple[tuple[str, int], str | None] | None = None
 _NULL: AbstractContextManager[None] = nullcontext()
 _tracer: Tracer | None = None
 _provider: Any = None
@@ -317,3 +325,52 @@ def input_span(
         },
         **attributes,
     )
+
+
+def _format(sc: trace.SpanContext) -> str:
+    return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
+
+
+def stored_traceparent(raw_headers: object) -> str | None:
+    """The traceparent to keep with a state an input record stored, for the later work it
+    causes (calendar dispatch): the current input span's when the record's own traceparent is
+    the one that span continued (same trace), else the record's own (another trace the batch
+    carried); None when tracing is off or the record has no valid one. Always the 55-character
+    W3C form (checked here, before it is written)."""
+    global _last_stored
+    if _tracer is None:
+        return None
+    carrier = _carrier(raw_headers)
+    if carrier is None:
+        return None
+    current = trace.get_current_span().get_span_context()
+    # A batch's records mostly share one traceparent: the last answer is kept for it.
+    key = (carrier[TRACEPARENT], current.span_id)
+    if _last_stored is not None and _last_stored[0] == key:
+        return _last_stored[1]
+    sc = trace.get_current_span(_PROPAGATOR.extract(carrier)).get_span_context()
+    value: str | None = None
+    if sc.is_valid:
+        if current.is_valid and current.trace_id == sc.trace_id:
+            sc = current
+        formatted = _format(sc)
+        value = formatted if _TRACEPARENT.fullmatch(formatted) else None
+    _last_stored = (key, value)
+    return value
+
+
+def continued(
+    name: str, traceparent: str | None, **attributes: object
+) -> AbstractContextManager[Span | None]:
+    """A span whose parent is a stored ``traceparent`` (an input's context kept in the ledger)
+    and which links to the span current now (the batch doing the work): the work continues the
+    input's trace. The shared null context when tracing is off or ``traceparent`` is not a
+    valid stored one (the caller's current span stays current)."""
+    if _tracer is None or traceparent is None or not _TRACEPARENT.fullmatch(traceparent):
+        return _NULL
+    parent = context_of({TRACEPARENT: traceparent})
+    if parent is None:
+        return _NULL
+    here = trace.get_current_span().get_span_context()
+    links = [Link(here)] if here.is_valid else []
+    return _span(_tracer, name, parent, links, SpanKind.INTERNAL, attributes)

@@ -1,7 +1,9 @@
 """A real worker with OTEL_TRACES_EXPORTER=otlp sends its spans to a real Jaeger (v2, built from
 the Go module proxy by devkit/jaeger.py); the traces are read back through Jaeger's HTTP query
-API: an input record's traceparent continued by the agent's batch span, and one document
-expiry trace across both processes and Kafka, from the timer run to the output record."""
+API: a calendar input record's traceparent continued by the agent's batch span and, once its
+reminder comes due, by the dispatch run's ``calendar.reminder.send`` span, whose context the
+reminder's output record carries; and one document expiry trace across both processes and
+Kafka, from the timer run to the output record."""
 
 from __future__ import annotations
 
@@ -30,6 +32,10 @@ pytestmark = pytest.mark.e2e
 
 EVENTS = "pin.calendar.events.v1"
 REMINDERS = "pin.profile.document-expiry-reminders.v1"
+REMINDER_DUE = "pin.calendar.reminder-due.v1"
+# The calendar event's reminder comes due this long after it is sent (the worker's own clock:
+# the dispatcher wakes at the DueAt the ingest reports).
+DUE_IN = timedelta(seconds=5)
 TRACE = "5b8efff798038103d269b633813fc60c"
 PARENT = "eee19b7ec3c1b174"
 MASK = "77** ****31"
@@ -166,7 +172,12 @@ async def test_worker_traces_reach_jaeger_and_the_output_record_carries_the_trac
     worker = WorkerProcess(env, tmp_path, "traced").start()
     try:
         await worker.wait_ready()
-        event = calendar_event(StartAt=datetime.now(UTC) + timedelta(days=1))
+        sent_at = datetime.now(UTC)
+        event = calendar_event(
+            StartAt=sent_at + timedelta(minutes=15) + DUE_IN,
+            ReminderOffsetsMinutes=[15],
+            OccurredAt=sent_at,
+        )
         incoming = f"00-{TRACE}-{PARENT}-01".encode()
         await produce(
             kafka_bootstrap,
@@ -194,17 +205,46 @@ async def test_worker_traces_reach_jaeger_and_the_output_record_carries_the_trac
             what="the document expiry trace in Jaeger",
             interval=0.5,
         )
+        # The reminder, dispatched by a timer run, on the output topic in the input's trace.
+        due = await eventually(
+            lambda: read_to_end(kafka_bootstrap, topic_prefix + REMINDER_DUE),
+            until=lambda rs: any(json.loads(r.value)["EventId"] == event["EventId"] for r in rs),
+            timeout=90,
+            what="the calendar event's reminder published",
+            interval=0.5,
+        )
+        [due_record] = [r for r in due if json.loads(r.value)["EventId"] == event["EventId"]]
         calendar = await eventually(
             lambda: asyncio.to_thread(jaeger.spans, TRACE),
-            until=lambda spans: any(s["operationName"].startswith("input.batch") for s in spans),
+            until=lambda spans: (
+                {"input.batch", "calendar.reminder.send"}
+                <= {s["operationName"].split(" ")[0] for s in spans}
+            ),
             timeout=60,
-            what="the calendar input batch in the incoming trace",
+            what="the calendar input batch and the reminder's send in the incoming trace",
+            interval=0.5,
+        )
+        link = next(
+            r
+            for s in calendar
+            if s["operationName"] == "calendar.reminder.send"
+            for r in s["references"]
+            if r["refType"] == "FOLLOWS_FROM"
+        )
+        linked = await eventually(
+            lambda: asyncio.to_thread(jaeger.spans, link["traceID"]),
+            until=lambda spans: (
+                any(s["spanID"] == link["spanID"] for s in spans)
+                and any(s["operationName"] == "timer.run calendar-dispatch" for s in spans)
+            ),
+            timeout=60,
+            what="the dispatch batch the send links to",
             interval=0.5,
         )
     finally:
         worker.stop()
     # What Jaeger gave back, for the record (shown with -s).
-    for s in sorted(expiry + calendar, key=lambda s: s["startTime"]):
+    for s in sorted(expiry + calendar + linked, key=lambda s: s["startTime"]):
         print(
             f"trace {s['traceID']} span {s['spanID']} parent {parent_of(s)} "
             f"{s['operationName']} {tags(s)}"
@@ -232,6 +272,23 @@ async def test_worker_traces_reach_jaeger_and_the_output_record_carries_the_trac
     calendar_batch = one(calendar, "input.batch")
     assert parent_of(calendar_batch) == PARENT
     assert tags(calendar_batch)["messaging.destination.name"].endswith(EVENTS)
+    assert calendar_batch["operationName"] == f"input.batch {EVENTS}"
+    # The dispatch run's send continues that trace: a child of the input batch, linked to the
+    # run's batch span (another trace), and the output record carries its context.
+    send = one(calendar, "calendar.reminder.send")
+    assert parent_of(send) == calendar_batch["spanID"]
+    follows = [r for r in send["references"] if r["refType"] == "FOLLOWS_FROM"]
+    assert follows == [link] and link["traceID"] != TRACE, send["references"]
+    [linked_batch] = [s for s in linked if s["spanID"] == link["spanID"]]
+    assert linked_batch["operationName"] == "calendar.dispatch.batch"
+    assert parent_of(linked_batch) == one(linked, "timer.run calendar-dispatch")["spanID"]
+    send_tags = tags(send)
+    assert send_tags["eventId"] == event["EventId"]
+    assert send_tags["tenantId"] == event["TenantId"]
+    assert send_tags["offsetMinutes"] == 15
+    assert send_tags["reminderId"] == json.loads(due_record.value)["ReminderId"]
+    due_headers = dict(due_record.headers)
+    assert due_headers["traceparent"].decode() == f"00-{TRACE}-{send['spanID']}-01"
     # No PII in anything Jaeger holds for either trace.
     text = json.dumps([jaeger.get(f"/api/traces/{out_trace}"), jaeger.get(f"/api/traces/{TRACE}")])
     assert MASK not in text and CIPHER not in text

@@ -170,3 +170,34 @@ def test_a_failure_is_a_value_free_error_status_without_an_exception_event() -> 
     assert secret not in (failing.status.description or "") and "45**" not in str(failing.status)
     assert cancelled.status.status_code.name == "UNSET"
     assert (cancelled.attributes or {})["cancelled"] is True
+
+
+def test_a_stored_traceparent_is_the_input_spans_for_its_own_trace_else_the_records() -> None:
+    mine = [("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")]
+    other = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    assert tracing.stored_traceparent(mine) is None  # off
+    with recording() as exporter:
+        events = [SimpleNamespace(message=SimpleNamespace(headers=mine, partition=0))]
+        with tracing.input_span("t", events):
+            assert tracing.stored_traceparent(other) == other["traceparent"]
+            assert tracing.stored_traceparent({"traceparent": "00-zz-01"}) is None
+            assert tracing.stored_traceparent([]) is None
+            here = tracing.stored_traceparent(mine)
+        [batch] = exporter.get_finished_spans()
+        assert here == traceparent_of(batch)
+
+
+def test_continued_has_the_stored_parent_and_links_the_current_span() -> None:
+    stored = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert tracing.continued("x", stored) is tracing.continued("y", None)  # off: null context
+    with recording() as exporter:
+        with tracing.span("batch"):
+            with tracing.continued("send", "not-a-traceparent") as none:
+                assert none is None
+            with tracing.continued("send", stored, reminderId="r") as span:
+                assert span is not None
+                assert tracing.headers()["traceparent"].split("-")[1] == stored.split("-")[1]
+        send, batch = exporter.get_finished_spans()
+        assert send.parent is not None and f"{send.parent.span_id:016x}" == "00f067aa0ba902b7"
+        assert [link.context.span_id for link in send.links] == [batch.context.span_id]
+        assert dict(send.attributes or {}) == {"reminderId": "r"}

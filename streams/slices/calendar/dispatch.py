@@ -154,6 +154,34 @@ def build_event(row: ClaimedReminder) -> ReminderDueEvent:
     )
 
 
+def _record(row: ClaimedReminder, run_id: str, topic_prefix: str) -> OutboxRecord:
+    return record_for(
+        REMINDER_DUE,
+        build_event(row),
+        topic_prefix=topic_prefix,
+        headers={"correlation-id": run_id},
+    )
+
+
+def reminder_record(row: ClaimedReminder, run_id: str, topic_prefix: str) -> OutboxRecord:
+    """The row's outbox record (raises if the row cannot make one: poison). When its event
+    keeps the input's trace context (tracing on at ingest and now), built in a short
+    ``calendar.reminder.send`` span whose parent is that context and which links to the batch
+    span current now, so the record's ``traceparent`` continues the input's trace; otherwise
+    under the batch's span, with no span of its own (tracing off: no span per row)."""
+    if row.source_traceparent is None or not tracing.enabled():
+        return _record(row, run_id, topic_prefix)
+    with tracing.continued(
+        "calendar.reminder.send",
+        row.source_traceparent,
+        reminderId=row.reminder_id,
+        eventId=row.event_id,
+        offsetMinutes=row.offset_minutes,
+        tenantId=row.tenant_id,
+    ):
+        return _record(row, run_id, topic_prefix)
+
+
 class CalendarReminderDispatcher:
     """A timer handler: ``run_once(ctx)`` drains due reminders in batches of ``batch_size``.
 
@@ -284,12 +312,7 @@ class CalendarReminderDispatcher:
                         skipped.append((row.reminder_id, "Skipped", reason))
                         continue
                     try:
-                        record = record_for(
-                            REMINDER_DUE,
-                            build_event(row),
-                            topic_prefix=self.topic_prefix,
-                            headers={"correlation-id": result.run_id},
-                        )
+                        record = reminder_record(row, result.run_id, self.topic_prefix)
                     except Exception as exc:  # poison: this row only; the batch goes on
                         retry_at = poison_retry_at(
                             as_of, row.attempts, cfg.poison_backoff, cfg.poison_backoff_max

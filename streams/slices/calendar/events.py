@@ -64,6 +64,13 @@ class CalendarEventsWriter:
             for e in changed
             if (o := origins.get(str(e.event_id))) is not None
         }
+        # The input's trace context (tracing on, a traceparent on the record): the reminders'
+        # output records continue that trace (streams/slices/calendar/dispatch.py).
+        traceparents = {
+            e.event_id: o.traceparent
+            for e in changed
+            if (o := origins.get(str(e.event_id))) is not None and o.traceparent is not None
+        }
         # Worked out for every changed state; the statement keeps the rows of the ones it
         # stores (a stale state's reminders are not touched).
         reasons: list[str] = []
@@ -85,6 +92,7 @@ class CalendarEventsWriter:
             now,
             [fingerprint(e) for e in changed],
             sources,
+            traceparents,
         )
         dues = done.made_pending
         return Written(
