@@ -1,5 +1,6 @@
 """The console's mutating routes on the worker's web server, all POST: the login form
-(POST /console/login) and the actions (POST /console/actions/<action>). Each is refused
+(POST /console/login), the row actions (POST /console/actions/<action>) and pausing or resuming
+a schedule (POST /console/actions/timers/pause|resume). Each is refused
 unless WEB_ADMIN_TOKEN is set and the request carries it (bearer) or a logged-in session
 with its CSRF token (streams/console/auth.py). Read-only pages stay open as today.
 """
@@ -11,6 +12,8 @@ from typing import Any
 
 from faust.web import Request, Response, View
 
+from db import timer_pauses
+from db.connector import transaction
 from streams.console import auth
 from streams.console.actions import UnknownAction
 from streams.console.layout import esc, shell
@@ -20,6 +23,7 @@ from streams.slices.context import SliceContext
 
 LOGIN = "/console/login"
 ACTIONS = "/console/actions/{action}"
+TIMER_ACTIONS = "/console/actions/timers/{verb}"
 
 
 def _token(runtime: Runtime) -> str:
@@ -141,6 +145,52 @@ def register(ctx: SliceContext) -> None:
                 audit_id=done.result.audit_id,
                 listing=declared.listing,
                 target=done.target,
+            )
+
+    @app.page(TIMER_ACTIONS)
+    class TimerActions(View):
+        """Pause or resume a schedule on every worker: what ``timers pause|resume`` does."""
+
+        async def post(self, request: Request, verb: str, **kwargs: Any) -> Response:
+            fields = await _fields(request)
+            verdict = auth.authorize(
+                _token(runtime),
+                request.headers,
+                request.cookies.get(auth.COOKIE),
+                fields.get("csrf"),
+                time.time(),
+            )
+            if not verdict.allowed:
+                return _answer(self, request, verdict.status, verdict.reason)
+            if verb not in ("pause", "resume"):
+                return _answer(self, request, 404, f"no timer action {verb!r} (pause, resume)")
+            name, reason = fields.get("schedule", ""), fields.get("reason", "")
+            if name not in ctx.registry.names:
+                known = ", ".join(ctx.registry.names)
+                return _answer(self, request, 404, f"no timer named {name!r} (known: {known})")
+            if len(reason) > 1000:
+                return _answer(self, request, 400, "the reason is longer than 1000 characters")
+            change = timer_pauses.pause if verb == "pause" else timer_pauses.resume
+            pool = await runtime.pool()
+            async with transaction(pool) as conn:
+                result = await change(conn, name, verdict.actor, reason, runtime.clock.now())
+            await ctx.registry.refresh_pauses()
+            if result.outcome == "changed":
+                text = (
+                    f"timer {name}: {result.state_before} -> {result.state_after} on every worker"
+                )
+            else:
+                text = f"timer {name} is {result.state_before} already: nothing changed"
+            return _answer(
+                self,
+                request,
+                200,
+                text,
+                outcome=result.outcome,
+                state_before=result.state_before,
+                state_after=result.state_after,
+                audit_id=result.audit_id,
+                schedule=name,
             )
 
     from streams.console import dlq_page

@@ -226,3 +226,41 @@ def test_actions_are_off_without_a_token(
         assert status == 403
         status, page = plain.get("/console/login")
         assert status == 200 and "Console actions are off" in page
+
+
+def _paused_gauge(worker: WorkerProcess, schedule: str) -> str:
+    status, text = worker.get("/metrics")
+    assert status == 200
+    line = f'reminders_timer_paused{{schedule="{schedule}"}} '
+    [value] = [x[len(line) :] for x in text.splitlines() if x.startswith(line)]
+    return value
+
+
+def test_pause_and_resume_a_schedule_over_the_web(
+    worker: WorkerProcess, module_database_url: str
+) -> None:
+    bearer = {"Authorization": f"Bearer {TOKEN}", "X-Operator": "ops-carol"}
+    fields = {"schedule": "document-expiry", "reason": "provider outage"}
+    status, body = _post(worker.port, "/console/actions/timers/pause", fields, **bearer)
+    assert (status, body["outcome"]) == (200, "changed")
+    timers = {t["name"]: t for t in worker.get("/timers")[1]}
+    assert timers["document-expiry"]["paused"] is True
+    assert float(_paused_gauge(worker, "document-expiry")) == 1
+    assert _post(worker.port, "/console/actions/timers/pause", fields)[0] == 401
+
+    status, body = _post(worker.port, "/console/actions/timers/resume", fields, **bearer)
+    assert (status, body["outcome"]) == (200, "changed")
+    timers = {t["name"]: t for t in worker.get("/timers")[1]}
+    assert timers["document-expiry"]["paused"] is False
+    assert float(_paused_gauge(worker, "document-expiry")) == 0
+    unknown = {**fields, "schedule": "nothing"}
+    assert _post(worker.port, "/console/actions/timers/pause", unknown, **bearer)[0] == 404
+    audit = asyncio.run(
+        _fetch(
+            module_database_url,
+            "SELECT actor, action, outcome FROM ops.console_audit "
+            "WHERE target = 'document-expiry' ORDER BY id",
+        )
+    )
+    assert [a["actor"] for a in audit] == ["ops-carol", "ops-carol"]
+    assert [a["outcome"] for a in audit] == ["changed", "changed"]

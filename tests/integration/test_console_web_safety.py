@@ -102,7 +102,12 @@ async def test_every_mutating_route_refuses_without_the_token(
 ) -> None:
     target = await _pending_reminder(pool)
     routes = mutating(client)
-    assert {"/console/actions/cancel", "/console/login", "/console/dlq/replay"} <= set(routes)
+    assert {
+        "/console/actions/cancel",
+        "/console/login",
+        "/console/dlq/replay",
+        "/console/actions/timers/x",
+    } <= set(routes)
     form = {"listing": "calendar/reminders", "target": str(target), "reason": "r"}
     before = await snapshot(pool)
     # A session cookie made with another token, and a real session without its CSRF token.
