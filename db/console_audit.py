@@ -56,7 +56,8 @@ async def record(
         target,
         reason,
         outcome,
-        json.dumps(dict(details), default=str),
+        # The pool's jsonb codec encodes it (a json.dumps here stored a JSON string).
+        json.loads(json.dumps(dict(details), default=str)),
     )
     return int(audit_id)
 

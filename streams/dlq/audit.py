@@ -1,4 +1,4 @@
-"""A selective DLQ replay (one record, or the records of one reason) written into
+"""A DLQ replay command (plain, one record, or the records of one reason) written into
 ``ops.console_audit``: it changes no table row, so its audit row is recorded on its own."""
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ async def audit_replay(
     reason: str | None,
     record: tuple[int, int] | None,
 ) -> int:
-    target = (
-        f"{result.dlq_topic}:{record[0]}:{record[1]}"
-        if record is not None
-        else f"{result.dlq_topic}:reason"
-    )
+    if record is not None:
+        target = f"{result.dlq_topic}:{record[0]}:{record[1]}"
+    else:
+        target = f"{result.dlq_topic}:{'reason' if reason is not None else 'all'}"
     pool = await create_pool(settings.database_url, min_size=1, max_size=1)
     try:
         async with connection(pool) as conn:

@@ -185,7 +185,7 @@ def run_replay(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 1
     print(summary(result))
-    if (args.reason is not None or record is not None) and not args.dry_run:
+    if not args.dry_run:  # every replay command that sent (or could have sent) is audited
         from streams.dlq.audit import audit_replay
         from streams.timers.control import actor_default
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import uuid
 
+import asyncpg
 import pytest
 
 from devkit.kafka import produce, read_to_end
@@ -33,11 +35,18 @@ def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.timeout(480)  # three CLI runs of up to 120 s + a 60 s read
-def test_dry_run_then_replay_then_nothing_new(kafka_bootstrap: str) -> None:
+def test_dry_run_then_replay_then_nothing_new(
+    kafka_bootstrap: str, module_database_url: str
+) -> None:
     prefix = f"c{uuid.uuid4().hex[:10]}."
     settings = Settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=prefix)
     asyncio.run(ensure_topics(settings, contract_topic_names(settings)))
-    env = {"KAFKA_BOOTSTRAP": kafka_bootstrap, "TOPIC_PREFIX": prefix, "APP_ID": f"{prefix}app"}
+    env = {
+        "KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TOPIC_PREFIX": prefix,
+        "APP_ID": f"{prefix}app",
+        "DATABASE_URL": module_database_url,
+    }
     src, dlq = prefix + EVENTS, prefix + EVENTS + ".dlq"
 
     def headers(offset: int, **extra: str) -> list[tuple[str, bytes]]:
@@ -85,6 +94,27 @@ def test_dry_run_then_replay_then_nothing_new(kafka_bootstrap: str) -> None:
     again = run(env, "replay", dlq)
     assert again.returncode == 0, again.stderr
     assert "replayed 0, skipped truncated 0" in again.stdout
+    # One audit row per replay command that was not a dry run: its topic, counts and actor.
+    audit = asyncio.run(_audit(module_database_url))
+    assert [(a["target"], a["outcome"]) for a in audit] == [
+        (f"{dlq}:all", "changed"),
+        (f"{dlq}:all", "unchanged"),
+    ]
+    assert [json.loads(a["details"])["replayed"] for a in audit] == [2, 0]
+    assert all(a["actor"] and a["action"] == "dlq-replay" for a in audit)
+
+
+async def _audit(url: str) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(url)
+    try:
+        return list(
+            await conn.fetch(
+                "SELECT actor, action, target, outcome, details::text AS details "
+                "FROM ops.console_audit ORDER BY id"
+            )
+        )
+    finally:
+        await conn.close()
 
 
 def test_unknown_topic_and_bad_since_exit_2_with_a_message(kafka_bootstrap: str) -> None:
