@@ -200,6 +200,16 @@ def test_secrets_come_from_a_secret_never_from_plain_values(helm: Path) -> None:
     assert secret["metadata"]["annotations"]["helm.sh/hook-weight"] == "-10"
 
 
+def test_the_console_token_comes_only_from_a_named_secret(helm: Path) -> None:
+    assert "WEB_ADMIN_TOKEN" not in env(worker(render(helm, [])))  # actions off by default
+    objects = render(helm, ["webAdminToken.existingSecret=reminders-console"])
+    assert env(worker(objects))["WEB_ADMIN_TOKEN"] == {
+        "secretKeyRef": {"name": "reminders-console", "key": "token"}
+    }
+    secrets = [o for o in objects if o["kind"] == "Secret"]
+    assert all("WEB_ADMIN_TOKEN" not in o.get("stringData", {}) for o in secrets)
+
+
 def test_plaintext_mounts_no_ca_and_sasl_without_a_user_is_refused(helm: Path) -> None:
     e = env(worker(render(helm, ["kafka.caSecret.name=kafka-ca"])))
     assert "KAFKA_SSL_CAFILE" not in e and "KAFKA_SASL_PASSWORD" not in e
