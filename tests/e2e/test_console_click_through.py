@@ -3,7 +3,8 @@ WEB_ADMIN_TOKEN set: /console/rows → the calendar reminders listing → filter
 with the filter form → the row's detail → log in with the token → Retry with a reason. The
 row (read from PostgreSQL, not through the console) is no longer backing off and the audit
 names the actor and the reason. The same POST without a session or CSRF token is refused;
-with no token configured the actions are off."""
+with no token configured the actions are off. A schedule is paused and resumed over the web
+(bearer token): /timers and /metrics follow, the audit names the actor."""
 
 from __future__ import annotations
 
