@@ -36,6 +36,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}tr.fail td{background:#f
 .kv th{width:220px}td.summary{font-size:12px;color:#555;padding-left:24px;border-bottom:1px solid #ccd}
 td{white-space:nowrap}td.small,td.summary{white-space:normal}.small{font-size:12px;color:#555;max-width:520px;word-break:break-word}
 form.inline{display:inline-block;margin:0 8px 8px 0}
+.hscroll{overflow-x:auto;max-width:100%}
 .banner{margin:16px 0 8px;padding:12px 16px;border-radius:6px;display:flex;gap:12px;align-items:baseline;flex-wrap:wrap;font-size:15px}
 .banner.clear{background:#d8f3dc;color:#0a5c26}.banner.problem{background:#ffd9d9;color:#8a0c0c;border-left:6px solid #b3261e}
 .banner a{color:inherit}.banner ul.more{flex-basis:100%;margin:4px 0 0;padding-left:18px;font-size:13px}

@@ -94,7 +94,7 @@ def render_page(listing: Listing, data: dict[str, Any]) -> str:
     body = (
         f'<p class="small">{esc(listing.about)} Ordered by {esc(order)}.</p>'
         + _form(listing, data["query"])
-        + table(listing.columns, rows)
+        + f'<div class="hscroll">{table(listing.columns, rows)}</div>'
         + following
         + JSON_LINK.format(href=esc(here))
     )
