@@ -211,3 +211,30 @@ async def console_cancel(
         sql("event_reminders_console_cancel"), reminder_id, actor, reason, now, listing
     )
     return outcome_of(row)
+
+
+@dataclass(frozen=True)
+class LatenessMinute:
+    """One minute of DueAt in ``event_reminders_lateness_minutes``."""
+
+    minute: datetime
+    sent: int
+    lateness_p95_seconds: float | None
+    lateness_max_seconds: float | None
+
+
+async def lateness_minutes(
+    db: Executor, since: datetime, until: datetime, limit: int
+) -> list[LatenessMinute]:
+    """Sent reminders per minute of DueAt in [since, until) and their lateness; at most
+    ``limit`` rows read."""
+    rows = await db.fetch(sql("event_reminders_lateness_minutes"), since, until, limit)
+    return [
+        LatenessMinute(
+            minute=r["minute"],
+            sent=r["sent"],
+            lateness_p95_seconds=r["lateness_p95_seconds"],
+            lateness_max_seconds=r["lateness_max_seconds"],
+        )
+        for r in rows
+    ]

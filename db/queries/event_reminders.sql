@@ -255,3 +255,20 @@ WITH cur AS (
 )
 SELECT res.outcome, res.state_before, res.state_after, aud.id AS audit_id
 FROM res CROSS JOIN aud;
+
+-- name: event_reminders_lateness_minutes
+-- The overview's calendar chart: per minute of DueAt in [$1, $2), the reminders sent and
+-- the p95 and max of their lateness (SentAt - DueAt, seed 000's SLO). One backward range of
+-- ix_event_reminders_console_done (status, due_at, ...) WHERE status <> 'Pending' over the
+-- Sent rows, at most $3 of them, newest first: bounded whatever the traffic.
+WITH sent AS (
+    SELECT due_at, sent_at FROM calendar.event_reminders
+    WHERE status = 'Sent' AND due_at >= $1 AND due_at < $2
+    ORDER BY status, due_at DESC LIMIT $3
+)
+SELECT date_trunc('minute', due_at) AS minute, count(*)::int AS sent,
+       percentile_cont(0.95) WITHIN GROUP (
+           ORDER BY extract(epoch FROM sent_at - due_at)::float8) AS lateness_p95_seconds,
+       max(extract(epoch FROM sent_at - due_at))::float8 AS lateness_max_seconds
+FROM sent WHERE sent_at IS NOT NULL
+GROUP BY 1 ORDER BY 1;

@@ -181,11 +181,19 @@ def charts(activity: dict[str, Any], path: str) -> tuple[str, str]:
     published = [m.get("published") for m in minutes]
     backlog = [m.get("backlog") for m in minutes]
     waits = [m.get("wait_p95_seconds") for m in minutes]
+    # A slice whose ledger knows each item's due time adds its lateness (calendar: DueAt ->
+    # SentAt), drawn beside the outbox wait.
+    late = any("lateness_p95_seconds" in m for m in minutes)
+    lateness = [m.get("lateness_p95_seconds") for m in minutes]
     window = activity.get("window_minutes") or len(minutes)
     labels = (f"-{window} min", "now")
-    figures = {
-        k: activity.get(k) for k in ("published", "backlog", "worst_wait_p95_seconds", "capped")
-    }
+    keys: tuple[str, ...] = ("published", "backlog", "worst_wait_p95_seconds", "capped")
+    if late:
+        keys += ("worst_lateness_p95_seconds", "lateness_capped")
+    figures = {k: activity.get(k) for k in keys}
+    wait_series = [Series("p95 wait", waits, "line", "#b3261e")]
+    if late:
+        wait_series.append(Series("p95 lateness (due -> sent)", lateness, "line", "#6a3fb5"))
     graphs = (
         '<div class="charts">'
         + svg(
@@ -198,8 +206,9 @@ def charts(activity: dict[str, Any], path: str) -> tuple[str, str]:
             data_k=f"{path}.minutes",
         )
         + svg(
-            "p95 wait per minute (written to published)",
-            [Series("p95 wait", waits, "line", "#b3261e")],
+            "p95 wait per minute (written to published)"
+            + (", p95 lateness per minute of due time" if late else ""),
+            wait_series,
             seconds=True,
             x_labels=labels,
             data_k=f"{path}.minutes.wait_p95_seconds",

@@ -11,6 +11,7 @@ from streams.console.activity import activity_of
 from streams.contracts import REMINDER_DUE
 from streams.runtime import Runtime
 from streams.slices.calendar.dispatch import CalendarReminderDispatcher, DispatchConfig
+from streams.slices.calendar.lateness import LatenessReader, merge
 from streams.slices.calendar.metrics import CalendarDispatchMetrics
 from streams.slices.calendar.settings import CalendarSettings
 from streams.slices.slice import TimerContext
@@ -73,8 +74,10 @@ def install_timers(ctx: TimerContext) -> Waker:
 
 def status_section(runtime: Runtime) -> Callable[[], Awaitable[dict[str, Any]]]:
     """The /status "calendar" section: the dispatch's gauges after its last run (reported by
-    the timer process that runs it) and the last hour of reminder-due records."""
+    the timer process that runs it), the last hour of reminder-due records and, per minute
+    of DueAt, their lateness from the ledger (streams/slices/calendar/lateness.py)."""
     activity = activity_of(runtime, REMINDER_DUE.name)
+    lateness = LatenessReader(runtime)
 
     async def section() -> dict[str, Any]:
         value = runtime.metrics.registry.get_sample_value
@@ -84,7 +87,7 @@ def status_section(runtime: Runtime) -> Callable[[], Awaitable[dict[str, Any]]]:
             "oldest_due_age_seconds": value("calendar_reminder_dispatch_oldest_due_age_seconds"),
             "sent": value("calendar_reminder_dispatch_items_total", {"result": "sent"}),
             "skipped": value("calendar_reminder_dispatch_items_total", {"result": "skipped"}),
-            "activity": await activity(),
+            "activity": merge(await activity(), await lateness.minutes()),
         }
 
     return section
