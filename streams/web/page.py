@@ -39,6 +39,7 @@ TIMER_COLUMNS = (
     "interval_seconds",
     "cron",
     "running",
+    "paused",
     "next_fire_at",
     "last_started_at",
     "last_duration_seconds",
@@ -57,7 +58,11 @@ OUTBOX_COLUMNS = (
 ACTIVITY = "activity"
 
 
-def render_html(data: dict[str, Any], ready: bool, checks: dict[str, Any]) -> str:
+def render_html(
+    data: dict[str, Any], ready: bool, checks: dict[str, Any], csrf: str | None = None
+) -> str:
+    """The overview; with ``csrf`` (a console session: streams/console/web.py ``page_csrf``)
+    each schedule row carries its pause or resume form."""
     app = str(data.get("app", ""))
     worker = data.get("worker") or {}
     agents = data.get("agents") or []
@@ -88,7 +93,9 @@ def render_html(data: dict[str, Any], ready: bool, checks: dict[str, Any]) -> st
     tables = "".join(
         _row(t, TABLE_COLUMNS, f"tables.{i}") for i, t in enumerate(data.get("tables") or [])
     )
-    timers = "".join(_timer_row(t, f"timers.{i}") for i, t in enumerate(data.get("timers") or []))
+    timers = "".join(
+        _timer_row(t, f"timers.{i}", csrf) for i, t in enumerate(data.get("timers") or [])
+    )
     slices = "".join(_slice(name, value) for name, value in data.items() if name not in SHARED)
     outbox = data.get("outbox") or {}
     badge = (
@@ -109,7 +116,8 @@ def render_html(data: dict[str, Any], ready: bool, checks: dict[str, Any]) -> st
         + f'<h2 id="agents">Agents</h2>{table(AGENT_COLUMNS, agent_rows)}'
         + f'<div class="grid">{partitions}</div><div class="grid">{dlq}</div>'
         + f"<h2>Tables</h2>{table(TABLE_COLUMNS, tables)}"
-        + f'<h2 id="schedules">Schedules</h2>{table(TIMER_COLUMNS + TIMER_COUNTS, timers)}'
+        + '<h2 id="schedules">Schedules</h2>'
+        + table(TIMER_COLUMNS + TIMER_COUNTS + (("on every worker",) if csrf else ()), timers)
         + '<h2 id="outbox">Outbox</h2>'
         + _kv({k: outbox.get(k) for k in OUTBOX_COLUMNS}, "outbox")
     )
@@ -232,17 +240,33 @@ def _cluster(cluster: Any) -> str:
     return "<h2>Cluster</h2>" + table(("worker", "status page", "seen as"), rows)
 
 
-def _timer_row(timer: dict[str, Any], path: str) -> str:
+def _timer_row(timer: dict[str, Any], path: str, csrf: str | None = None) -> str:
     counts = timer.get("counts") or {}
     fail = timer.get("last_result") not in (None, "ok")
     cells = "".join(td(timer.get(c), f"{path}.{c}", key=c) for c in TIMER_COLUMNS)
     cells += "".join(td(counts.get(c), f"{path}.counts.{c}", key=c) for c in TIMER_COUNTS)
+    if csrf:
+        cells += (
+            f"<td>{_pause_form(str(timer.get('name', '')), bool(timer.get('paused')), csrf)}</td>"
+        )
     summary = timer.get("last_summary")
     if isinstance(summary, dict):
         summary = " ".join(f"{k}={_short(k, v)}" for k, v in summary.items() if text(v))
-    width = len(TIMER_COLUMNS) + len(TIMER_COUNTS)
+    width = len(TIMER_COLUMNS) + len(TIMER_COUNTS) + (1 if csrf else 0)
     last = f'<tr><td colspan="{width}" class="summary">last summary: {esc(text(summary))}</td></tr>'
     return f'<tr class="{"fail" if fail else ""}">{cells}</tr>' + (last if text(summary) else "")
+
+
+def _pause_form(name: str, paused: bool, csrf: str) -> str:
+    """POST /console/actions/timers/pause|resume (streams/console/web.py), with a reason."""
+    verb = "resume" if paused else "pause"
+    return (
+        f'<form class="inline" method="post" action="/console/actions/timers/{verb}">'
+        f'<input type="hidden" name="schedule" value="{esc(name)}">'
+        f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+        f'<input name="reason" maxlength="1000" placeholder="reason" aria-label="reason to {verb} {esc(name)}">'
+        f'<button type="submit" data-action="{verb}">{verb}</button></form>'
+    )
 
 
 def _short(key: str, value: Any) -> str:

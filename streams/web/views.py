@@ -76,4 +76,5 @@ def register(ctx: SliceContext) -> None:
         if wants_json:
             return web.json(data)
         ready, checks = await readiness(app, runtime, ctx.consumers, ctx.timer_process, ctx.caches)
-        return web.html(render_html(data, ready, checks))
+        csrf = console_web.page_csrf(runtime, request)
+        return web.html(render_html(data, ready, checks, csrf=csrf))

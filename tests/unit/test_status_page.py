@@ -139,3 +139,20 @@ def test_a_slice_card_shows_its_counts_and_its_last_hour_as_charts() -> None:
     assert 'data-k="calendar.activity.published">1770<' in card.group(0)
     assert 'data-k="calendar.activity.worst_wait_p95_seconds" title="2.5">2.5 s<' in card.group(0)
     assert "<td" not in card.group(0).split("<svg")[1].split("</svg>")[0]
+
+
+def test_with_a_console_session_each_schedule_offers_pause_or_resume() -> None:
+    data = {
+        "timers": [
+            {"name": "calendar-dispatch", "paused": False, "last_result": "ok"},
+            {"name": "document-expiry", "paused": True, "last_result": "ok"},
+        ]
+    }
+    page = render_html(data, True, OK_CHECKS, csrf="tok-1")
+    assert page.count('action="/console/actions/timers/pause"') == 1
+    assert page.count('action="/console/actions/timers/resume"') == 1
+    assert 'name="schedule" value="document-expiry"' in page
+    assert page.count('name="csrf" value="tok-1"') == 2
+    assert 'data-k="timers.1.paused">yes<' in page
+    # Without a session (no WEB_ADMIN_TOKEN, or not logged in): no forms at all.
+    assert "/console/actions/timers" not in render_html(data, True, OK_CHECKS)
