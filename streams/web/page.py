@@ -105,8 +105,13 @@ def render_html(
     )
     header = (
         f'{badge}<span>worker <b data-k="worker.id">{esc(worker.get("id"))}</b></span>'
-        '<span class="dim">refreshes every 5 s</span>'
-        '<span><a href="/status?format=json">JSON</a> · <a href="/health">health</a></span>'
+        # Logged in, the page carries forms: it does not reload under a reason being typed.
+        + (
+            '<span class="dim">logged in: reload to refresh</span>'
+            if csrf
+            else '<span class="dim">refreshes every 5 s</span>'
+        )
+        + '<span><a href="/status?format=json">JSON</a> · <a href="/health">health</a></span>'
     )
     body = (
         banner(problems(data, ready, checks))
@@ -121,7 +126,7 @@ def render_html(
         + '<h2 id="outbox">Outbox</h2>'
         + _kv({k: outbox.get(k) for k in OUTBOX_COLUMNS}, "outbox")
     )
-    return shell(f"{app} status", body, header_extra=header, refresh_seconds=5)
+    return shell(f"{app} status", body, header_extra=header, refresh_seconds=None if csrf else 5)
 
 
 def banner(found: Sequence[Problem]) -> str:

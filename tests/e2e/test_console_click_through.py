@@ -165,6 +165,21 @@ def test_retry_a_poison_row_through_the_browser(
         ("ops-alice", "retry", "provider fixed, INC-42", "changed")
     ]
 
+    # Still logged in, the overview's schedules table pauses a schedule on every worker.
+    for verb, paused in (("pause", True), ("resume", False)):
+        browser.get(base + "/status")
+        form = browser.find_element(
+            By.XPATH,
+            f'//form[@action="/console/actions/timers/{verb}"]'
+            '[input[@name="schedule"][@value="outbox-retention"]]',
+        )
+        form.find_element(By.NAME, "reason").send_keys("INC-43")
+        form.find_element(By.CSS_SELECTOR, f'button[data-action="{verb}"]').click()
+        wait.until(lambda d, v=verb: f"/console/actions/timers/{v}" in d.current_url)
+        assert "on every worker" in browser.find_element(By.CSS_SELECTOR, ".badge").text
+        timers = {t["name"]: t for t in worker.get("/timers")[1]}
+        assert timers["outbox-retention"]["paused"] is paused
+
 
 def _session(port: int) -> str:
     """The cookie the login form sets (the 303 is not followed)."""

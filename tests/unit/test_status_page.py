@@ -154,5 +154,8 @@ def test_with_a_console_session_each_schedule_offers_pause_or_resume() -> None:
     assert 'name="schedule" value="document-expiry"' in page
     assert page.count('name="csrf" value="tok-1"') == 2
     assert 'data-k="timers.1.paused">yes<' in page
-    # Without a session (no WEB_ADMIN_TOKEN, or not logged in): no forms at all.
-    assert "/console/actions/timers" not in render_html(data, True, OK_CHECKS)
+    assert 'http-equiv="refresh"' not in page  # no reload under a reason being typed
+    # Without a session (no WEB_ADMIN_TOKEN, or not logged in): no forms, and it refreshes.
+    plain = render_html(data, True, OK_CHECKS)
+    assert "/console/actions/timers" not in plain
+    assert 'http-equiv="refresh" content="5"' in plain
