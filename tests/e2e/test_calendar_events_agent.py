@@ -302,7 +302,8 @@ async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str
     }
     assert "backlog" in body["outbox"]
     status, page = worker.get("/status")
-    assert status == 200 and "<h2>Schedules</h2>" in page and "calendar-dispatch" in page
+    assert status == 200 and '<h2 id="schedules">Schedules</h2>' in page
+    assert "calendar-dispatch" in page
     status, timers = worker.get("/timers")
     assert status == 200 and all("next_fire_at" in t for t in timers)
     status, live = worker.get("/health/live")
