@@ -45,6 +45,8 @@ def _headers(text: str) -> dict[str, str]:
 
 # Outbox rows given column-wise: topics, keys, payloads (JSON text), headers (JSON text).
 OutboxColumns = tuple[Sequence[str], Sequence[str], Sequence[str], Sequence[str]]
+# One record as the insert statements take it: topic, key, payload JSON, headers JSON.
+OutboxRow = tuple[str, str, str, str]
 
 
 async def insert_many(

@@ -13,6 +13,7 @@ from uuid import UUID
 import asyncpg
 
 from db.connector import Connection
+from db.outbox import OutboxRow
 from db.queries import sql
 from db.sources import SourceRef
 from db.threshold_states import Triple
@@ -153,21 +154,27 @@ async def claim(
     return claimed
 
 
-async def complete(
+async def complete_dispatch(
     conn: Connection,
     completions: Sequence[tuple[int, int, Mapping[str, Any]]],
+    records: Mapping[int, OutboxRow],
     now: datetime,
 ) -> set[int]:
-    """(id, token, DispatchResultJson) → Completed where the token still holds; returns the
-    ids written (the others were fenced)."""
+    """(id, token, DispatchResultJson) → Completed where the token still holds, and the
+    outbox record of each row written (``records`` by scheduler id: topic, key, payload,
+    headers JSON), in one statement; returns the ids written (the others were fenced and
+    got no record)."""
     if not completions:
         return set()
+    ids = list(records)
     rows = await conn.fetch(
-        sql("scheduler_complete"),
+        sql("scheduler_complete_dispatch"),
         [c[0] for c in completions],
         [c[1] for c in completions],
         [json.dumps(c[2], separators=(",", ":")) for c in completions],
         now,
+        ids,
+        *([records[i][k] for i in ids] for k in range(4)),
     )
     return {r["scheduler_id"] for r in rows}
 

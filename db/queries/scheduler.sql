@@ -153,19 +153,29 @@ RETURNING s.scheduler_id, s.scheduler_key, s.automation_type_id, s.trigger_type_
           s.source_type, s.source_guid, s.subscription_guid, s.retry_count, s.due_on,
           s.processing_lease_expires_on, s.version, s.interrupted_count;
 
--- name: scheduler_complete
--- Claimed rows → Completed with their dispatch coordinates, only WHERE Version = token:
--- a row whose lease expired and was rescued or claimed again is not returned (fenced).
--- $1 ids, $2 tokens, $3 DispatchResultJson texts (parallel), $4 now.
-UPDATE automation.scheduler s
-SET status_id = 'Completed',
-    processing_lease_expires_on = NULL,
-    dispatch_result_json = c.result::jsonb,
-    version = s.version + 1,
-    updated_on = $4
-FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS c(scheduler_id, token, result)
-WHERE s.scheduler_id = c.scheduler_id AND s.version = c.token AND s.status_id = 'Processing'
-RETURNING s.scheduler_id;
+-- name: scheduler_complete_dispatch
+-- Claimed rows -> Completed where Version = token (fenced rows are not returned) and the
+-- completed rows' records on the outbox, in scheduler id order, in one statement.
+-- $1 ids, $2 tokens, $3 DispatchResultJson texts, $4 now; $5 record scheduler ids,
+-- $6..$9 topics, keys, payloads, headers JSON. Keep "INSERT INTO ops.outbox" within
+-- the first 1024 bytes: pg_stat_activity shows no more, and tests find a held batch by it.
+WITH done AS (
+    UPDATE automation.scheduler s
+    SET status_id = 'Completed', processing_lease_expires_on = NULL,
+        dispatch_result_json = c.result::jsonb, version = s.version + 1, updated_on = $4
+    FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS c(scheduler_id, token, result)
+    WHERE s.scheduler_id = c.scheduler_id AND s.version = c.token AND s.status_id = 'Processing'
+    RETURNING s.scheduler_id
+), queued AS (
+    INSERT INTO ops.outbox (topic, key, payload, headers)
+    SELECT o.topic, o.key, o.payload::json, o.headers::jsonb
+    FROM unnest($5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[])
+        AS o(scheduler_id, topic, key, payload, headers)
+    JOIN done d ON d.scheduler_id = o.scheduler_id
+    ORDER BY o.scheduler_id
+    RETURNING 1
+)
+SELECT d.scheduler_id, (SELECT count(*) FROM queued)::int AS queued FROM done d;
 
 -- name: scheduler_retire
 -- Claimed rows that revalidation found no longer valid → Deactivated with the ReasonCode

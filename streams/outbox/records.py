@@ -100,6 +100,11 @@ def columns(records: Sequence[OutboxRecord]) -> db.outbox.OutboxColumns:
     )
 
 
+def row_of(record: OutboxRecord) -> db.outbox.OutboxRow:
+    """One record as the insert statements take it (``columns`` for a single record)."""
+    return (record.topic, record.key, record.payload, json.dumps(record.headers))
+
+
 def wire_headers(outbox_id: int, headers: Mapping[str, str]) -> KafkaHeaders:
     """Kafka headers of a published row: ``outbox-id`` first, then the row's own."""
     out: KafkaHeaders = [(OUTBOX_ID_HEADER, str(outbox_id).encode("ascii"))]

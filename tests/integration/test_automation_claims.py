@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timedelta
 
@@ -31,6 +32,7 @@ from streams.domain.automation.rules import (
 )
 from streams.runtime import Runtime
 from streams.slices.automation.handlers import HandlerRegistry, Outcome
+from streams.slices.automation.runner import AutomationRunner, RunnerConfig
 from streams.slices.automation.support import SupportAction, put_back
 from streams.timers.context import RunContext
 
@@ -306,3 +308,55 @@ async def test_retry_key_restarts_the_ladder_and_a_healthy_run_completes(
     assert await put_back(pool, key, SupportAction.RELEASE, now) is None
     async with transaction(pool) as conn:
         assert await repo.list_held(conn, 10) == []
+
+
+class Overlap:
+    """A handler that counts the batches inside their execution transaction at once. A lane
+    starts once a batch has come back full, so the batches after the first wait (bounded by
+    ``patience``) until another has arrived beside them."""
+
+    automation_type = AutomationType.REMINDER
+    daily_retry = False
+
+    def __init__(self, patience: float) -> None:
+        self.patience = patience
+        self.calls = self.running = self.peak = 0
+        self.second = asyncio.Event()
+
+    async def revalidate(
+        self, conn: Connection, rows: Sequence[ClaimedRow]
+    ) -> Mapping[int, Outcome]:
+        self.calls += 1
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            if self.running > 1:
+                self.second.set()
+            elif self.calls > 1 and not self.second.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.second.wait(), self.patience)
+            return {r.scheduler_id: VALID for r in rows}
+        finally:
+            self.running -= 1
+
+
+@pytest.mark.parametrize(("lanes", "patience", "peak"), [(2, 30.0, 2), (1, 0.3, 1)])
+async def test_a_backlog_is_drained_by_two_batches_at_once_each_row_once(
+    pool: asyncpg.Pool, runtimes: list[Runtime], lanes: int, patience: float, peak: int
+) -> None:
+    """After a full batch a second lane claims the next rows while the first is still in its
+    execution transaction (claims are committed leases: the lanes never share a row)."""
+    candidates = await seed(pool, 25)
+    handler = Overlap(patience)
+    rt = runtimes[0]
+    r = AutomationRunner(
+        rt, HandlerRegistry([handler]), RunnerConfig(batch_size=10, lease=LEASE, lanes=lanes)
+    )
+    result = await r.run_once(RunContext.at(T0 + timedelta(seconds=1), clock=rt.clock))
+    assert (handler.peak, result.completed, result.fenced) == (peak, 25, 0)
+    keys = [e["key"] for e in await outbox(pool)]
+    assert sorted(keys) == sorted(c.key for c in candidates)  # each row's record, once
+    completed = await pool.fetchval(
+        "SELECT count(*) FROM automation.scheduler WHERE status_id = 'Completed'"
+    )
+    assert completed == 25

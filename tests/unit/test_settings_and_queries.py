@@ -55,3 +55,15 @@ def test_a_retention_past_what_a_date_can_hold_stops_startup_with_its_name(
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=name):
         load_settings()
+
+
+def test_every_outbox_insert_is_visible_in_pg_stat_activity() -> None:
+    # pg_stat_activity keeps the first track_activity_query_size (1024) bytes of a statement,
+    # comments included; the fault tests find a batch held on the outbox by this text.
+    late = {
+        name: text.encode().find(b"INSERT INTO ops.outbox")
+        for name, text in all_queries().items()
+        if "INSERT INTO ops.outbox" in text
+    }
+    assert late, "no statement writes the outbox"
+    assert {n: at for n, at in late.items() if at + len("INSERT INTO ops.outbox") > 1024} == {}

@@ -26,7 +26,7 @@ from streams.domain.automation.rules import (
     DEFAULT_INTERRUPTION_DELAY,
     SchedulerStatus,
 )
-from streams.outbox.records import insert_many
+from streams.outbox.records import row_of
 from streams.runtime import Runtime
 from streams.slices.automation.batch_plan import plan_batch
 from streams.slices.automation.handlers import (
@@ -50,9 +50,12 @@ class RunnerConfig:
     """The run's budget is its schedule's max duration (the run context's deadline): no batch
     starts that could not finish inside it. A batch interrupted by a transient database error
     or a cancellation is handed back (``interruption_plan``) on a fresh connection within
-    ``hand_back_timeout``."""
+    ``hand_back_timeout``. Once a batch comes back full (a backlog), up to ``lanes`` batches
+    run side by side (claims are committed leases, so lanes never share a row), and one
+    batch's Python overlaps another's database work."""
 
     batch_size: int = 200
+    lanes: int = 2
     lease: timedelta = timedelta(seconds=120)
     backoff: tuple[timedelta, ...] = DEFAULT_BACKOFF
     reserve: float = 0.1
@@ -63,6 +66,8 @@ class RunnerConfig:
     def __post_init__(self) -> None:
         if not 0 < self.batch_size <= 10_000:
             raise ValueError(f"batch_size must be in 1..10000, got {self.batch_size}")
+        if not 1 <= self.lanes <= 8:
+            raise ValueError(f"lanes must be in 1..8, got {self.lanes}")
         if self.lease <= timedelta(0):
             raise ValueError("lease must be positive")
 
@@ -134,6 +139,7 @@ class AutomationRunner:
                 clock=self.clock,
                 batch_size=self.config.batch_size,
                 reserve=self.config.reserve,
+                lanes=self.config.lanes,
                 stop_first=True,
             )
             result.budget_exhausted = done.budget_exhausted
@@ -274,8 +280,8 @@ class AutomationRunner:
                 backoff=self.config.backoff,
                 handlers=self.handlers,
             )
-            done = await repo.complete(conn, plan.completions, now)
-            await insert_many(conn, [plan.records[i] for i in sorted(done)])
+            rows_of = {i: row_of(record) for i, record in plan.records.items()}
+            done = await repo.complete_dispatch(conn, plan.completions, rows_of, now)
             retired = await repo.retire(conn, plan.retires, now)
             retried = await repo.retry(conn, plan.retries, now)
         self.metrics.execution_duration.observe(self.clock.monotonic() - began)
