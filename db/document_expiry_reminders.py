@@ -108,6 +108,23 @@ async def backlog_count(
     )
 
 
+async def backlog_count_since(
+    db: Executor, lo: date, hi: date, today: date, thresholds: Sequence[int], horizon: str
+) -> int:
+    """``backlog_count`` over the documents written at or after ``horizon`` (taken by
+    ``person_documents.write_horizon`` before a run's scan): the backlog after a clean run."""
+    return int(
+        await db.fetchval(
+            sql("document_expiry_reminders_backlog_count_since"),
+            lo,
+            hi,
+            today,
+            list(thresholds),
+            horizon,
+        )
+    )
+
+
 async def owners_count(db: Executor, owners: Sequence[UUID]) -> int:
     return int(await db.fetchval(sql("document_expiry_reminders_owners_count"), list(owners)))
 

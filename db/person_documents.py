@@ -80,5 +80,11 @@ async def scan(db: Executor, lo: date, hi: date, after: tuple[date, UUID], limit
     return ScanBatch(int(count), last, tuple(owners))
 
 
+async def write_horizon(db: Executor) -> str:
+    """The oldest transaction running now, as a 32-bit transaction id in text: a document
+    row written by an older one was committed before this call."""
+    return str(await db.fetchval(sql("person_documents_write_horizon")))
+
+
 async def owners_count(db: Executor, owners: Sequence[UUID]) -> int:
     return int(await db.fetchval(sql("person_documents_owners_count"), list(owners)))

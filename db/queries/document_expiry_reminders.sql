@@ -129,6 +129,30 @@ SELECT count(*) FROM (
           WHERE r.document_id = d.document_id AND r.threshold_days = t.days)
 ) AS owed;
 
+-- name: document_expiry_reminders_backlog_count_since
+-- The backlog after a clean run (every owner it handed out done, none failed, the scan not
+-- cut short): as document_expiry_reminders_backlog_count, over only the documents whose row
+-- was written by a transaction at or after the horizon $5 (person_documents_write_horizon,
+-- taken before the scan). Every other document was read by the scan as it is now, so its
+-- owner was handed out and its claim (or the ledger-checked cache) left every crossed
+-- threshold marked; only a row written since can still owe one. age() compares
+-- transaction ids across wraparound (a frozen row is as old as can be), both relative to
+-- this statement's transaction: a row at least as young as the horizon is checked, and one
+-- older than 2^31 transactions that aliases as young is checked too (never passed over).
+SELECT count(*) FROM (
+    SELECT DISTINCT d.document_id
+    FROM profile.person_documents d
+    CROSS JOIN unnest($4::int[]) AS t(days)
+    WHERE d.expires_at IS NOT NULL
+      AND d.expires_at BETWEEN greatest($1::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $2
+      AND d.status = 'Active' AND NOT d.is_deleted
+      AND age(d.xmin) <= age($5::text::xid)
+      AND d.expires_at - $3::date <= t.days
+      AND NOT EXISTS (
+          SELECT 1 FROM profile.document_expiry_reminders r
+          WHERE r.document_id = d.document_id AND r.threshold_days = t.days)
+) AS owed;
+
 -- name: document_expiry_reminders_owners_count
 -- Markers of the given owners (demo and operators' checks).
 SELECT count(*) FROM profile.document_expiry_reminders WHERE owner_user_id = ANY($1::uuid[]);

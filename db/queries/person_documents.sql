@@ -78,6 +78,14 @@ SELECT (SELECT count(*) FROM batch)::int,
        (SELECT document_id FROM last),
        coalesce((SELECT array_agg(owner_user_id ORDER BY first) FROM owners), '{}'::uuid[]);
 
+-- name: person_documents_write_horizon
+-- Taken before the run's scan: the oldest transaction still running now (the xmin of the
+-- current snapshot, as a 32-bit transaction id in text). Every document row version written
+-- by an older transaction was committed before the scan began, so each batch of the scan
+-- read it as it is now; a row written by this transaction or a later one may have been
+-- passed over (document_expiry_reminders_backlog_count_since).
+SELECT (pg_snapshot_xmin(pg_current_snapshot())::text::bigint % 4294967296)::text;
+
 -- name: person_documents_owners_count
 -- Documents in the projection for the given owners (demo and operators' checks).
 SELECT count(*) FROM profile.person_documents WHERE owner_user_id = ANY($1::uuid[]);

@@ -155,6 +155,9 @@ class DocumentExpiryRun:
             await runs_repo.start(
                 pool, result.run_id, as_of, today, cfg.thresholds, self.clock.now()
             )
+            # Before the scan: documents written by older transactions are read by it as
+            # they are now (the backlog after a clean run needs to look at no other).
+            horizon = await documents_repo.write_horizon(pool)
             await self._scan(result, ctx)
             await runs_repo.total_set(pool, result.run_id, result.owners_total)
             row = await self._wait(result, ctx)
@@ -165,10 +168,7 @@ class DocumentExpiryRun:
             if row is not None:
                 result.absorb(row)
             result.pruned = await self._prune(today)
-            window = scan_window(today, cfg.thresholds)
-            result.backlog = await marks_repo.backlog_count(
-                pool, window.lo, window.hi, today, cfg.thresholds
-            )
+            result.backlog = await self._backlog(result, horizon)
         except HandBack as exc:
             cycle.failed(exc, self._counts(result), outcome="handed_back")
             raise
@@ -290,6 +290,29 @@ class DocumentExpiryRun:
                 )
                 return row
             await asyncio.sleep(self.config.poll_seconds)
+
+    async def _backlog(self, result: ExpiryRunResult, horizon: str) -> int:
+        """Active documents in the window with a crossed threshold that has no marker (the
+        seed's backlog gauge), counted by the ledger after the run.
+
+        After a clean run (the scan went to the end, every owner it handed out is done and
+        none failed) only a document written since the scan began can owe a reminder: any
+        other was read by the scan as it is now, so its owner's claim marked every crossed
+        threshold. The count then checks those documents alone, instead of every document
+        of the window against the ledger again (seconds at a million). Otherwise it checks
+        them all."""
+        cfg = self.config
+        pool = await self.runtime.pool()
+        window = scan_window(result.as_of_date, cfg.thresholds)
+        args = (pool, window.lo, window.hi, result.as_of_date, cfg.thresholds)
+        clean = (
+            not (result.budget_exhausted or result.stopped)
+            and result.owners_failed == 0
+            and result.owners_done >= result.owners_total
+        )
+        if clean:
+            return await marks_repo.backlog_count_since(*args, horizon)
+        return await marks_repo.backlog_count(*args)
 
     async def _prune(self, today: date) -> int:
         """Markers of documents expired before AsOf.Date - 90 days, in transactions of their
