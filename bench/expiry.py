@@ -27,6 +27,7 @@ from bench.expiry_support import (
     worker,
 )
 from bench.report import Measure, measure
+from bench.statements import lines, snapshot
 from bench.targets import EXPIRY, targets
 from streams.domain.profile import DEFAULT_THRESHOLDS, scan_window, utc_date
 from streams.kafka_admin import ensure_topics
@@ -244,11 +245,14 @@ async def measured_run(
     try:
         meter = CpuMeter(conn)
         mine = time.process_time()
+        statements = await snapshot(conn)
         before = await meter.sample(pids)
         t = time.perf_counter()
         record, _ = await manual_run(env, as_of, rerun=False)
         wall = time.perf_counter() - t
         after = await meter.sample(pids, time.process_time() - mine)
+        for line in lines(statements, await snapshot(conn)):
+            print(f"    {line}")
         documents = int(counts(record)["reminders_sent"])
         return record, wall, per_event(before, after, documents)
     finally:

@@ -53,6 +53,7 @@ class ClaimedReminder:
 
 
 _CLAIMED = [f.name for f in fields(ClaimedReminder)]
+_WIDTH = len(_CLAIMED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +80,12 @@ async def claim_due(
 ) -> DueClaim:
     """Lock up to ``batch_size`` claimable reminders (with their event)."""
     rows = await conn.fetch(sql("event_reminders_claim_due"), as_of, batch_size, list(exclude))
-    claimed = [
-        ClaimedReminder(*(r[f] for f in _CLAIMED)) for r in rows if r["reminder_id"] is not None
-    ]
     head = rows[0]  # the statement always returns a row (an empty claim: reminder_id NULL)
+    # The claimed columns come first, in the dataclass's order (checked once per claim, so
+    # each row is one slice, not a look-up per field).
+    if list(head.keys())[:_WIDTH] != _CLAIMED:
+        raise RuntimeError("event_reminders_claim_due: columns out of ClaimedReminder's order")
+    claimed = [ClaimedReminder(*r[:_WIDTH]) for r in rows if r[0] is not None]
     return DueClaim(
         claimed,
         int(head["seen_due"]),

@@ -66,9 +66,9 @@ def record_for(
         CONTRACT_VERSION_HEADER: str(message.contract_version),
         EVENT_TYPE_HEADER: type(message).__name__,
     }
-    extra = dict(headers or {})
-    clash = sorted(own.keys() & extra.keys())
-    if clash:
+    extra = headers or {}
+    if CONTRACT_VERSION_HEADER in extra or EVENT_TYPE_HEADER in extra:
+        clash = sorted(own.keys() & extra.keys())
         raise ValueError(f"headers {clash} are set from the contract, do not pass them")
     payload = message.to_json()
     if len(payload) > contract.max_payload_bytes:
@@ -96,8 +96,21 @@ def columns(records: Sequence[OutboxRecord]) -> db.outbox.OutboxColumns:
         [r.topic for r in records],
         [r.key for r in records],
         [r.payload for r in records],
-        [json.dumps(r.headers) for r in records],
+        headers_json(records),
     )
+
+
+def headers_json(records: Sequence[OutboxRecord]) -> list[str]:
+    """Each record's headers as JSON text. A batch's records mostly carry equal headers (the
+    run's correlation id, the contract's own): each run of equal ones is encoded once."""
+    out: list[str] = []
+    last: dict[str, str] | None = None
+    text = ""
+    for r in records:
+        if r.headers != last:
+            last, text = r.headers, json.dumps(r.headers)
+        out.append(text)
+    return out
 
 
 def row_of(record: OutboxRecord) -> db.outbox.OutboxRow:

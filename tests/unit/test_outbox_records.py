@@ -14,6 +14,7 @@ from streams.outbox.config import RelayConfig
 from streams.outbox.records import (
     OUTBOX_ID_HEADER,
     OutboxRecord,
+    columns,
     outbox_id_of,
     record_for,
     wire_headers,
@@ -105,3 +106,18 @@ def test_relay_config_rejects_bad_values(kwargs: dict[str, float]) -> None:
 def test_retention_config_rejects_bad_values(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="RetentionConfig"):
         RetentionConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_columns_encode_each_records_headers_equal_runs_once() -> None:
+    run = {"correlation-id": "r1", "contract-version": "1"}
+    other = {"correlation-id": "r2", "contract-version": "1"}
+    records = [
+        OutboxRecord("t", "k1", "{}", dict(run)),
+        OutboxRecord("t", "k2", "{}", dict(run)),
+        OutboxRecord("t", "k3", "{}", other),
+        OutboxRecord("t", "k4", "{}", {}),
+        OutboxRecord("t", "k5", "{}", dict(run)),
+    ]
+    headers = columns(records)[3]
+    assert [json.loads(h) for h in headers] == [run, run, other, {}, run]
+    assert headers[0] is headers[1]  # one encoding for the run of equal headers
