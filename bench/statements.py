@@ -38,15 +38,17 @@ async def snapshot(conn: asyncpg.Connection) -> Snapshot:
 
 
 def _squash(text: str) -> str:
-    lines = (line.split("--", 1)[0].strip() for line in text.splitlines())
-    return " ".join(line for line in lines if line)
+    """``text`` without comments, its white space folded."""
+    lines = (line.split("--", 1)[0] for line in text.splitlines())
+    return " ".join(" ".join(lines).split())
 
 
 def name_of(text: str) -> str:
-    """The named statement ``text`` is, or its first words."""
+    """The named statement ``text`` is (pg_stat_statements keeps the text from its first
+    keyword), or its first words."""
     squashed = _squash(text)
     for name, body in all_queries().items():
-        if _squash(body) == squashed:
+        if _squash(body).startswith(squashed[:200]):
             return name
     return squashed[:60]
 
