@@ -47,8 +47,12 @@ def name_of(text: str) -> str:
     """The named statement ``text`` is (pg_stat_statements keeps the text from its first
     keyword), or its first words."""
     squashed = _squash(text)
-    for name, body in all_queries().items():
-        if _squash(body).startswith(squashed[:200]):
+    bodies = {name: _squash(body) for name, body in all_queries().items()}
+    for name, body in bodies.items():
+        if body == squashed:
+            return name
+    for name, body in bodies.items():  # pg_stat_statements cuts a long text short
+        if body.startswith(squashed[:200]):
             return name
     return squashed[:60]
 
