@@ -99,23 +99,19 @@ async def prune(db: Executor, before: date, limit: int) -> int:
 
 
 async def backlog_count(
-    db: Executor, lo: date, hi: date, today: date, thresholds: Sequence[int]
+    db: Executor,
+    lo: date,
+    hi: date,
+    today: date,
+    thresholds: Sequence[int],
+    horizon: str | None = None,
 ) -> int:
+    """Documents of the window that still owe a reminder; with ``horizon`` (taken by
+    ``person_documents.write_horizon`` before a clean run's scan) only those written since are
+    checked."""
     return int(
         await db.fetchval(
-            sql("document_expiry_reminders_backlog_count"), lo, hi, today, list(thresholds)
-        )
-    )
-
-
-async def backlog_count_since(
-    db: Executor, lo: date, hi: date, today: date, thresholds: Sequence[int], horizon: str
-) -> int:
-    """``backlog_count`` over the documents written at or after ``horizon`` (taken by
-    ``person_documents.write_horizon`` before a run's scan): the backlog after a clean run."""
-    return int(
-        await db.fetchval(
-            sql("document_expiry_reminders_backlog_count_since"),
+            sql("document_expiry_reminders_backlog_count"),
             lo,
             hi,
             today,

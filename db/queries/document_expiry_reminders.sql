@@ -116,6 +116,15 @@ SELECT count(*) FROM deleted;
 -- t in $4) that has no marker yet: reminders still owed (the seed's backlog gauge). An anti
 -- join of the crossed (document, threshold) pairs with the ledger: hashed (and parallel)
 -- over a million documents, instead of one index probe per pair.
+-- $5, after a clean run (every owner it handed out done, none failed, the scan not cut
+-- short): the write horizon taken before its scan (person_documents_write_horizon), and only
+-- the documents whose row a transaction at or after it wrote are checked. Every other
+-- document was read by the scan as it is now, so its owner was handed out and its claim (or
+-- the ledger-checked cache) left every crossed threshold marked. age() compares transaction
+-- ids across wraparound (a frozen row is as old as can be), both relative to this
+-- statement's transaction: a row at least as young as the horizon is checked, and one older
+-- than 2^31 transactions that aliases as young is checked too (never passed over). NULL:
+-- every document of the window is checked.
 SELECT count(*) FROM (
     SELECT DISTINCT d.document_id
     FROM profile.person_documents d
@@ -123,30 +132,7 @@ SELECT count(*) FROM (
     WHERE d.expires_at IS NOT NULL
       AND d.expires_at BETWEEN greatest($1::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $2
       AND d.status = 'Active' AND NOT d.is_deleted
-      AND d.expires_at - $3::date <= t.days
-      AND NOT EXISTS (
-          SELECT 1 FROM profile.document_expiry_reminders r
-          WHERE r.document_id = d.document_id AND r.threshold_days = t.days)
-) AS owed;
-
--- name: document_expiry_reminders_backlog_count_since
--- The backlog after a clean run (every owner it handed out done, none failed, the scan not
--- cut short): as document_expiry_reminders_backlog_count, over only the documents whose row
--- was written by a transaction at or after the horizon $5 (person_documents_write_horizon,
--- taken before the scan). Every other document was read by the scan as it is now, so its
--- owner was handed out and its claim (or the ledger-checked cache) left every crossed
--- threshold marked; only a row written since can still owe one. age() compares
--- transaction ids across wraparound (a frozen row is as old as can be), both relative to
--- this statement's transaction: a row at least as young as the horizon is checked, and one
--- older than 2^31 transactions that aliases as young is checked too (never passed over).
-SELECT count(*) FROM (
-    SELECT DISTINCT d.document_id
-    FROM profile.person_documents d
-    CROSS JOIN unnest($4::int[]) AS t(days)
-    WHERE d.expires_at IS NOT NULL
-      AND d.expires_at BETWEEN greatest($1::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $2
-      AND d.status = 'Active' AND NOT d.is_deleted
-      AND age(d.xmin) <= age($5::text::xid)
+      AND ($5::text IS NULL OR age(d.xmin) <= age($5::text::xid))
       AND d.expires_at - $3::date <= t.days
       AND NOT EXISTS (
           SELECT 1 FROM profile.document_expiry_reminders r

@@ -83,7 +83,7 @@ SELECT (SELECT count(*) FROM batch)::int,
 -- current snapshot, as a 32-bit transaction id in text). Every document row version written
 -- by an older transaction was committed before the scan began, so each batch of the scan
 -- read it as it is now; a row written by this transaction or a later one may have been
--- passed over (document_expiry_reminders_backlog_count_since).
+-- passed over (document_expiry_reminders_backlog_count).
 SELECT (pg_snapshot_xmin(pg_current_snapshot())::text::bigint % 4294967296)::text;
 
 -- name: person_documents_owners_count

@@ -304,15 +304,19 @@ class DocumentExpiryRun:
         cfg = self.config
         pool = await self.runtime.pool()
         window = scan_window(result.as_of_date, cfg.thresholds)
-        args = (pool, window.lo, window.hi, result.as_of_date, cfg.thresholds)
         clean = (
             not (result.budget_exhausted or result.stopped)
             and result.owners_failed == 0
             and result.owners_done >= result.owners_total
         )
-        if clean:
-            return await marks_repo.backlog_count_since(*args, horizon)
-        return await marks_repo.backlog_count(*args)
+        return await marks_repo.backlog_count(
+            pool,
+            window.lo,
+            window.hi,
+            result.as_of_date,
+            cfg.thresholds,
+            horizon if clean else None,
+        )
 
     async def _prune(self, today: date) -> int:
         """Markers of documents expired before AsOf.Date - 90 days, in transactions of their
