@@ -5,6 +5,7 @@ keep the broker's retention."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -35,13 +36,27 @@ async def admin() -> AsyncIterator[AIOKafkaAdminClient]:
 
 
 async def _configs(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, dict[str, str]]:
-    [response] = await admin.describe_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
-    )
-    return {
-        res["resource_name"]: {e["config_names"]: e["config_value"] for e in res["config_entries"]}
-        for res in response.to_object()["resources"]
-    }
+    """The configs of ``names`` once every one of them is described without an error: right
+    after a topic is created, the broker that answers may not know it yet (its metadata
+    lags the controller's by a moment) and reports UNKNOWN_TOPIC_OR_PARTITION with no
+    entries, which is not the topic's configuration."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while True:
+        [response] = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
+        )
+        resources = response.to_object()["resources"]
+        failed = {r["resource_name"]: r["error_code"] for r in resources if r["error_code"]}
+        if not failed:
+            return {
+                r["resource_name"]: {
+                    e["config_names"]: e["config_value"] for e in r["config_entries"]
+                }
+                for r in resources
+            }
+        assert loop.time() < deadline, f"configs not described within 30 s: {failed}"
+        await asyncio.sleep(0.1)
 
 
 def _topics_command(prefix: str, **env: str) -> str:
