@@ -39,17 +39,31 @@ CROSS JOIN LATERAL (
 -- inserted (t*, NULL when none) and how many crossed thresholds were already marked.
 -- Markers go in (document, threshold) order, the same in every instance, so two instances
 -- inserting overlapping sets wait on each other, never deadlock.
+-- The documents are read per owner (unnest($1), a LATERAL range of the (OwnerUserId,
+-- DocumentId) index from the keyset, at most $9 each): as owner_user_id = ANY($1), a plan
+-- made for the parameters (each connection's first five claims) read the whole window by
+-- ExpiresAt for a chunk of a few hundred owners (tests/integration/
+-- test_document_expiry_claim_plan.py).
 -- No join between the CTEs: a cached generic plan guesses one document (the owners are a
 -- parameter) and would nest loops over thousands; a hashed IN and one GROUP BY do not care.
 WITH docs AS MATERIALIZED (
     SELECT d.document_id, d.owner_user_id, d.type, d.number_mask, d.expires_at,
            d.expires_at - $4::date AS days_left
-    FROM profile.person_documents d
-    WHERE d.owner_user_id = ANY($1::uuid[])
-      AND d.expires_at IS NOT NULL
-      AND d.expires_at BETWEEN greatest($2::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $3
-      AND d.status = 'Active' AND NOT d.is_deleted
-      AND (d.owner_user_id, d.document_id) > ($7::uuid, $8::uuid)
+    FROM unnest($1::uuid[]) AS o(owner_user_id)
+    CROSS JOIN LATERAL (
+        SELECT p.document_id, p.owner_user_id, p.type, p.number_mask, p.expires_at
+        FROM profile.person_documents p
+        WHERE p.owner_user_id = o.owner_user_id
+          AND p.document_id >= CASE WHEN o.owner_user_id = $7::uuid THEN $8::uuid
+                                    ELSE '00000000-0000-0000-0000-000000000000'::uuid END
+          AND (p.owner_user_id, p.document_id) > ($7::uuid, $8::uuid)
+          AND p.expires_at IS NOT NULL
+          AND p.expires_at BETWEEN greatest($2::date, (SELECT h.pruned_before FROM profile.document_expiry_prune_horizon h)) AND $3
+          AND p.status = 'Active' AND NOT p.is_deleted
+        ORDER BY p.document_id
+        LIMIT $9
+    ) d
+    WHERE o.owner_user_id >= $7::uuid
     ORDER BY d.owner_user_id, d.document_id
     LIMIT $9
 ), locked AS MATERIALIZED (
