@@ -118,8 +118,9 @@ class HeldWriter:
         unchanged: Sequence[CalendarEventChanged],
         now: datetime,
         origins: Mapping[str, Origin],
+        fingerprints: Mapping[str, str],
     ) -> Written[CalendarWrite]:
-        written = await self.inner.write(conn, changed, unchanged, now, origins)
+        written = await self.inner.write(conn, changed, unchanged, now, origins, fingerprints)
         self.inside.set()
         await self.release.wait()
         return written

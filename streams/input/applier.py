@@ -77,13 +77,15 @@ class StateWriter(Protocol[M_contra, D]):
         unchanged: Sequence[M_contra],
         now: datetime,
         origins: Mapping[str, Origin],
+        fingerprints: Mapping[str, str],
     ) -> Written[D]:
         """Store ``changed`` states where newer (Version guard in SQL), in the caller's
         transaction. ``unchanged`` are states the cache believes unchanged or stale: only
         the stored row may confirm that. Move the stored Version forward where the stored
         fingerprint equals the state's, report as stale (``stored``) those not newer than the
         stored Version, and store every other one as a changed state. ``origins`` says, per
-        key, which input message it is (to keep as lineage)."""
+        key, which input message it is (to keep as lineage); ``fingerprints``, per key, the
+        state's ``fingerprint`` (worked out once, by the applier)."""
         ...
 
 
@@ -164,12 +166,13 @@ class VersionedStateApplier(Generic[M, D]):
         fingerprints: dict[str, str] = {}
         cached_entries: dict[str, Any] = {}
         for key, (i, d) in newest.items():
+            # Once per state: the cache check, the writer's rows and the cache entry use it.
+            fp = fingerprints[key] = writer.fingerprint(d.message)
             cached = self.cache.lookup(d.event, key) if self.cache is not None else None
             if cached is None:
                 changed.append((i, key, d))
                 continue
             cached_entries[key] = cached
-            fp = fingerprints[key] = writer.fingerprint(d.message)
             # Stale or unchanged per the cache: the cheap path, where the stored row decides.
             if d.message.version <= cached["v"] or cached["fp"] == fp:
                 unchanged.append((i, key, d))
@@ -185,6 +188,7 @@ class VersionedStateApplier(Generic[M, D]):
                 [d.message for _, _, d in unchanged],
                 self.runtime.clock.now(),
                 {key: _origin(d) for _, key, d in (*changed, *unchanged)},
+                fingerprints,
             )
         # Committed: from here on the cache may learn what the database now says.
         faults.hit("applier.after_commit")
@@ -195,10 +199,10 @@ class VersionedStateApplier(Generic[M, D]):
                 result.applied += 1
                 result.applied_keys.add(key)
                 result.applied_positions.add(i)
-                remember.append(self._entry(d, key, fingerprints.get(key)))
+                remember.append(self._entry(d, key, fingerprints[key]))
             elif key in written.advanced:
                 result.cache_skipped += 1
-                remember.append(self._entry(d, key, fingerprints.get(key)))
+                remember.append(self._entry(d, key, fingerprints[key]))
             else:
                 result.stale += 1
                 stored = written.stored.get(key)
@@ -212,9 +216,9 @@ class VersionedStateApplier(Generic[M, D]):
             self.after_commit(written.details)
         return result
 
-    def _entry(self, d: Decoded[M], key: str, fp: str | None) -> tuple[Any, str, Any]:
-        value = {"v": d.message.version, "fp": fp or self.writer.fingerprint(d.message)}
-        return d.event, key, value
+    @staticmethod
+    def _entry(d: Decoded[M], key: str, fp: str) -> tuple[Any, str, Any]:
+        return d.event, key, {"v": d.message.version, "fp": fp}
 
 
 def _origin(d: Decoded[Any]) -> Origin:

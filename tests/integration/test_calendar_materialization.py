@@ -295,12 +295,12 @@ class GatedWriter(WriterProxy):
         self.arrived = [asyncio.Event() for _ in range(gates)]
 
     async def write(
-        self, conn: Connection, changed: Any, unchanged: Any, now: Any, origins: Any
+        self, conn: Connection, changed: Any, unchanged: Any, now: Any, origins: Any, fps: Any
     ) -> Any:
         n, self.calls = self.calls, self.calls + 1
         self.arrived[n].set()
         await self.gates[n].wait()
-        return await self.inner.write(conn, changed, unchanged, now, origins)
+        return await self.inner.write(conn, changed, unchanged, now, origins, fps)
 
 
 async def test_a_batch_does_not_trust_the_cache_about_a_key_another_batch_in_flight_writes(
@@ -358,10 +358,10 @@ class HeldWriter(WriterProxy):
         self.release = asyncio.Event()
 
     async def write(
-        self, conn: Connection, changed: Any, unchanged: Any, now: Any, origins: Any
+        self, conn: Connection, changed: Any, unchanged: Any, now: Any, origins: Any, fps: Any
     ) -> Any:
         first, self.calls = self.calls == 0, self.calls + 1
-        written = await self.inner.write(conn, changed, unchanged, now, origins)
+        written = await self.inner.write(conn, changed, unchanged, now, origins, fps)
         if first:
             self.wrote.set()
             await self.release.wait()

@@ -43,7 +43,9 @@ async def write(conn: asyncpg.Connection, batch: list[Any]) -> int:
     origins = {str(e.event_id): Origin(0, i) for i, e in enumerate(batch)}
     conn.add_log_listener(listen)
     try:
-        await CalendarEventsWriter().write(conn, batch, [], T0, origins)
+        writer = CalendarEventsWriter()
+        fingerprints = {writer.key(e): writer.fingerprint(e) for e in batch}
+        await writer.write(conn, batch, [], T0, origins, fingerprints)
     finally:
         conn.remove_log_listener(listen)
     statement = [p for p in plans if "calendar.events AS e" in p["Query Text"]]

@@ -65,6 +65,7 @@ class SourcesWriter:
         unchanged: Sequence[SourceEntityChanged],
         now: datetime,
         origins: Mapping[str, Origin],
+        fingerprints: Mapping[str, str],
     ) -> Written[Planned]:
         changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
         # The BU a source is in now and the one it may be leaving: both see this change.
@@ -97,6 +98,7 @@ class SettingsWriter:
         unchanged: Sequence[ReminderSettingChanged],
         now: datetime,
         origins: Mapping[str, Origin],
+        fingerprints: Mapping[str, str],
     ) -> Written[Planned]:
         changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
         await units_repo.lock(conn, {m.business_unit_id for m in changed})
@@ -122,6 +124,7 @@ class UnitsWriter:
         unchanged: Sequence[BusinessUnitChanged],
         now: datetime,
         origins: Mapping[str, Origin],
+        fingerprints: Mapping[str, str],
     ) -> Written[Planned]:
         changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
         await units_repo.lock(conn, {m.business_unit_id for m in changed})
@@ -152,6 +155,7 @@ class SubscriptionsWriter:
         unchanged: Sequence[ReportSubscriptionChanged],
         now: datetime,
         origins: Mapping[str, Origin],
+        fingerprints: Mapping[str, str],
     ) -> Written[Planned]:
         changed = [*changed, *unchanged]  # no cheap path: the SQL guard decides all
         await units_repo.lock(conn, {m.business_unit_id for m in changed})

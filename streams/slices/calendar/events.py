@@ -51,26 +51,23 @@ class CalendarEventsWriter:
         unchanged: Sequence[CalendarEventChanged],
         now: datetime,
         origins: Mapping[str, Origin],
+        fingerprints: Mapping[str, str],
     ) -> Written[CalendarWrite]:
         # The stored rows decide about the states the cache thought unchanged or stale:
         # those the database can neither advance nor call stale are stored in full.
         probe = await repo.version_advance(
-            conn, unchanged, [fingerprint(e) for e in unchanged], now
+            conn, unchanged, [fingerprints[self.key(e)] for e in unchanged], now
         )
         settled = probe.advanced | probe.stale.keys()
         changed = [*changed, *(e for e in unchanged if e.event_id not in settled)]
-        sources = {
-            e.event_id: (o.partition, o.offset)
-            for e in changed
-            if (o := origins.get(str(e.event_id))) is not None
-        }
+        keys = [self.key(e) for e in changed]
+        found = [
+            (e, o) for e, k in zip(changed, keys, strict=True) if (o := origins.get(k)) is not None
+        ]
+        sources = {e.event_id: (o.partition, o.offset) for e, o in found}
         # The input's trace context (tracing on, a traceparent on the record): the reminders'
         # output records continue that trace (streams/slices/calendar/dispatch.py).
-        traceparents = {
-            e.event_id: o.traceparent
-            for e in changed
-            if (o := origins.get(str(e.event_id))) is not None and o.traceparent is not None
-        }
+        traceparents = {e.event_id: o.traceparent for e, o in found if o.traceparent is not None}
         # Worked out for every changed state; the statement keeps the rows of the ones it
         # stores (a stale state's reminders are not touched).
         reasons: list[str] = []
@@ -90,7 +87,7 @@ class CalendarEventsWriter:
             creatable,
             already_due,
             now,
-            [fingerprint(e) for e in changed],
+            [fingerprints[k] for k in keys],
             sources,
             traceparents,
         )

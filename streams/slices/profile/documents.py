@@ -48,15 +48,18 @@ class PersonDocumentsWriter:
         unchanged: Sequence[PersonDocumentChanged],
         now: datetime,
         origins: Mapping[str, Origin],
+        fingerprints: Mapping[str, str],
     ) -> Written[int]:
         # The stored rows decide about the states the cache thought unchanged or stale:
         # those the database can neither advance nor call stale are stored in full.
         probe = await repo.version_advance(
-            conn, unchanged, [fingerprint(d) for d in unchanged], now
+            conn, unchanged, [fingerprints[self.key(d)] for d in unchanged], now
         )
         settled = probe.advanced | probe.stale.keys()
         changed = [*changed, *(d for d in unchanged if d.document_id not in settled)]
-        applied = await repo.upsert(conn, changed, [fingerprint(d) for d in changed], now)
+        applied = await repo.upsert(
+            conn, changed, [fingerprints[self.key(d)] for d in changed], now
+        )
         return Written(
             applied={str(i) for i in applied},
             advanced={str(i) for i in probe.advanced},
