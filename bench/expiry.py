@@ -172,7 +172,9 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
             await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
             with worker(env, tmp, "warm") as warm_worker:
                 await wait_ready(warm_worker)
-                first, wall, cpu_one = await measured_run(url, env, as_of, warm_worker.pids[:1])
+                first, wall, cpu_one, breakdown = await measured_run(
+                    url, env, as_of, warm_worker.pids[:1]
+                )
                 c = counts(first)
                 assert c["owners_done"] == owners, c
                 figures.update(real_seconds=wall, owners_per_s=owners / wall)
@@ -184,6 +186,7 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
                 figures["ratio"] = figures["bare_seconds"] / wall
                 print(f"  ratio bare/real (time) = {figures['ratio']:.2f}")
                 print(f"    {cpu_one.text('workers + run')}")
+                print_breakdown(breakdown)
                 before = await metric(warm_worker, "reminders_db_statements_total")
                 second, here = await manual_run(env, as_of, rerun=True)
                 warm = await metric(warm_worker, "reminders_db_statements_total") - before + here
@@ -200,13 +203,14 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
                 assert counts(third)["reminders_sent"] == 0
         figures.update(statements_cache=warm, statements_no_cache=cold)
         async with database(template=seed) as url:
-            wall2, cpu_two = await two_workers(url, tmp, as_of, owners)
+            wall2, cpu_two, breakdown = await two_workers(url, tmp, as_of, owners)
             figures["two_workers_seconds"] = wall2
             print(
                 f"  real run, two workers (one group)        {wall2:7.1f} s  "
                 f"{owners / wall2:>9,.0f} owners/s  ratio to one {wall / wall2:.2f} (speed-up)"
             )
             print(f"    {cpu_two.text('workers + run')}")
+            print_breakdown(breakdown)
         print("  second run over the same data (nothing new to send): statements to PostgreSQL")
         print(
             f"    with the per-owner cache   {warm:>9,.0f}  ({warm / owners:.3f} per owner)  "
@@ -236,11 +240,18 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
     return [*measures(figures, owners, documents), two, *scale]
 
 
+def print_breakdown(breakdown: list[str]) -> None:
+    """A run's statement time per named statement, under the run's own line."""
+    for line in breakdown:
+        print(f"    {line}")
+
+
 async def measured_run(
     url: str, env: dict[str, str], as_of: datetime, pids: list[int]
-) -> tuple[RunRecord, float, PerEvent]:
+) -> tuple[RunRecord, float, PerEvent, list[str]]:
     """The first run, timed, with CPU per document of ``pids`` + this process (the run's
-    scan and fan-out) and of PostgreSQL."""
+    scan and fan-out) and of PostgreSQL, and its statement breakdown (to print under the
+    run's line: printed here, it came before it and read as the previous run's)."""
     conn = await asyncpg.connect(url)
     try:
         meter = CpuMeter(conn)
@@ -251,15 +262,16 @@ async def measured_run(
         record, _ = await manual_run(env, as_of, rerun=False)
         wall = time.perf_counter() - t
         after = await meter.sample(pids, time.process_time() - mine)
-        for line in lines(statements, await snapshot(conn)):
-            print(f"    {line}")
+        breakdown = lines(statements, await snapshot(conn))
         documents = int(counts(record)["reminders_sent"])
-        return record, wall, per_event(before, after, documents)
+        return record, wall, per_event(before, after, documents), breakdown
     finally:
         await conn.close()
 
 
-async def two_workers(url: str, tmp: Path, as_of: datetime, owners: int) -> tuple[float, PerEvent]:
+async def two_workers(
+    url: str, tmp: Path, as_of: datetime, owners: int
+) -> tuple[float, PerEvent, list[str]]:
     """The first run by two workers of one group (the owner partitions split between them)."""
     prefix = f"bx{uuid.uuid4().hex[:8]}."
     env = worker_settings(url, prefix, tmp / "two-a")
@@ -271,9 +283,9 @@ async def two_workers(url: str, tmp: Path, as_of: datetime, owners: int) -> tupl
         )
         for w in (a, b):
             await wait_ready(w)
-        record, wall, cpu = await measured_run(url, env, as_of, [a.pids[0], b.pids[0]])
+        record, wall, cpu, breakdown = await measured_run(url, env, as_of, [a.pids[0], b.pids[0]])
         assert counts(record)["owners_done"] == owners, counts(record)
-        return wall, cpu
+        return wall, cpu, breakdown
 
 
 QUICK = {"owners": 2_000}
