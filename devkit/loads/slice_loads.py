@@ -17,7 +17,7 @@ import json
 import random
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -235,6 +235,8 @@ class AutomationLoad:
     settings: list[ReminderSettingChanged] = field(default_factory=list)
     skipped_changes: int = 0
     kinds: dict[uuid.UUID, str] = field(default_factory=dict)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    """Now: the wall clock for a live load; a fixed instant for a test of its rules."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -284,7 +286,7 @@ class AutomationLoad:
             source_guid=guid,
             business_unit_id=self.bu,
             version=version,
-            occurred_at=datetime.now(UTC),
+            occurred_at=self.clock(),
             is_active=active,
             attributes=attrs,
         )
@@ -320,7 +322,7 @@ class AutomationLoad:
         return sorted(out, key=lambda x: x[0])
 
     def message(self, kind: str, guid: uuid.UUID, version: int) -> dict[str, Any] | None:
-        today = datetime.now(UTC).date()
+        today = self.clock().date()
         # A source deactivated for good never meets the threshold: a threshold row is due at
         # once, so it could be dispatched before the deactivation whatever the margin.
         low = self.kinds.get(guid) in {"deactivate", "metric-late"}
@@ -329,7 +331,7 @@ class AutomationLoad:
             return self._source(guid, version, **base)
         name, _, step = kind.partition(":")
         removes = step == "1" or name == "metric-late"
-        if removes and (min(self.send_at) - datetime.now(UTC)).total_seconds() < self.margin:
+        if removes and (min(self.send_at) - self.clock()).total_seconds() < self.margin:
             self.skipped_changes += 1
             return None
         if name == "date-revert":

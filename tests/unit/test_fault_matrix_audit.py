@@ -96,8 +96,14 @@ def test_expiry_expectation_does_not_remind_again_after_archived_and_active_agai
 
 
 def test_automation_expectation_follows_the_newest_state_and_forbids_what_it_removed() -> None:
-    now = datetime.now(UTC)
-    load = AutomationLoad(seed=3, send_at=(now + timedelta(minutes=5), now + timedelta(hours=1)))
+    # A fixed instant: on the wall clock, after 23:00 UTC the second send time falls on the
+    # next day and the row it wants is due at once (this failed at 23:35 UTC).
+    now = T0
+    load = AutomationLoad(
+        seed=3,
+        send_at=(now + timedelta(minutes=5), now + timedelta(hours=1)),
+        clock=lambda: now,
+    )
     date_setting = load.settings[0]
     guid = uuid.uuid4()
     load.kinds[guid] = "date-revert"
