@@ -262,9 +262,18 @@ class ContractConsumer(Generic[M]):
 
     def _settle(self, batch: Sequence[Decoded[M]], result: object) -> None:
         positions = getattr(result, "applied_positions", None)
-        for i, item in enumerate(batch):
-            applied = positions is None or i in positions
-            self._outcome(item.event, "applied" if applied else "noop")
+        n = len(batch)
+        applied = n if positions is None else sum(1 for i in range(n) if i in positions)
+        # Counted once per outcome, not per message (a labelled child's lookup per event).
+        messages = self.metrics.messages
+        if applied:
+            messages.labels(self.label, "applied").inc(applied)
+        if n - applied:
+            messages.labels(self.label, "noop").inc(n - applied)
+        if self.on_outcome is not None:
+            for i, item in enumerate(batch):
+                on = positions is None or i in positions
+                self.on_outcome(item.event, "applied" if on else "noop", None)
 
     async def _apply(self, batch: list[Decoded[M]]) -> None:
         try:

@@ -145,6 +145,30 @@ def test_processing_latency_is_the_oldest_message_timestamp_to_the_ack_per_agent
     assert consumer.progress.last_timestamp("in-0") == 90.0
 
 
+async def test_a_batch_counts_applied_and_noop_messages_by_the_positions_it_changed() -> None:
+    m = Metrics(CollectorRegistry())
+    seen: list[tuple[int, str]] = []
+
+    async def apply(batch: Sequence[Any]) -> object:
+        return SimpleNamespace(applied_positions={0, 2})
+
+    consumer = ContractConsumer(
+        TopicContract("in", Item, lambda i: str(i.n), "in"),
+        apply,
+        dlq=None,  # type: ignore[arg-type]
+        metrics=m.agents,
+        on_outcome=lambda event, outcome, reason: seen.append((event.message.offset, outcome)),
+    )
+    events = [
+        SimpleNamespace(message=SimpleNamespace(offset=i, value=f'{{"N": {i}}}'.encode()))
+        for i in range(4)
+    ]
+    await consumer.handle_events(events)  # type: ignore[arg-type]
+    assert value(m, "reminders_stream_messages_total", topic="in", result="applied") == 2
+    assert value(m, "reminders_stream_messages_total", topic="in", result="noop") == 2
+    assert seen == [(0, "applied"), (1, "noop"), (2, "applied"), (3, "noop")]
+
+
 def test_build_info_names_the_service_faust_and_aiokafka_versions() -> None:
     m = Metrics(CollectorRegistry())
     labels = {
