@@ -19,7 +19,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -220,6 +220,16 @@ def wire(model: Any) -> dict[str, Any]:
     return dict(model.model_dump(mode="json", by_alias=True))
 
 
+def one_utc_day(first: datetime, second: datetime) -> tuple[datetime, datetime]:
+    """Two send instants (``first`` <= ``second``) on one UTC day: as they are, or, when
+    midnight UTC falls between them, both moved later so that ``first`` is just after it."""
+    if first.astimezone(UTC).date() == second.astimezone(UTC).date():
+        return first, second
+    midnight = datetime.combine(second.astimezone(UTC).date(), time(), tzinfo=UTC)
+    shift = midnight + timedelta(seconds=5) - first
+    return first + shift, second + shift
+
+
 @dataclass
 class AutomationLoad:
     """One business unit (UTC), two DateBased settings due at ``send_at`` instants of today,
@@ -237,8 +247,17 @@ class AutomationLoad:
     kinds: dict[uuid.UUID, str] = field(default_factory=dict)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     """Now: the wall clock for a live load; a fixed instant for a test of its rules."""
+    day: date = field(init=False)
+    """The UTC day of the send instants: every source's ExpiresOn."""
 
     def __post_init__(self) -> None:
+        days = sorted({t.astimezone(UTC).date() for t in self.send_at})
+        if len(days) != 1:
+            raise ValueError(
+                "AutomationLoad: the send instants must fall on one UTC day (a source has one "
+                f"ExpiresOn date), got {', '.join(d.isoformat() for d in days)}; see one_utc_day"
+            )
+        self.day = days[0]
         self.rng = random.Random(self.seed)
         for at in self.send_at:
             self.settings.append(
@@ -322,7 +341,9 @@ class AutomationLoad:
         return sorted(out, key=lambda x: x[0])
 
     def message(self, kind: str, guid: uuid.UUID, version: int) -> dict[str, Any] | None:
-        today = self.clock().date()
+        # The day of the send instants, not the clock's: a load started before midnight UTC
+        # whose rows are due after it wants them then, not a day early (due at once).
+        today = self.day
         # A source deactivated for good never meets the threshold: a threshold row is due at
         # once, so it could be dispatched before the deactivation whatever the margin.
         low = self.kinds.get(guid) in {"deactivate", "metric-late"}

@@ -101,7 +101,7 @@ from devkit.loads.reminder_audit import (
     matrix_rows,
     read_to_end,
 )
-from devkit.loads.slice_loads import AckedSender, AutomationLoad, ExpiryLoad
+from devkit.loads.slice_loads import AckedSender, AutomationLoad, ExpiryLoad, one_utc_day
 from devkit.stacks.private_stack import PrivateStack
 from devkit.workers import WorkerProcess, worker_env
 
@@ -167,7 +167,8 @@ async def test_fault_matrix_every_slice_makes_each_effect_once_through_every_fau
         load_start = datetime.now(UTC)
         automation = AutomationLoad(
             seed=SEED,
-            send_at=(
+            # Both on one UTC day: a run that starts just before midnight sends after it.
+            send_at=one_utc_day(
                 load_start + timedelta(seconds=at(75)),
                 load_start + timedelta(seconds=at(150)),
             ),

@@ -7,6 +7,8 @@ import uuid
 from collections.abc import Hashable
 from datetime import UTC, date, datetime, timedelta
 
+import pytest
+
 from devkit.loads.calendar_load import Acked
 from devkit.loads.reminder_audit import (
     Effect,
@@ -15,7 +17,7 @@ from devkit.loads.reminder_audit import (
     format_matrix,
     matrix_rows,
 )
-from devkit.loads.slice_loads import AutomationLoad, ExpiryLoad, person_document
+from devkit.loads.slice_loads import AutomationLoad, ExpiryLoad, one_utc_day, person_document
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -129,3 +131,33 @@ def test_automation_expectation_follows_the_newest_state_and_forbids_what_it_rem
     expected2, forbidden2, _ = load.expected(until)
     assert set(expected2) == set(expected)
     assert any(str(gone) in k for k in forbidden2)
+
+
+def test_an_automation_load_started_just_before_midnight_wants_its_rows_after_it() -> None:
+    # Started at 23:58 UTC: the send instants (75 s and 150 s on) straddle midnight, so both
+    # move past it; the sources' ExpiresOn is their day, not the clock's (a day early, every
+    # DateBased row would be due at once and dispatched before the changes that remove it).
+    now = datetime(2026, 12, 2, 23, 58, tzinfo=UTC)
+    send_at = one_utc_day(now + timedelta(seconds=75), now + timedelta(seconds=150))
+    assert [t.date() for t in send_at] == [date(2026, 12, 3)] * 2
+    assert send_at[1] - send_at[0] == timedelta(seconds=75)
+    assert send_at[0] > now + timedelta(seconds=75)
+    load = AutomationLoad(seed=5, send_at=send_at, clock=lambda: now)
+    guid = uuid.uuid4()
+    load.kinds[guid] = "plain"
+    first = load.message("create", guid, 1)
+    assert first is not None and first["Attributes"]["ExpiresOn"] == "2026-12-03"
+    load.acked_sources.append(acked(first, now))
+    expected, forbidden, not_due = load.expected(now + timedelta(seconds=30))
+    assert not any(":ExpiresOn:" in k for k in expected)
+    assert not_due == 2  # one row per DateBased setting, due at its send instant
+    assert set(forbidden.values()) == {"not due yet"}
+    later, _, _ = load.expected(send_at[1])
+    assert sorted(on for k, on in later.items() if ":ExpiresOn:" in k) == list(send_at)
+
+
+def test_an_automation_load_refuses_send_instants_on_two_days() -> None:
+    late = datetime(2026, 12, 2, 23, 59, tzinfo=UTC)
+    with pytest.raises(ValueError, match="one UTC day"):
+        AutomationLoad(seed=1, send_at=(late, late + timedelta(minutes=2)))
+    assert one_utc_day(T0, T0 + timedelta(hours=1)) == (T0, T0 + timedelta(hours=1))
