@@ -87,16 +87,6 @@ async def pending_get(
     ``probe`` give only their head row."""
     limits = [1 if lane in probe else per_lane for lane in lanes]
     rows = await conn.fetch(sql("outbox_pending_get"), list(lanes), limits)
-    # The rows of one writer's batch carry the same headers text (its correlation id, the
-    # contract's own): each distinct text is decoded once per call, each row gets its own copy.
-    decoded: dict[str, dict[str, str]] = {}
-
-    def headers(text: str) -> dict[str, str]:
-        found = decoded.get(text)
-        if found is None:
-            found = decoded[text] = _headers(text)
-        return dict(found)
-
     return [
         PendingRow(
             id=int(r["id"]),
@@ -104,7 +94,7 @@ async def pending_get(
             topic=str(r["topic"]),
             key=str(r["key"]),
             payload=str(r["payload"]),
-            headers=headers(r["headers"]),
+            headers=_headers(r["headers"]),
             created_at=r["created_at"],
         )
         for r in rows
