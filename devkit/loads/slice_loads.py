@@ -232,9 +232,10 @@ def one_utc_day(first: datetime, second: datetime) -> tuple[datetime, datetime]:
 
 @dataclass
 class AutomationLoad:
-    """One business unit (UTC), two DateBased settings due at ``send_at`` instants of today,
-    one ThresholdCondition setting (Booked ≥ 90, OncePerSource) and ``sources`` Booking
-    sources, a share of them changed and reverted while their rows are far from due."""
+    """One business unit (UTC), two DateBased settings due at the ``send_at`` instants (on
+    one UTC day: ``one_utc_day``), one ThresholdCondition setting (Booked ≥ 90,
+    OncePerSource) and ``sources`` Booking sources, a share of them changed and reverted
+    while their rows are far from due."""
 
     seed: int
     send_at: tuple[datetime, datetime]

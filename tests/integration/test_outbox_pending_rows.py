@@ -1,6 +1,6 @@
 """The relay's read of a lane (``outbox_pending_get``): rows in id order with their headers
-decoded. Rows of one batch share a headers text, which is decoded once per read; each row
-still gets a mapping of its own."""
+decoded. Rows of one writer's batch share a headers text; each row still gets a mapping of
+its own."""
 
 from __future__ import annotations
 
