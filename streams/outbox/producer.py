@@ -15,6 +15,7 @@ from streams import logs
 from streams.asynctools import describe
 from streams.faust_compat import abort, producer_closed, sender_task
 from streams.metrics import OutboxMetrics
+from streams.outbox.partitioner import kafka_partitioner
 from streams.outbox.records import KafkaHeaders
 
 log = logging.getLogger("streams.outbox.relay")
@@ -57,6 +58,9 @@ def kafka_producer_factory(bootstrap: str, **options: Any) -> ProducerFactory:
             # linger; any linger would only add to every reminder's lateness.
             "linger_ms": 0,
             "max_batch_size": 256 * 1024,
+            # Kafka's default partition for a key, hashed in half aiokafka's time
+            # (streams/outbox/partitioner.py).
+            "partitioner": kafka_partitioner,
         }
         config.update(options)
         # A batch is never larger than one record may be (OUTBOX_MAX_RECORD_BYTES): a topic
