@@ -2,8 +2,8 @@
 Java client and aiokafka's ``DefaultPartitioner`` compute it), in fewer Python operations.
 
 aiokafka's ``murmur2`` reads the key a byte at a time and masks after every step: 5.2 us for
-a 36-byte key, the largest single cost of ``AIOKafkaProducer.send`` (about a quarter of the
-relay's CPU per record under a profiler). This one unpacks the key's 4-byte words in one
+a 36-byte key, the largest single cost of ``AIOKafkaProducer.send`` (0.22 s of 0.95 s
+profiled for 20,000 sends under cProfile). This one unpacks the key's 4-byte words in one
 ``struct`` call and masks only where a product can pass 32 bits: 2.4 us for the same key.
 The partition is the same for every key (tests/unit/test_outbox_partitioner.py checks it
 against aiokafka's own function), so a record lands where any other Kafka producer puts its
