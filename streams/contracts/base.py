@@ -77,7 +77,10 @@ class Contract(BaseModel):
     contract_version: Literal[1] = 1
 
     def to_json(self) -> bytes:
-        return self.model_dump_json(by_alias=True).encode()
+        """The wire form: ``model_dump_json(by_alias=True)`` as UTF-8 bytes, taken from the
+        serializer as bytes (``model_dump_json`` decodes them to text, which was encoded
+        back here: a third of the call's time for an outbox event)."""
+        return self.__pydantic_serializer__.to_json(self, by_alias=True)
 
 
 class StateMessage(Contract):

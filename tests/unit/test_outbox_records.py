@@ -9,11 +9,13 @@ import pytest
 
 from devkit.messages.factories import reminder_due
 from streams.contracts import CALENDAR_EVENTS, REMINDER_DUE
+from streams.contracts.calendar import ReminderDueEvent
 from streams.maintenance.outbox_retention import RetentionConfig
 from streams.outbox.config import RelayConfig
 from streams.outbox.records import (
     OUTBOX_ID_HEADER,
     OutboxRecord,
+    RecordMaker,
     columns,
     outbox_id_of,
     record_for,
@@ -121,3 +123,50 @@ def test_columns_encode_each_records_headers_equal_runs_once() -> None:
     headers = columns(records)[3]
     assert [json.loads(h) for h in headers] == [run, run, other, {}, run]
     assert headers[0] is headers[1]  # one encoding for the run of equal headers
+
+
+def test_a_record_maker_makes_what_record_for_makes_with_the_headers_worked_out_once() -> None:
+    make = RecordMaker(REMINDER_DUE, topic_prefix="t1.", headers={"correlation-id": "r1"})
+    messages = [reminder_due(), reminder_due().model_copy(update={"kind": "Ä" * 64})]
+    made = [make(m) for m in messages]
+    assert made == [
+        record_for(REMINDER_DUE, m, topic_prefix="t1.", headers={"correlation-id": "r1"})
+        for m in messages
+    ]
+    assert list(made[0].headers) == ["correlation-id", "contract-version", "event-type"]
+    assert made[0].headers is made[1].headers  # one dict for the maker's records
+
+
+def test_a_contracts_wire_form_is_its_model_dump_by_alias() -> None:
+    message = reminder_due().model_copy(update={"kind": 'Ä\n"x'})
+    assert message.to_json() == message.model_dump_json(by_alias=True).encode()
+    assert json.loads(message.to_json())["Kind"] == 'Ä\n"x'
+
+
+def test_a_record_maker_refuses_another_model_and_names_a_subclass_as_its_event_type() -> None:
+    class LaterDue(ReminderDueEvent):
+        pass
+
+    make = RecordMaker(REMINDER_DUE)
+    with pytest.raises(TypeError, match="ReminderDueEvent is not the message"):
+        RecordMaker(CALENDAR_EVENTS)(reminder_due())  # type: ignore[arg-type]
+    later = LaterDue(**reminder_due().model_dump())
+    assert make(later).headers["event-type"] == "LaterDue"
+    assert make(reminder_due()).headers["event-type"] == "ReminderDueEvent"
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({"event-type": "Other"}, "event-type"),
+        ({"contract-version": "2"}, "contract-version"),
+        ({"a": 1}, "must have a str value"),
+        ({"": "x"}, "non-empty strings"),
+        ({OUTBOX_ID_HEADER: "1"}, "set by the relay"),
+    ],
+)
+def test_a_record_maker_checks_its_headers_when_made(
+    headers: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        RecordMaker(REMINDER_DUE, headers=headers)  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ from streams.domain.automation.delivery import Delivery
 from streams.domain.automation.immediate import is_immediate_key
 from streams.domain.automation.revalidation import Verdict, VerdictKind
 from streams.domain.automation.rules import SchedulerStatus, retry_plan
-from streams.outbox.records import OutboxRecord, record_for
+from streams.outbox.records import OutboxRecord, RecordMaker
 from streams.slices.automation.handlers import (
     INVALID_DISPATCH,
     Failure,
@@ -84,16 +84,14 @@ def plan_batch(
     InvalidDispatch), a deactivate verdict retires it, a hold verdict keeps it Pending on
     support hold (never sent on a guess), a failure moves it on the backoff ladder."""
     plan = BatchPlan()
+    make = RecordMaker(
+        DISPATCH_REQUESTED, topic_prefix=topic_prefix, headers={"correlation-id": run_id}
+    )
     for row in rows:
         outcome = outcomes[row.scheduler_id]
         if isinstance(outcome, Verdict) and outcome.kind is VerdictKind.VALID:
             try:
-                record = record_for(
-                    DISPATCH_REQUESTED,
-                    dispatch_event(row, now, delivery_of(outcome)),
-                    topic_prefix=topic_prefix,
-                    headers={"correlation-id": run_id},
-                )
+                record = make(dispatch_event(row, now, delivery_of(outcome)))
             except Exception as exc:
                 outcome = Failure(INVALID_DISPATCH, type(exc).__name__)
             else:

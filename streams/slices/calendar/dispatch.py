@@ -18,7 +18,7 @@ from streams.clock import Clock
 from streams.contracts import REMINDER_DUE
 from streams.contracts.calendar import EventStatus, ReminderDueEvent
 from streams.domain.calendar import dispatch_skip_reason
-from streams.outbox.records import OutboxRecord, columns, record_for
+from streams.outbox.records import OutboxRecord, RecordMaker, columns
 from streams.runtime import Runtime
 from streams.slices.calendar.metrics import CalendarDispatchMetrics
 from streams.timers.context import RunContext
@@ -154,23 +154,19 @@ def build_event(row: ClaimedReminder) -> ReminderDueEvent:
     )
 
 
-def _record(row: ClaimedReminder, run_id: str, topic_prefix: str) -> OutboxRecord:
-    return record_for(
-        REMINDER_DUE,
-        build_event(row),
-        topic_prefix=topic_prefix,
-        headers={"correlation-id": run_id},
-    )
+def record_maker(run_id: str, topic_prefix: str) -> RecordMaker[ReminderDueEvent]:
+    """The maker of a run's outbox records (each carries the run id as its correlation id)."""
+    return RecordMaker(REMINDER_DUE, topic_prefix=topic_prefix, headers={"correlation-id": run_id})
 
 
-def reminder_record(row: ClaimedReminder, run_id: str, topic_prefix: str) -> OutboxRecord:
+def reminder_record(row: ClaimedReminder, make: RecordMaker[ReminderDueEvent]) -> OutboxRecord:
     """The row's outbox record (raises if the row cannot make one: poison). When its event
     keeps the input's trace context (tracing on at ingest and now), built in a short
     ``calendar.reminder.send`` span whose parent is that context and which links to the batch
     span current now, so the record's ``traceparent`` continues the input's trace; otherwise
     under the batch's span, with no span of its own (tracing off: no span per row)."""
     if row.source_traceparent is None or not tracing.enabled():
-        return _record(row, run_id, topic_prefix)
+        return make(build_event(row))
     with tracing.continued(
         "calendar.reminder.send",
         row.source_traceparent,
@@ -179,7 +175,20 @@ def reminder_record(row: ClaimedReminder, run_id: str, topic_prefix: str) -> Out
         offsetMinutes=row.offset_minutes,
         tenantId=row.tenant_id,
     ):
-        return _record(row, run_id, topic_prefix)
+        return make(build_event(row))
+
+
+# EventStatus text -> the reason a reminder of such an event is Skipped (None: sent), so a
+# claimed row's status is looked up, not turned into the enum, once per row.
+SKIP_REASONS: dict[str, str | None] = {s.value: dispatch_skip_reason(s) for s in EventStatus}
+
+
+def skip_reason(event_status: str) -> str | None:
+    """``dispatch_skip_reason`` of a claimed row's status (ValueError for an unknown one)."""
+    try:
+        return SKIP_REASONS[event_status]
+    except KeyError:
+        return dispatch_skip_reason(EventStatus(event_status))
 
 
 class CalendarReminderDispatcher:
@@ -299,6 +308,7 @@ class CalendarReminderDispatcher:
         poison: list[tuple[UUID, datetime, str]] = []
         cfg = self.config
         held: set[UUID] = set()
+        make = record_maker(result.run_id, self.topic_prefix)
         try:
             async with transaction(pool) as conn:
                 async with self._claiming:
@@ -307,12 +317,12 @@ class CalendarReminderDispatcher:
                     held = {row.reminder_id for row in rows}
                     self._inflight |= held
                 for row in rows:
-                    reason = dispatch_skip_reason(EventStatus(row.event_status))
+                    reason = skip_reason(row.event_status)
                     if reason is not None:
                         skipped.append((row.reminder_id, "Skipped", reason))
                         continue
                     try:
-                        record = reminder_record(row, result.run_id, self.topic_prefix)
+                        record = reminder_record(row, make)
                     except Exception as exc:  # poison: this row only; the batch goes on
                         retry_at = poison_retry_at(
                             as_of, row.attempts, cfg.poison_backoff, cfg.poison_backoff_max
