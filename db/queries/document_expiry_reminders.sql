@@ -97,8 +97,9 @@ WITH docs AS MATERIALIZED (
     SELECT i.document_id, i.owner_user_id, NULL, NULL, NULL, NULL, i.threshold_days, false
     FROM ins i
 )
-SELECT o.document_id, o.owner_user_id, max(o.type), max(o.number_mask), max(o.expires_at),
-       max(o.days_left), min(o.won) AS t_star, count(*) FILTER (WHERE o.marked)::int
+SELECT o.document_id, o.owner_user_id, max(o.type) AS type, max(o.number_mask) AS number_mask,
+       max(o.expires_at) AS expires_at, max(o.days_left) AS days_left, min(o.won) AS t_star,
+       count(*) FILTER (WHERE o.marked)::int AS skipped
 FROM outcome o
 GROUP BY o.document_id, o.owner_user_id
 ORDER BY o.owner_user_id, max(o.expires_at), o.document_id;
