@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,3 +206,44 @@ def scale_measures(
         for label, unit, a, b, note in sources
         if a is not None and b is not None
     ]
+
+
+def own_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` itself and its reaped children (0 when it is gone); its live
+    children are not counted (``tree_cpu`` counts them)."""
+    stat = _stat(pid)
+    return 0.0 if stat is None else stat[1] + stat[2]
+
+
+def kafka_pid() -> int | None:
+    """The local stack's Kafka broker (node 1, stack/stack.sh's pid file), or None when the
+    bench runs against a broker elsewhere."""
+    return _read_pid(Path(__file__).resolve().parent.parent / ".dev" / "kafka" / "kafka.pid")
+
+
+class CpuSplit:
+    """CPU seconds over one window, per source: ``sources`` maps a name to a function giving
+    that source's CPU seconds so far (None: not measurable here). ``start()`` before,
+    ``stop()`` after; ``stop()`` returns each source's seconds in the window."""
+
+    def __init__(self, sources: dict[str, Callable[[], float | None]]) -> None:
+        self.sources = sources
+        self._start: dict[str, float | None] = {}
+
+    def start(self) -> None:
+        self._start = {name: read() for name, read in self.sources.items()}
+
+    def stop(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for name, read in self.sources.items():
+            before, after = self._start.get(name), read()
+            out[name] = None if before is None or after is None else after - before
+        return out
+
+
+def split_text(split: dict[str, float | None]) -> str:
+    """``name 1.2 s, other n/a, …``."""
+    return ", ".join(
+        f"{name} {'n/a' if seconds is None else f'{seconds:.1f} s'}"
+        for name, seconds in split.items()
+    )

@@ -8,16 +8,29 @@ processes (the workers and the run's process) and of PostgreSQL for one and two 
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
-from bench.cpu import CpuMeter, PerEvent, per_event, scale_measures
+from bench.cpu import (
+    CpuMeter,
+    CpuSplit,
+    PerEvent,
+    kafka_pid,
+    own_cpu,
+    per_event,
+    postmaster_pid,
+    scale_measures,
+    split_text,
+    tree_cpu,
+)
 from bench.expiry_support import (
     KAFKA_BOOTSTRAP,
     database,
@@ -158,13 +171,17 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
         seed = seed_url.rsplit("/", 1)[1]
 
         async with database(template=seed) as url:
+            split = CpuSplit(await cpu_sources(url, []))
+            split.start()
             done, events, seconds = await bare(url, as_of)
+            bare_cpu = split.stop()
             assert done == owners, (done, owners)
             figures["bare_seconds"] = seconds
             print(
                 f"  bare SQL, one statement per 500 owners   {seconds:7.1f} s  "
                 f"{owners / seconds:>9,.0f} owners/s  ({events:,} events)"
             )
+            print(f"    CPU over the bare statement: {split_text(bare_cpu)}")
 
         async with database(template=seed) as url:
             prefix = f"bx{uuid.uuid4().hex[:8]}."
@@ -172,7 +189,7 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
             await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
             with worker(env, tmp, "warm") as warm_worker:
                 await wait_ready(warm_worker)
-                first, wall, cpu_one, breakdown = await measured_run(
+                first, wall, cpu_one, breakdown, run_cpu = await measured_run(
                     url, env, as_of, warm_worker.pids[:1]
                 )
                 c = counts(first)
@@ -186,6 +203,11 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
                 figures["ratio"] = figures["bare_seconds"] / wall
                 print(f"  ratio bare/real (time) = {figures['ratio']:.2f}")
                 print(f"    {cpu_one.text('workers + run')}")
+                print(f"    {cpu_bound_text(run_cpu, figures['bare_seconds'])}")
+                figures.update(
+                    run_cpu_seconds=sum(v for v in run_cpu.values() if v is not None),
+                    bare_cpu_seconds=sum(v for v in bare_cpu.values() if v is not None),
+                )
                 print_breakdown(breakdown)
                 before = await metric(warm_worker, "reminders_db_statements_total")
                 second, here = await manual_run(env, as_of, rerun=True)
@@ -203,13 +225,14 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
                 assert counts(third)["reminders_sent"] == 0
         figures.update(statements_cache=warm, statements_no_cache=cold)
         async with database(template=seed) as url:
-            wall2, cpu_two, breakdown = await two_workers(url, tmp, as_of, owners)
+            wall2, cpu_two, breakdown, run_cpu2 = await two_workers(url, tmp, as_of, owners)
             figures["two_workers_seconds"] = wall2
             print(
                 f"  real run, two workers (one group)        {wall2:7.1f} s  "
                 f"{owners / wall2:>9,.0f} owners/s  ratio to one {wall / wall2:.2f} (speed-up)"
             )
             print(f"    {cpu_two.text('workers + run')}")
+            print(f"    {cpu_bound_text(run_cpu2, figures['bare_seconds'])}")
             print_breakdown(breakdown)
         print("  second run over the same data (nothing new to send): statements to PostgreSQL")
         print(
@@ -246,32 +269,72 @@ def print_breakdown(breakdown: list[str]) -> None:
         print(f"    {line}")
 
 
+async def cpu_sources(url: str, workers: list[int]) -> dict[str, Callable[[], float | None]]:
+    """Where a run's CPU goes (bench/cpu.py ``CpuSplit``): PostgreSQL's server, the workers'
+    own processes, their timer processes (where the relay runs), this process (the run's
+    scan and fan-out) and the local Kafka broker; with no workers, PostgreSQL and Kafka."""
+    conn = await asyncpg.connect(url)
+    try:
+        postmaster = await postmaster_pid(conn)
+    finally:
+        await conn.close()
+    broker = kafka_pid()
+    sources: dict[str, Callable[[], float | None]] = {
+        "PostgreSQL": lambda: None if postmaster is None else tree_cpu([postmaster]),
+    }
+    if workers:
+        sources["workers"] = lambda: sum(own_cpu(p) for p in workers)
+        sources["their timer processes (the relay)"] = lambda: (
+            tree_cpu(workers) - sum(own_cpu(p) for p in workers)
+        )
+        sources["the run's process"] = time.process_time
+    sources["Kafka"] = lambda: None if broker is None else own_cpu(broker)
+    return sources
+
+
+def cpu_bound_text(split: dict[str, float | None], bare_seconds: float) -> str:
+    """The run's CPU by source, and the shortest the run could take on this machine's cores
+    with that CPU (every core busy throughout) against the bare statement's time."""
+    total = sum(v for v in split.values() if v is not None)
+    cores = os.cpu_count() or 1
+    floor = total / cores
+    return (
+        f"CPU over the run: {split_text(split)}; {total:.1f} s in all, so at least "
+        f"{floor:.1f} s on {cores} cores = {floor / bare_seconds:.2f}x the bare statement's "
+        f"{bare_seconds:.1f} s"
+    )
+
+
 async def measured_run(
     url: str, env: dict[str, str], as_of: datetime, pids: list[int]
-) -> tuple[RunRecord, float, PerEvent, list[str]]:
+) -> tuple[RunRecord, float, PerEvent, list[str], dict[str, float | None]]:
     """The first run, timed, with CPU per document of ``pids`` + this process (the run's
-    scan and fan-out) and of PostgreSQL, and its statement breakdown (to print under the
-    run's line: printed here, it came before it and read as the previous run's)."""
+    scan and fan-out) and of PostgreSQL, the same CPU by source (``cpu_sources``), and its
+    statement breakdown (to print under the run's line: printed here, it came before it and
+    read as the previous run's)."""
+    split = CpuSplit(await cpu_sources(url, pids))
     conn = await asyncpg.connect(url)
     try:
         meter = CpuMeter(conn)
         mine = time.process_time()
         statements = await snapshot(conn)
         before = await meter.sample(pids)
+        split.start()
         t = time.perf_counter()
         record, _ = await manual_run(env, as_of, rerun=False)
         wall = time.perf_counter() - t
+        by_source = split.stop()
         after = await meter.sample(pids, time.process_time() - mine)
         breakdown = lines(statements, await snapshot(conn))
         documents = int(counts(record)["reminders_sent"])
-        return record, wall, per_event(before, after, documents), breakdown
+        return record, wall, per_event(before, after, documents), breakdown, by_source
     finally:
         await conn.close()
 
 
 async def two_workers(
     url: str, tmp: Path, as_of: datetime, owners: int
-) -> tuple[float, PerEvent, list[str]]:
+) -> tuple[float, PerEvent, list[str], dict[str, float | None]]:
     """The first run by two workers of one group (the owner partitions split between them)."""
     prefix = f"bx{uuid.uuid4().hex[:8]}."
     env = worker_settings(url, prefix, tmp / "two-a")
@@ -283,9 +346,11 @@ async def two_workers(
         )
         for w in (a, b):
             await wait_ready(w)
-        record, wall, cpu, breakdown = await measured_run(url, env, as_of, [a.pids[0], b.pids[0]])
+        record, wall, cpu, breakdown, by_source = await measured_run(
+            url, env, as_of, [a.pids[0], b.pids[0]]
+        )
         assert counts(record)["owners_done"] == owners, counts(record)
-        return wall, cpu, breakdown
+        return wall, cpu, breakdown, by_source
 
 
 QUICK = {"owners": 2_000}
@@ -304,6 +369,17 @@ def measures(figures: dict[str, float], owners: int, documents: int) -> list[Mea
             higher_is_better=False,
             bench="expiry",
             detail=size + "; reference: one bare SQL statement per 500 owners",
+        ),
+        measure(
+            "expiry: CPU of the run vs the bare statement's",
+            "s",
+            figures["run_cpu_seconds"],
+            figures["bare_cpu_seconds"],
+            higher_is_better=False,
+            bench="expiry",
+            detail=size + "; PostgreSQL, the worker, its timer process (the relay), the run's "
+            "process and the local Kafka broker, against PostgreSQL and Kafka over the bare "
+            "statement; this CPU over the machine's cores bounds the run's time from below",
         ),
         measure(
             "expiry: second run, statements with vs without cache",
