@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
+import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -79,18 +82,51 @@ exporters:
 
 
 class Jaeger:
+    """A Jaeger started on free ports, up once its query API answers and its OTLP receiver
+    takes an (empty) export. A port picked free can be taken before Jaeger binds it (CI saw
+    "bind: address already in use" for the OTLP receiver, and every span of the test was
+    lost): Jaeger then exits, and it is started again on other ports."""
+
+    ATTEMPTS = 3
+    READY_WITHIN = 60.0
+
     def __init__(self, tmp: Path) -> None:
-        self.query, self.otlp = free_port(), free_port()
-        config = tmp / "jaeger.yaml"
-        config.write_text(CONFIG.format(query=self.query, query_grpc=free_port(), otlp=self.otlp))
+        self.tmp = tmp
         self.log = tmp / "jaeger.log"
-        with self.log.open("wb") as out:
+        for attempt in range(1, self.ATTEMPTS + 1):
+            if self._start(attempt):
+                return
+        raise RuntimeError(
+            f"Jaeger did not start in {self.ATTEMPTS} attempts: {self.log.read_text()[-2000:]}"
+        )
+
+    def _start(self, attempt: int) -> bool:
+        ports: list[int] = []
+        while len(ports) < 3:  # three distinct ports: query, its gRPC, OTLP
+            port = free_port()
+            if port not in ports:
+                ports.append(port)
+        self.query, query_grpc, self.otlp = ports
+        config = self.tmp / "jaeger.yaml"
+        config.write_text(CONFIG.format(query=self.query, query_grpc=query_grpc, otlp=self.otlp))
+        with self.log.open("ab") as out:
+            out.write(f"--- attempt {attempt}: ports {ports}\n".encode())
+            out.flush()
             self.proc = subprocess.Popen(
                 [str(JAEGER), "--config", f"file:{config}"],
-                cwd=tmp,
+                cwd=self.tmp,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
+        deadline = time.monotonic() + self.READY_WITHIN
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False  # exited: a port was taken, try others
+            if self.get("/api/services") is not None and _otlp_takes(self.otlp):
+                return self.proc.poll() is None
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"Jaeger not serving within {self.READY_WITHIN:g}s: see {self.log}")
 
     def get(self, path: str) -> Any:
         try:
@@ -114,18 +150,60 @@ class Jaeger:
             self.proc.wait()
 
 
-@pytest.fixture
-def jaeger(tmp_path: Path) -> Iterator[Jaeger]:
+def _otlp_takes(port: int) -> bool:
+    """An empty OTLP/HTTP export to ``port`` is accepted (Jaeger's receiver, not just anyone
+    listening there)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/traces",
+        data=b"{}",
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def _built() -> None:
     if not JAEGER.is_file():
         reason = f"{JAEGER} is not built (python -m devkit.jaeger)"
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+@pytest.fixture
+def jaeger(tmp_path: Path) -> Iterator[Jaeger]:
+    _built()
     j = Jaeger(tmp_path)
     try:
         yield j
     finally:
         j.stop()
+
+
+def test_jaeger_starts_again_on_other_ports_when_its_otlp_port_was_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port race CI hit: the OTLP port picked free is taken before Jaeger binds it.
+    Jaeger exits; the fixture must not hand out a Jaeger that loses every span."""
+    _built()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        real = free_port
+        picks = iter([real(), real(), busy])
+        monkeypatch.setattr(sys.modules[__name__], "free_port", lambda: next(picks, None) or real())
+        j = Jaeger(tmp_path)
+        try:
+            assert j.otlp != busy
+            assert _otlp_takes(j.otlp)
+            assert j.log.read_text().count("--- attempt") == 2, j.log.read_text()[-2000:]
+        finally:
+            j.stop()
 
 
 def tags(span: dict[str, Any]) -> dict[str, Any]:
