@@ -114,11 +114,16 @@ class TimerProcess:
     @property
     def late(self) -> tuple[str, float]:
         """What of the running child is the most behind, and by how many seconds: ``silent``
-        (since its last line) or one of its loops (past the turn it promised)."""
+        (since its last line) or one of its loops (past the turn it promised). A child silent
+        past ``stall_seconds`` is ``silent`` whatever its loops last said: their figures come
+        from its last line and say nothing about a child that stopped (a loop already late
+        in that line would otherwise name the stall for as long as the child says nothing)."""
         if not self._ready.is_set():
             return "silent", 0.0
         now = time.monotonic()
         worst = ("silent", now - self._heard)
+        if self.stall_seconds is not None and worst[1] > self.stall_seconds:
+            return worst
         for source, due in self._due.items():
             if now - due > worst[1]:
                 worst = (source, now - due)
