@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,6 +14,20 @@ from bench.cpu import CpuSplit, Sample, own_cpu, per_event, split_text, tagged, 
 from bench.expiry import cpu_bound_text
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+
+
+@contextlib.contextmanager
+def done_child(script: str) -> Iterator[int]:
+    """A Python child running ``script``, its pid once it has printed ``done`` (it then waits
+    on stdin, alive while the caller reads it); killed afterwards."""
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as child:
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "done"
+            yield child.pid
+        finally:
+            child.kill()
 
 
 def test_a_live_child_and_a_reaped_grandchild_count_in_the_tree() -> None:
@@ -23,15 +39,9 @@ def test_a_live_child_and_a_reaped_grandchild_count_in_the_tree() -> None:
         + f"subprocess.run([sys.executable, '-c', {BURN!r}], check=True)\n"
         + "print('done', flush=True)\nsys.stdin.readline()\n"
     )
-    with subprocess.Popen(
-        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    ) as child:
-        try:
-            assert child.stdout is not None and child.stdout.readline().strip() == "done"
-            seconds = tree_cpu([child.pid])
-            assert 0.55 <= seconds < 5.0, seconds
-        finally:
-            child.kill()
+    with done_child(script) as pid:
+        seconds = tree_cpu([pid])
+        assert 0.55 <= seconds < 5.0, seconds
 
 
 def test_a_gone_process_counts_nothing() -> None:
@@ -78,15 +88,9 @@ def test_a_process_own_cpu_leaves_its_live_children_out() -> None:
         + "assert kid.stdout.readline().strip() == 'burnt'\n"
         + "print('done', flush=True)\nsys.stdin.readline()\nkid.kill()\n"
     )
-    with subprocess.Popen(
-        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    ) as child:
-        try:
-            assert child.stdout is not None and child.stdout.readline().strip() == "done"
-            own, tree = own_cpu(child.pid), tree_cpu([child.pid])
-            assert 0.25 <= own < tree - 0.25, (own, tree)
-        finally:
-            child.kill()
+    with done_child(script) as pid:
+        own, tree = own_cpu(pid), tree_cpu([pid])
+        assert 0.25 <= own < tree - 0.25, (own, tree)
 
 
 def test_the_cpu_bound_of_a_run_is_its_cpu_over_the_cores() -> None:
