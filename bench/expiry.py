@@ -97,6 +97,11 @@ async def bare(url: str, as_of: datetime, batch: int = 500) -> tuple[int, int, f
     window = scan_window(today, DEFAULT_THRESHOLDS)
     conn = await asyncpg.connect(url)
     try:
+        # Planned for its parameters every time: a generic plan (from a prepared statement's
+        # sixth execution on) guesses a few hundred documents in the window and reads all
+        # of them from the covering ExpiresAt index to find 500 owners (120 ms a batch
+        # instead of 55 on 250,000 documents). The reference gets its best plan.
+        await conn.execute("SET plan_cache_mode = force_custom_plan")
         owners = events = 0
         after = uuid.UUID(int=0)
         run = uuid.uuid4().hex[:12]
