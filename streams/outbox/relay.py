@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -23,6 +22,7 @@ from streams.clock import Clock, SystemClock
 from streams.kafka_client import security_options
 from streams.metrics import OutboxMetrics
 from streams.outbox.config import RelayConfig, RelayNotOpen, RelayResult
+from streams.outbox.gauges import GaugeSchedule
 from streams.outbox.lanes import LaneCooldown
 from streams.outbox.limits import topics_below_limit
 from streams.outbox.listener import NotifyListener
@@ -101,7 +101,7 @@ class OutboxRelay:
         )
         self._task: asyncio.Task[None] | None = None
         self._listener_task: asyncio.Task[None] | None = None
-        self._metrics_due = -math.inf
+        self._gauges = GaugeSchedule(self.config.metrics_interval)
         # Run once at start(), in the background: the topics' limits against the producer's.
         self._topic_check = topic_check
         self._check_task: asyncio.Task[object] | None = None
@@ -312,13 +312,14 @@ class OutboxRelay:
             await wait_any(self._wake, self._stopping, within=self.config.poll_interval)
 
     async def _refresh_metrics_if_due(self) -> None:
-        now = self._clock.monotonic()
-        if now < self._metrics_due:
+        started = self._clock.monotonic()
+        if not self._gauges.due(started):
             return
-        self._metrics_due = now + self.config.metrics_interval
         try:
             await self.refresh_metrics()
         except Exception as exc:
             logs.event(
                 log, logging.WARNING, "outbox_metrics_failed", relay=self.name, error=describe(exc)
             )
+        finally:
+            self._gauges.read(started, self._clock.monotonic())
