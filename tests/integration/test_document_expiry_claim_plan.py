@@ -12,7 +12,7 @@ plan made for its parameters and on a generic one alike.
 
 The scan needs each document's owner, status and deletion flag: with them included in the
 ExpiresAt index (migration 0028) it is an index-only scan, no heap page visited per document
-(2.8-3.0 s of statement time over 1,000,000 documents before, 1.5 s after).
+on an all-visible page (2.8-3.0 s of statement time over 1,000,000 documents before, 1.5 s after).
 """
 
 from __future__ import annotations
@@ -188,4 +188,6 @@ async def test_the_run_scan_reads_the_window_from_the_index_alone(database_url: 
     for node in scans:
         assert node["Node Type"] == "Index Only Scan", node["Node Type"]
         assert node["Index Name"] == "ix_person_documents_expires_at"
-        assert node["Heap Fetches"] == 0
+        # Its heap fetches are not checked: they follow the visibility map, and VACUUM
+        # cannot mark a page all-visible while another session's older transaction runs
+        # (CI's parallel tests: 1,323 of 9,500).
