@@ -106,12 +106,16 @@ async def checksum(url: str) -> tuple[int, int, str, str]:
         await conn.close()
 
 
-async def run_workers(prefix: str, events: int, count: int, *, restart: bool = False) -> WorkerRun:
-    """``count`` worker processes (one consumer group) ingest the topic into a fresh database;
-    ``restart``: then time a worker's restart with its data directory kept and empty."""
+async def run_workers(
+    prefix: str, events: int, count: int, *, restart: bool = False, attempt: int = 1
+) -> WorkerRun:
+    """``count`` worker processes (one consumer group, its own for each ``attempt``) ingest the
+    topic into a fresh database; ``restart``: then time a worker's restart with its data
+    directory kept and empty."""
     async with database() as url:
         tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-        env = worker_env(url, KAFKA_BOOTSTRAP, prefix, APP_ID=f"{prefix}reminders-{count}w")
+        app_id = f"{prefix}reminders-{count}w" + (f"-r{attempt}" if attempt > 1 else "")
+        env = worker_env(url, KAFKA_BOOTSTRAP, prefix, APP_ID=app_id)
         procs = [WorkerProcess(env, tmp, f"ingest-worker-{i}") for i in range(count)]
         conn = await asyncpg.connect(url)
         meter = CpuMeter(conn)
@@ -184,25 +188,35 @@ async def run(events: int = 50_000) -> list[Measure]:
 
         consumed = await consume_only(topic, events)
         print(f"  bare aiokafka consume, no processing      {consumed:>9,.0f} msgs/s")
-        async with database() as url:
-            bare = await bare_pipeline(url, topic, f"{prefix}bare-pipeline", events)
-            expected = await checksum(url)
+        # Best of two rounds each, alternating (as the automation bench does): one round of
+        # a few seconds moved either side by up to 30% on this host, the same code giving
+        # 0.73x to 0.97x in back-to-back runs.
+        bares: list[float] = []
+        ones: list[WorkerRun] = []
+        for attempt in (1, 2):
+            async with database() as url:
+                group = f"{prefix}bare-pipeline-r{attempt}"
+                bares.append(await bare_pipeline(url, topic, group, events))
+                expected = await checksum(url)
+            print(
+                f"  bare pipeline (consume+json+asyncpg)     {bares[-1]:>9,.0f} events/s  "
+                f"({expected[0]:,} events, {expected[1]:,} reminder rows)"
+            )
+            ones.append(await run_workers(prefix, events, 1, restart=attempt == 1, attempt=attempt))
+            print(f"  one worker                               {ones[-1].rate:>9,.0f} events/s")
+        bare = max(bares)
+        one = max(ones, key=lambda r: r.rate)
+        rss, hwm = ones[0].rss[0]
         print(
-            f"  bare pipeline (consume+json+asyncpg)     {bare:>9,.0f} events/s  "
-            f"({expected[0]:,} events, {expected[1]:,} reminder rows)"
-        )
-        one = await run_workers(prefix, events, 1, restart=True)
-        rss, hwm = one.rss[0]
-        print(
-            f"  one worker                               {one.rate:>9,.0f} events/s  "
-            f"ratio to the bare pipeline {one.rate / bare:.2f}   (target >= 5,000/s and >= 0.5)"
+            f"  best of two: one worker {one.rate:,.0f} events/s, bare pipeline {bare:,.0f} "
+            f"events/s, ratio {one.rate / bare:.2f}   (target >= 5,000/s and >= 0.8)"
         )
         print(
             f"  worker memory after ingest (worker + timer process): VmRSS {rss:.0f} MB, "
             f"peak VmHWM {hwm:.0f} MB"
         )
-        assert one.restart is not None
-        kept, empty = one.restart
+        assert ones[0].restart is not None
+        kept, empty = ones[0].restart
         print(
             f"  restart to ready: data directory kept {kept:.1f} s, empty {empty:.1f} s "
             f"(tables rebuilt from the changelogs of {events:,} events)"
@@ -216,7 +230,8 @@ async def run(events: int = 50_000) -> list[Measure]:
         for label, ran in (("one worker ", one), ("two workers", two)):
             if ran.cpu is not None:
                 print(f"  {label}: {ran.cpu.text('workers')}")
-        for label, got in (("one worker", one.checksum), ("two workers", two.checksum)):
+        runs = [(f"one worker (round {i})", r.checksum) for i, r in enumerate(ones, 1)]
+        for label, got in [*runs, ("two workers", two.checksum)]:
             if got != expected:
                 print(f"  WARNING: {label} wrote other rows than the bare pipeline: {got[:2]}")
     finally:
