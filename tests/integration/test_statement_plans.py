@@ -40,17 +40,22 @@ async def write(conn: asyncpg.Connection, batch: list[Any]) -> int:
         if "plan:" in text:
             plans.append(json.loads(text.split("plan:", 1)[1]))
 
-    origins = {str(e.event_id): Origin(0, i) for i, e in enumerate(batch)}
     conn.add_log_listener(listen)
     try:
-        writer = CalendarEventsWriter()
-        fingerprints = {writer.key(e): writer.fingerprint(e) for e in batch}
-        await writer.write(conn, batch, [], T0, origins, fingerprints)
+        await apply(conn, batch)
     finally:
         conn.remove_log_listener(listen)
     statement = [p for p in plans if "calendar.events AS e" in p["Query Text"]]
     assert len(statement) == 1, "the batch statement's plan was not reported"
     return reminder_rows_read(statement[0]["Plan"])
+
+
+async def apply(conn: asyncpg.Connection, batch: list[Any]) -> None:
+    """The worker's calendar writer on one batch, in the transaction it is given."""
+    origins = {str(e.event_id): Origin(0, i) for i, e in enumerate(batch)}
+    writer = CalendarEventsWriter()
+    fingerprints = {writer.key(e): writer.fingerprint(e) for e in batch}
+    await writer.write(conn, batch, [], T0, origins, fingerprints)
 
 
 async def explained(conn: asyncpg.Connection) -> None:
@@ -114,3 +119,40 @@ async def test_a_batch_transaction_plans_its_statements_for_the_batch(database_u
     # estimate away from the full read, so the appliers keep planning for the batch.
     assert planned_for_batch < 50
     assert kept_generic < PENDING
+
+
+FOREIGN_KEY_CHECK = """
+SELECT coalesce(sum(s.calls), 0)::int AS calls, coalesce(sum(s.plans), 0)::int AS plans
+FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+WHERE d.datname = current_database() AND s.query LIKE '%FOR KEY SHARE OF%'
+"""
+
+
+async def test_a_batch_plans_its_statement_not_each_foreign_key_check(database_url: str) -> None:
+    # The reminders a batch inserts are checked against calendar.events (their foreign key),
+    # one query per row inside PostgreSQL. Planning the batch statement for its batch must
+    # not plan that query again for every row: `SET LOCAL plan_cache_mode =
+    # force_custom_plan` did, 21 µs of PostgreSQL CPU per ingested event (docs/benchmarks.md).
+    pool = await create_pool(database_url, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as conn:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        stored = events(300)
+        for i in range(0, len(stored), 100):
+            async with transaction(pool, plan_for_parameters=True) as conn:
+                # Count the queries PostgreSQL runs inside statements (superuser settings, as
+                # the test stack's role is).
+                await conn.execute(
+                    "SET LOCAL pg_stat_statements.track = 'all';"
+                    " SET LOCAL pg_stat_statements.track_planning = on"
+                )
+                await apply(conn, stored[i : i + 100])
+        async with pool.acquire() as conn:
+            checks = await conn.fetchrow(FOREIGN_KEY_CHECK)
+            reminders = await conn.fetchval("SELECT count(*) FROM calendar.event_reminders")
+    finally:
+        await pool.close()
+    assert reminders == 600
+    assert checks["calls"] == reminders, "the foreign key checks were not counted"
+    # A cached query is planned for its first five runs, then its generic plan is kept.
+    assert checks["plans"] <= 6, f"planned {checks['plans']} times for {reminders} checks"
