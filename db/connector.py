@@ -20,7 +20,7 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -301,10 +301,7 @@ async def transaction(
     of keys, and one made while a table was small scans it whole on every later batch
     (tests/integration/test_statement_plans.py)."""
     async with translating(), pool.acquire() as conn, conn.transaction():
-        if not plan_for_parameters:
-            yield conn
-            return
-        with conn.planning_for_parameters():
+        with conn.planning_for_parameters() if plan_for_parameters else nullcontext():
             yield conn
 
 
