@@ -61,16 +61,53 @@ WHERE o.id = a.id
 """
 
 
-async def bare(url: str, rows: int) -> tuple[float, PerEvent]:
-    conn = await asyncpg.connect(url)
-    # The relay's own partitioner: the reference hashes keys as cheaply as the relay does.
-    producer = AIOKafkaProducer(
+def bare_producer() -> AIOKafkaProducer:
+    """The bare loop's producer: idempotent, acks=all, the relay's own partitioner (the
+    reference hashes keys as cheaply as the relay does)."""
+    return AIOKafkaProducer(
         bootstrap_servers=KAFKA_BOOTSTRAP,
         acks="all",
         enable_idempotence=True,
         linger_ms=0,
         partitioner=kafka_partitioner,
     )
+
+
+async def bare_pass(
+    conn: asyncpg.Connection, producer: AIOKafkaProducer, after: int, topic_prefix: str = ""
+) -> tuple[int, int]:
+    """One transaction of the bare loop: the lock, the next rows after id ``after``, sent
+    (to ``topic_prefix`` + their topic) and acknowledged, marked. Returns (rows, last id)."""
+    async with conn.transaction():
+        await conn.execute(LOCK)
+        batch = await conn.fetch(CLAIM, BATCH, after)
+        if not batch:
+            return 0, after
+        acks = []
+        for r in batch:
+            headers = [(k, str(v).encode()) for k, v in json.loads(r["headers"]).items()]
+            headers.append(("outbox-id", str(r["id"]).encode()))
+            acks.append(
+                await producer.send(
+                    topic_prefix + r["topic"],
+                    value=r["payload"].encode(),
+                    key=r["key"].encode(),
+                    headers=headers,
+                )
+            )
+        metas = await asyncio.gather(*acks)
+        await conn.execute(
+            MARK,
+            [r["id"] for r in batch],
+            [m.partition for m in metas],
+            [m.offset for m in metas],
+        )
+        return len(batch), batch[-1]["id"]
+
+
+async def bare(url: str, rows: int) -> tuple[float, PerEvent]:
+    conn = await asyncpg.connect(url)
+    producer = bare_producer()
     await producer.start()
     try:
         meter = CpuMeter(conn)
@@ -79,31 +116,10 @@ async def bare(url: str, rows: int) -> tuple[float, PerEvent]:
         t = time.perf_counter()
         sent, last = 0, 0
         while sent < rows:
-            async with conn.transaction():
-                await conn.execute(LOCK)
-                batch = await conn.fetch(CLAIM, BATCH, last)
-                if not batch:
-                    break
-                acks = []
-                for r in batch:
-                    headers = [(k, str(v).encode()) for k, v in json.loads(r["headers"]).items()]
-                    headers.append(("outbox-id", str(r["id"]).encode()))
-                    acks.append(
-                        await producer.send(
-                            r["topic"],
-                            value=r["payload"].encode(),
-                            key=r["key"].encode(),
-                            headers=headers,
-                        )
-                    )
-                metas = await asyncio.gather(*acks)
-                await conn.execute(
-                    MARK,
-                    [r["id"] for r in batch],
-                    [m.partition for m in metas],
-                    [m.offset for m in metas],
-                )
-                sent, last = sent + len(batch), batch[-1]["id"]
+            n, last = await bare_pass(conn, producer, last)
+            if not n:
+                break
+            sent += n
         seconds = time.perf_counter() - t
         after = await meter.sample([], time.process_time() - mine)
         assert sent == rows, (sent, rows)
