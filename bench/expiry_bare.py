@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import asyncpg
@@ -120,28 +121,43 @@ class Published:
         self.seconds = 0.0
 
 
+async def follow(
+    publish_pass: Callable[[], Awaitable[int]], wrote: asyncio.Event, finished: asyncio.Event
+) -> int:
+    """Run ``publish_pass`` (it publishes the next rows, returns how many) as the writer
+    commits (``wrote``) until the writer is ``finished`` and a pass begun after that finds
+    nothing; returns the rows published."""
+    rows = 0
+    while True:
+        # Read before the pass: once the writer had finished, the pass sees every row.
+        done = finished.is_set()
+        wrote.clear()
+        n = await publish_pass()
+        rows += n
+        if n:
+            continue
+        if done:
+            return rows
+        await wrote.wait()
+
+
 async def publish_following(
     url: str, wrote: asyncio.Event, finished: asyncio.Event, prefix: str, out: Published
 ) -> None:
-    """Publish the outbox's rows as the statement commits them (``wrote``), until the
-    statement is ``finished`` and every row it wrote is published."""
+    """Publish the outbox's rows as the statement commits them (``follow``)."""
     conn = await asyncpg.connect(url)
     producer = bare_producer()
     await producer.start()
     t = time.perf_counter()
+    last = 0
+
+    async def publish_pass() -> int:
+        nonlocal last
+        n, last = await bare_pass(conn, producer, last, prefix)
+        return n
+
     try:
-        last = 0
-        while True:
-            # Read before the pass: when it was set, the pass sees every row there will be.
-            done = finished.is_set()
-            wrote.clear()
-            n, last = await bare_pass(conn, producer, last, prefix)
-            out.rows += n
-            if n:
-                continue
-            if done:
-                break
-            await wrote.wait()
+        out.rows = await follow(publish_pass, wrote, finished)
         out.seconds = time.perf_counter() - t
     finally:
         await producer.stop()
