@@ -23,6 +23,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
@@ -113,12 +114,12 @@ async def bare(
         await conn.close()
 
 
+@dataclass
 class Published:
     """What the publisher beside the statement did: rows, and seconds from the start."""
 
-    def __init__(self) -> None:
-        self.rows = 0
-        self.seconds = 0.0
+    rows: int = 0
+    seconds: float = 0.0
 
 
 async def follow(
