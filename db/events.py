@@ -24,10 +24,12 @@ Source = tuple[int, int]
 class EventsApplied:
     """What one batch of event states did."""
 
-    applied: set[UUID]
-    """Events whose new state was stored (the rest were stale or replayed)."""
-    made_pending: list[datetime]
-    """DueAt of every reminder row made Pending (inserted, or a Skipped one re-opened)."""
+    applied: set[str]
+    """EventIds (text) whose new state was stored (the rest were stale or replayed)."""
+    made_pending: int
+    """Reminder rows made Pending (inserted, or a Skipped one re-opened)."""
+    earliest_due: datetime | None
+    """The earliest DueAt of those rows (None when there are none)."""
     skipped: int
     """Pending reminders the stored states no longer want, now Skipped."""
 
@@ -52,10 +54,9 @@ async def apply(
     (``traceparents``, validated by streams.tracing; NULL for the others); one statement for
     the batch."""
     if not events:
-        return EventsApplied(set(), [], 0)
+        return EventsApplied(set(), 0, None, 0)
     src = [(sources or {}).get(e.event_id) for e in events]
-    rows = await conn.fetch(
-        sql("events_apply"),
+    args = (
         [e.event_id for e in events],
         [e.tenant_id for e in events],
         [e.owner_user_id for e in events],
@@ -80,17 +81,10 @@ async def apply(
         list(fingerprints),
         [(traceparents or {}).get(e.event_id) for e in events],
     )
-    applied: set[UUID] = set()
-    made: list[datetime] = []
-    skipped = 0
-    for r in rows:
-        if r["event_id"] is not None:
-            applied.add(r["event_id"])
-        elif r["due_at"] is not None:
-            made.append(r["due_at"])
-        else:
-            skipped = int(r["skipped"])
-    return EventsApplied(applied, made, skipped)
+    row = await conn.fetchrow(sql("events_apply"), *args)
+    return EventsApplied(
+        set(row["applied"] or ()), row["made"], row["earliest_due"], row["skipped"]
+    )
 
 
 async def version_advance(

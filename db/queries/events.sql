@@ -24,8 +24,9 @@
 -- state's input trace context (a W3C traceparent, or NULL: tracing off, or none on the
 -- input), which the dispatch claim reads so the reminder's output continues that trace.
 -- An event retention pruned is stored again only for a Version newer than its tombstone.
--- Returns one row per stored event (event_id), one per reminder made Pending (due_at, to
--- wake the dispatcher) and one with the number of reminders Skipped.
+-- Returns one row: the stored events' ids (as text, the key the caller keys its batch on),
+-- how many reminders were made Pending and the earliest of their DueAt (to wake the
+-- dispatcher), and how many were Skipped.
 WITH up AS (
     INSERT INTO calendar.events AS e (
         event_id, tenant_id, owner_user_id, client_user_id, kind, start_at, time_zone, status,
@@ -99,11 +100,9 @@ WITH up AS (
     WHERE r.status = 'Skipped'
     RETURNING r.due_at
 )
-SELECT event_id, NULL::timestamptz AS due_at, NULL::bigint AS skipped FROM up
-UNION ALL
-SELECT NULL, due_at, NULL FROM made
-UNION ALL
-SELECT NULL, NULL, count(*) FROM skipped;
+SELECT (SELECT array_agg(event_id::text) FROM up) AS applied,
+       m.made, m.earliest_due, (SELECT count(*) FROM skipped) AS skipped
+FROM (SELECT count(*) AS made, min(due_at) AS earliest_due FROM made) AS m;
 
 -- name: events_version_advance
 -- States the cache believes unchanged or stale. The stored row decides, never the cache:

@@ -91,11 +91,10 @@ class CalendarEventsWriter:
             sources,
             traceparents,
         )
-        dues = done.made_pending
         return Written(
-            applied={str(i) for i in done.applied},
+            applied=done.applied,
             advanced={str(i) for i in probe.advanced},
-            details=CalendarWrite(len(dues), done.skipped, min(dues) if dues else None),
+            details=CalendarWrite(done.made_pending, done.skipped, done.earliest_due),
             stored={str(k): v for k, v in probe.stale.items()},
         )
 
