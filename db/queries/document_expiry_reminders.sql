@@ -34,9 +34,19 @@ CROSS JOIN LATERAL (
 -- no statement, however large an owner, covers more than a chunk; the caller goes on from
 -- the last document it got), read without a lock; the existing markers of those documents read FOR UPDATE
 -- SKIP LOCKED (a parallel instance's are passed over), every crossed threshold (DaysLeft as
--- of $4 <= t, t in $5) without a marker inserted insert-wins with RemindedAt $6. Returns
--- each document once: its open columns, DaysLeft, the smallest threshold this statement
--- inserted (t*, NULL when none) and how many crossed thresholds were already marked.
+-- of $4 <= t, t in $5) without a marker inserted insert-wins with RemindedAt $6; and, in the
+-- same statement, each owner's DocumentExpiryReminderEvents written to the outbox: one item
+-- per document whose t* this statement won, in (ExpiresAt, DocumentId) order, at most $12
+-- items per event, on topic $10, keyed by OwnerUserId, RemindedAt the JSON text $11, headers
+-- $13[i] for owner $1[i] (JSON text). The payload is the contract's wire form, byte for byte
+-- (tests/integration/test_document_expiry_events_sql.py checks it against the contract's
+-- serializer): the events never travel to the worker and back.
+-- Returns each document once: its id, owner, Type, DaysLeft, the smallest threshold this
+-- statement inserted (t*, NULL when none), how many crossed thresholds were already
+-- marked, which field of an item that would be sent breaks the contract's length rules
+-- ($14: Type's least and most characters, NumberMask's most; 'Type', 'NumberMask' or NULL)
+-- and the largest event's size in bytes (the caller compares it with the contract's limit
+-- and, as for a broken item, raises before the commit).
 -- Markers go in (document, threshold) order, the same in every instance, so two instances
 -- inserting overlapping sets wait on each other, never deadlock.
 -- The documents are read per owner (unnest($1), a LATERAL range of the (OwnerUserId,
@@ -96,13 +106,47 @@ WITH docs AS MATERIALIZED (
     UNION ALL
     SELECT i.document_id, i.owner_user_id, NULL, NULL, NULL, NULL, i.threshold_days, false
     FROM ins i
+), claimed AS MATERIALIZED (
+    SELECT o.document_id, o.owner_user_id, max(o.type) AS type,
+           max(o.number_mask) AS number_mask, max(o.expires_at) AS expires_at,
+           max(o.days_left) AS days_left, min(o.won) AS t_star,
+           count(*) FILTER (WHERE o.marked)::int AS skipped
+    FROM outcome o
+    GROUP BY o.document_id, o.owner_user_id
+), items AS (
+    SELECT c.owner_user_id, c.document_id, c.expires_at,
+           (row_number() OVER (PARTITION BY c.owner_user_id
+                               ORDER BY c.expires_at, c.document_id) - 1) / $12 AS part,
+           '{"DocumentId":"' || c.document_id::text
+           || '","Type":' || to_json(c.type)::text
+           || ',"NumberMask":' || coalesce(to_json(c.number_mask)::text, 'null')
+           || ',"ExpiresAt":' || to_json(c.expires_at)::text
+           || ',"ThresholdDays":' || c.t_star::text
+           || ',"DaysLeft":' || c.days_left::text || '}' AS item
+    FROM claimed c
+    WHERE c.t_star IS NOT NULL
+), events AS MATERIALIZED (
+    SELECT i.owner_user_id, i.part,
+           '{"ContractVersion":1,"OwnerUserId":"' || i.owner_user_id::text
+           || '","RemindedAt":' || $11::text
+           || ',"Documents":[' || string_agg(i.item, ',' ORDER BY i.expires_at, i.document_id)
+           || ']}' AS payload
+    FROM items i
+    GROUP BY i.owner_user_id, i.part
+), sent AS (
+    INSERT INTO ops.outbox (topic, key, payload, headers)
+    SELECT $10::text, e.owner_user_id::text, e.payload::json, w.headers::jsonb
+    FROM events e
+    JOIN unnest($1::uuid[], $13::text[]) AS w(owner_user_id, headers) USING (owner_user_id)
+    ORDER BY e.owner_user_id, e.part
 )
-SELECT o.document_id, o.owner_user_id, max(o.type) AS type, max(o.number_mask) AS number_mask,
-       max(o.expires_at) AS expires_at, max(o.days_left) AS days_left, min(o.won) AS t_star,
-       count(*) FILTER (WHERE o.marked)::int AS skipped
-FROM outcome o
-GROUP BY o.document_id, o.owner_user_id
-ORDER BY o.owner_user_id, max(o.expires_at), o.document_id;
+SELECT c.document_id, c.owner_user_id, c.type, c.days_left, c.t_star, c.skipped,
+       CASE WHEN c.t_star IS NULL THEN NULL
+            WHEN length(c.type) NOT BETWEEN ($14::int[])[1] AND ($14::int[])[2] THEN 'Type'
+            WHEN length(c.number_mask) > ($14::int[])[3] THEN 'NumberMask' END AS breaks,
+       (SELECT max(octet_length(e.payload)) FROM events e) AS largest_event
+FROM claimed c
+ORDER BY c.owner_user_id, c.expires_at, c.document_id;
 
 -- name: document_expiry_reminders_prune
 -- Markers of documents that expired before $1, at most $2 per call (the caller repeats),

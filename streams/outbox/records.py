@@ -70,6 +70,23 @@ def check_headers(headers: Mapping[str, str]) -> None:
             raise ValueError(f"outbox header {name!r} is set by the relay")
 
 
+def contract_headers(
+    contract: TopicContract[Any], headers: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """``headers`` and the contract's own (its ContractVersion and event type), checked: the
+    headers of every record of ``contract`` that carries ``headers``."""
+    extra = dict(headers or {})
+    if CONTRACT_VERSION_HEADER in extra or EVENT_TYPE_HEADER in extra:
+        clash = sorted({CONTRACT_VERSION_HEADER, EVENT_TYPE_HEADER} & extra.keys())
+        raise ValueError(f"headers {clash} are set from the contract, do not pass them")
+    model = contract.model
+    # Every contract's ContractVersion is a Literal of one value: the field's default.
+    extra[CONTRACT_VERSION_HEADER] = str(model.model_fields["contract_version"].default)
+    extra[EVENT_TYPE_HEADER] = model.__name__
+    check_headers(extra)
+    return extra
+
+
 class RecordMaker(Generic[M]):
     """Builds the outbox records of ``contract``'s messages that carry the same ``headers``
     (a batch's, a run's): what ``record_for`` does for one message, with the topic, the
@@ -88,18 +105,9 @@ class RecordMaker(Generic[M]):
         topic_prefix: str = "",
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        extra = dict(headers or {})
-        if CONTRACT_VERSION_HEADER in extra or EVENT_TYPE_HEADER in extra:
-            clash = sorted({CONTRACT_VERSION_HEADER, EVENT_TYPE_HEADER} & extra.keys())
-            raise ValueError(f"headers {clash} are set from the contract, do not pass them")
-        model = contract.model
-        # Every contract's ContractVersion is a Literal of one value: the field's default.
-        version = model.model_fields["contract_version"].default
-        extra[CONTRACT_VERSION_HEADER] = str(version)
-        extra[EVENT_TYPE_HEADER] = model.__name__
-        check_headers(extra)
+        extra = contract_headers(contract, headers)
         self._contract = contract
-        self._model = model
+        self._model = contract.model
         self._key = contract.key
         self._max = contract.max_payload_bytes
         self._topic = f"{topic_prefix}{contract.name}"

@@ -237,6 +237,16 @@ def headers() -> dict[str, str]:
     return carrier
 
 
+def headers_of(span_: Span | None) -> dict[str, str]:
+    """``traceparent`` (and ``tracestate``) naming ``span_`` (one ``start`` made, not
+    current); empty when tracing is off."""
+    if _tracer is None or span_ is None:
+        return {}
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span_))
+    return carrier
+
+
 def kafka_headers() -> list[tuple[str, bytes]]:
     """``headers()`` as Kafka record headers."""
     return [(k, v.encode("ascii")) for k, v in headers().items()]

@@ -160,26 +160,37 @@ async def test_idempotency_restart(h: Harness, pool: asyncpg.Pool, database_url:
 async def test_parallel_instances(pool: asyncpg.Pool, database_url: str) -> None:
     """Two workers on one (document, threshold) → exactly one marker and one event (DO NOTHING).
 
-    The two transactions are made to overlap for real: A inserts its markers and then waits
-    for a lock on the outbox a third session holds; B's insert of the same markers then waits
-    for A. When A commits, B's insert does nothing and B sends nothing."""
+    The two transactions are made to overlap for real. The claim statement inserts its
+    markers, then its outbox rows; a test trigger makes each outbox insert wait for an
+    advisory lock a third session holds, so A waits there with its markers inserted; B's
+    insert of the same markers then waits for A. When A commits, B's insert does nothing and
+    B sends nothing."""
     a = Harness(database_url, db_lock_timeout_seconds=60)
     b = Harness(database_url, db_lock_timeout_seconds=60)
     doc = person_document(DaysLeft=7)
     await a.apply(doc)
-    blocker = await pool.acquire()
+    await pool.execute(
+        """
+        CREATE FUNCTION ops.wait_for_test_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_advisory_xact_lock_shared(4242);
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER test_gate BEFORE INSERT ON ops.outbox
+            FOR EACH ROW EXECUTE FUNCTION ops.wait_for_test_gate();
+        """
+    )
+    gate = await pool.acquire()
     try:
-        tx = blocker.transaction()
-        await tx.start()
-        await blocker.execute("LOCK TABLE ops.outbox IN SHARE ROW EXCLUSIVE MODE")
+        await gate.execute("SELECT pg_advisory_lock(4242)")
         run_a = asyncio.create_task(a.run().run_once(RunContext.at(SLOT, clock=a.runtime.clock)))
         await wait_for_lock_waiters(pool, 1)
         run_b = asyncio.create_task(b.run().run_once(RunContext.at(SLOT, clock=b.runtime.clock)))
         await wait_for_lock_waiters(pool, 2)
-        await tx.rollback()
+        await gate.execute("SELECT pg_advisory_unlock(4242)")
         ra, rb = await asyncio.gather(run_a, run_b)
     finally:
-        await pool.release(blocker)
+        await pool.release(gate)
         await a.close()
         await b.close()
     assert (ra.reminders_sent, rb.reminders_sent) == (1, 0)

@@ -28,6 +28,7 @@ from db import document_expiry_reminders as marks_repo
 from db import person_documents as documents_repo
 from db.connector import Connection, connect
 from streams.domain.profile import DEFAULT_THRESHOLDS, scan_window, utc_date
+from streams.slices.profile.reminders import events_out
 from tests.integration.test_statement_plans import explained
 
 pytestmark = pytest.mark.integration
@@ -116,7 +117,7 @@ async def test_a_claim_on_a_generic_plan_reads_only_its_owners_documents(
                 claimed.append(
                     await marks_repo.claim(
                         conn, group, window.lo, window.hi, today, DEFAULT_THRESHOLDS, AS_OF,
-                        (group[0], NIL), 5_000,
+                        (group[0], NIL), 5_000, events_out(AS_OF, "", 1000, dict.fromkeys(group, "{}")),
                     )
                 )  # fmt: skip
         conn.remove_log_listener(listen)

@@ -1,22 +1,28 @@
-"""A document-expiry owner's reminders as outbox records: split into events of at most the
-configured number of documents, each under Kafka's limit, all with the run's headers; and
-the log line's bounded view of them."""
+"""What a document-expiry claim is told about its owners' events (topic, RemindedAt, the
+split, headers, the contract's item rules), the check of what it reports before the commit,
+and the log line's bounded view of the documents sent. The events themselves are written by
+the claim statement: tests/integration/test_document_expiry_events_sql.py."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from streams.contracts.profile import ExpiringDocumentItem
+from db.document_expiry_reminders import ClaimedDocument
+from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, ContractTooLarge
+from streams.contracts.profile import DocumentExpiryReminderEvent
 from streams.slices.profile.reminders import (
+    ITEM_LIMITS,
     LOG_DOCUMENTS_MAX,
+    BrokenItem,
+    check_events,
+    event_headers,
+    events_out,
     queued_documents,
-    reminder_records,
+    sent_documents,
     threshold_counts,
 )
 from streams.slices.profile.work import RunOrder
@@ -25,49 +31,68 @@ SLOT = datetime(2026, 6, 10, 0, 30, tzinfo=UTC)
 WORK = RunOrder("document-expiry", "run-1", SLOT, (30, 7, 1, 0)).work(uuid.uuid4())
 
 
-def item(threshold: int = 7) -> ExpiringDocumentItem:
-    # The largest item the contract allows: a 32-character Type, a 64-character NumberMask.
-    return ExpiringDocumentItem(
-        document_id=uuid.uuid4(),
-        type="T" * 32,
-        number_mask="*" * 64,
-        expires_at=date(2026, 6, 17),
-        threshold_days=threshold,
-        days_left=-3650,
-    )
+def doc(
+    threshold: int | None = 7, breaks: str | None = None, largest: int | None = 400
+) -> ClaimedDocument:
+    return ClaimedDocument(uuid.uuid4(), WORK.owner_user_id, "Passport", -3, threshold, 0,
+                           breaks, largest)  # fmt: skip
 
 
-@given(st.integers(1, 2500), st.integers(1, 700))
-def test_every_item_is_in_exactly_one_event_of_at_most_per_event(n: int, per_event: int) -> None:
-    items = [item()] * n
-    records = reminder_records(WORK, SLOT, items, "", per_event)
-    sizes = [len(json.loads(r.payload)["Documents"]) for r in records]
-    assert sum(sizes) == n and max(sizes) <= per_event
-    assert len(records) == -(-n // per_event)
-    assert {r.headers["correlation-id"] for r in records} == {"run-1"}
-    assert {r.headers["work-id"] for r in records} == {WORK.work_id}
-    assert {r.key for r in records} == {str(WORK.owner_user_id)}
+def test_the_item_rules_are_the_contracts() -> None:
+    assert ITEM_LIMITS == (1, 32, 64)
 
 
-def test_the_largest_setting_keeps_an_event_of_the_largest_items_under_one_mebibyte() -> None:
-    (record,) = reminder_records(WORK, SLOT, [item() for _ in range(1800)], "", 1800)
-    assert len(record.payload.encode()) < 1024 * 1024
+def test_reminded_at_is_written_as_the_contract_writes_it() -> None:
+    out = events_out(SLOT, "pfx.", 1000, {})
+    event = DocumentExpiryReminderEvent.model_validate(
+        {"OwnerUserId": str(WORK.owner_user_id), "RemindedAt": SLOT, "Documents": [
+            {"DocumentId": str(uuid.uuid4()), "Type": "P", "ExpiresAt": "2026-06-17",
+             "ThresholdDays": 7, "DaysLeft": 7}]}
+    )  # fmt: skip
+    assert out.reminded_at_json == json.dumps(json.loads(event.to_json())["RemindedAt"])
+    assert out.topic == f"pfx.{DOCUMENT_EXPIRY_REMINDERS.name}"
 
 
-def test_the_default_keeps_an_event_of_the_largest_items_under_a_third_of_a_mebibyte() -> None:
-    records = reminder_records(WORK, SLOT, [item() for _ in range(2500)], "", 1000)
-    assert max(len(r.payload.encode()) for r in records) < 1024 * 1024 // 3
-
-
-def test_per_event_must_be_positive() -> None:
+@pytest.mark.parametrize("per_event", [0, -1, 1801])
+def test_per_event_must_be_within_the_contract(per_event: int) -> None:
     with pytest.raises(ValueError):
-        reminder_records(WORK, SLOT, [item()], "", 0)
+        events_out(SLOT, "", per_event, {})
+
+
+def test_every_event_of_the_run_carries_its_ids_and_the_contracts_headers() -> None:
+    headers = json.loads(event_headers(WORK, {}))
+    assert headers == {
+        "correlation-id": "run-1",
+        "work-id": WORK.work_id,
+        "aggregate-type": "Profile",
+        "aggregate-id": str(WORK.owner_user_id),
+        "contract-version": "1",
+        "event-type": "DocumentExpiryReminderEvent",
+    }
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert json.loads(event_headers(WORK, {"traceparent": parent}))["traceparent"] == parent
+
+
+def test_a_broken_item_or_a_too_large_event_raises_before_the_commit() -> None:
+    check_events([doc(), doc(None, largest=None)])
+    check_events([])
+    with pytest.raises(BrokenItem, match="Type"):
+        check_events([doc(), doc(breaks="Type")])
+    limit = DOCUMENT_EXPIRY_REMINDERS.max_payload_bytes
+    check_events([doc(largest=limit)])
+    with pytest.raises(ContractTooLarge):
+        check_events([doc(largest=limit + 1)])
+
+
+def test_the_documents_sent_are_those_whose_t_star_was_won() -> None:
+    won, lost = doc(7), doc(None)
+    assert sent_documents([won, lost, won]) == [won, won]
 
 
 def test_a_log_line_lists_a_few_documents_and_counts_the_rest() -> None:
-    few = [item(7), item(0), item(7)]
+    few = [doc(7), doc(0), doc(7)]
     assert queued_documents(few).count(":") == 3 * 3
     assert threshold_counts(few) == "7:2,0:1"
-    many = [item(30)] * (LOG_DOCUMENTS_MAX + 1)
+    many = [doc(30)] * (LOG_DOCUMENTS_MAX + 1)
     assert queued_documents(many) == "-"
     assert threshold_counts(many) == f"30:{LOG_DOCUMENTS_MAX + 1}"

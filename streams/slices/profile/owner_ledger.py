@@ -15,9 +15,13 @@ from db import document_expiry_reminders as marks_repo
 from db.connector import Connection, is_transient, transaction
 from streams import faults, tracing
 from streams.domain.profile import scan_window, utc_date
-from streams.outbox.records import OutboxRecord, insert_many
 from streams.slices.profile.owner_plan import OwnerPlan
-from streams.slices.profile.reminders import reminder_items, reminder_records
+from streams.slices.profile.reminders import (
+    check_events,
+    event_headers,
+    events_out,
+    sent_documents,
+)
 from streams.slices.profile.work import OwnerWork
 
 NIL = UUID(int=0)
@@ -91,12 +95,17 @@ class OwnerLedger:
     ) -> int:
         """One chunk of ``plans`` on ``conn``'s transaction (the seed's steps 3-6): markers and
         outbox rows of at most ``self.chunk`` documents, from the first plan's first document
-        (or its continuation's cursor) on. Returns how many plans the chunk covered: the last
-        of them is left unfinished (``resume_after``) when the chunk was full.
+        (or its continuation's cursor) on, in one statement. Returns how many plans the chunk
+        covered: the last of them is left unfinished (``resume_after``) when the chunk was
+        full.
 
         t* is decided by the insert: the smallest threshold this transaction newly marked.
         Alone that is min(crossed - marked) exactly; next to a parallel instance it never
-        loses a reminder to a marker the SKIP LOCKED read passed over."""
+        loses a reminder to a marker the SKIP LOCKED read passed over.
+
+        With tracing on, each owner's ``document_expiry.owner`` span is started before the
+        statement (its events' traceparent names it) and ended after it, with the number of
+        documents its events list."""
         today = utc_date(as_of)
         window = scan_window(today, thresholds)
         by_owner: dict[UUID, OwnerPlan] = {}
@@ -104,18 +113,45 @@ class OwnerLedger:
             plan.docs, plan.items, plan.skipped = [], [], 0
             plan.resume_after, plan.notified_here = None, False
             by_owner[plan.work.owner_user_id] = plan
-        head = plans[0].work
-        rows = await marks_repo.claim(
-            conn,
-            list(by_owner),
-            window.lo,
-            window.hi,
-            today,
-            thresholds,
+        spans = {
+            owner: tracing.start(
+                "document_expiry.owner",
+                ownerUserId=owner,
+                run_id=plan.work.run_id,
+                correlationId=plan.work.run_id,
+            )
+            for owner, plan in by_owner.items()
+            if tracing.enabled()
+        }
+        out = events_out(
             as_of,
-            (head.owner_user_id, head.after or NIL),
-            self.chunk,
+            self.topic_prefix,
+            self.per_event,
+            {
+                owner: event_headers(plan.work, tracing.headers_of(spans.get(owner)))
+                for owner, plan in by_owner.items()
+            },
         )
+        head = plans[0].work
+        try:
+            rows = await marks_repo.claim(
+                conn,
+                list(by_owner),
+                window.lo,
+                window.hi,
+                today,
+                thresholds,
+                as_of,
+                (head.owner_user_id, head.after or NIL),
+                self.chunk,
+                out,
+            )
+            check_events(rows)
+        except BaseException as exc:
+            for span in spans.values():
+                tracing.fail(span, exc)
+                tracing.end(span)
+            raise
         for row in rows:
             by_owner[row.owner_user_id].docs.append(row)
         covered = len(plans)
@@ -124,22 +160,10 @@ class OwnerLedger:
             last = by_owner[rows[-1].owner_user_id]
             last.resume_after = max(d.document_id for d in last.docs)
             covered = plans.index(last) + 1
-        records: list[OutboxRecord] = []
         for plan in plans[:covered]:
             plan.skipped = sum(d.skipped for d in plan.docs)
-            plan.items = reminder_items(plan.docs)
-            if plan.items:
-                plan.notified_here = True
-                # The owner's span: its events' traceparent (OwnerUserId is an identifier).
-                with tracing.span(
-                    "document_expiry.owner",
-                    ownerUserId=plan.work.owner_user_id,
-                    run_id=plan.work.run_id,
-                    correlationId=plan.work.run_id,
-                    documents=len(plan.items),
-                ):
-                    records += reminder_records(
-                        plan.work, as_of, plan.items, self.topic_prefix, self.per_event
-                    )
-        await insert_many(conn, records)
+            plan.items = sent_documents(plan.docs)
+            plan.notified_here = bool(plan.items)
+        for owner, span in spans.items():
+            tracing.end(span, documents=len(by_owner[owner].items))
         return covered

@@ -12,7 +12,6 @@ from typing import Any
 from uuid import UUID
 
 from db.document_expiry_reminders import ClaimedDocument
-from streams.contracts.profile import ExpiringDocumentItem
 from streams.slices.profile.work import OwnerWork
 
 
@@ -30,8 +29,8 @@ class OwnerPlan:
     """The cache's value for the owner as read (written back only when it changes)."""
     docs: list[ClaimedDocument] = field(default_factory=list)
     """The owner's documents in the window as its transaction saw them."""
-    items: list[ExpiringDocumentItem] = field(default_factory=list)
-    """What the owner's events list (one per document whose t* this transaction won)."""
+    items: list[ClaimedDocument] = field(default_factory=list)
+    """What the owner's events list: the documents whose t* this transaction won."""
     skipped: int = 0
     resume_after: UUID | None = None
     """Set when the owner's documents went on past the end of its chunk: the last one

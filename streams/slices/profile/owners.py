@@ -271,8 +271,7 @@ class OwnerWorker:
         result.ledger += 1
         result.skipped += plan.skipped
         if plan.items:
-            for item in plan.items:
-                result.by_threshold[item.threshold_days] += 1
+            result.by_threshold.update(i.t_star for i in plan.items if i.t_star is not None)
             result.applied_positions.add(plan.message)
             if not work.notified:
                 result.notified += 1
@@ -299,7 +298,7 @@ class OwnerWorker:
                         owner_user_id=work.owner_user_id,
                         document_id=item.document_id,
                         type=item.type,
-                        threshold_days=item.threshold_days,
+                        threshold_days=item.t_star,
                         days_left=item.days_left,
                     )
         if self.cache is not None and plan.event is not None and work.after is None:

@@ -1,86 +1,129 @@
-"""What an owner's committed claim sends: the ExpiringDocumentItems of the documents whose t*
-the claim won, the owner's DocumentExpiryReminderEvents as outbox records (at most
-``per_event`` documents each), and what its log line carries (counts, and the identifiers
+"""What an owner's committed claim sends. The claim statement writes the owner's
+DocumentExpiryReminderEvents to the outbox itself (db/queries/document_expiry_reminders.sql:
+the events never travel to the worker and back); this module says how (``events_out``:
+topic, RemindedAt, at most ``per_event`` documents each, the owner's headers, the contract's
+rules for an item), checks what the statement reports against the contract before the
+commit (``check_events``), and what an owner's log line carries (counts, and the identifiers
 of a few documents; never NumberMask or any other document value)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from uuid import UUID
 
-from db.document_expiry_reminders import ClaimedDocument
-from streams.contracts import DOCUMENT_EXPIRY_REMINDERS
-from streams.contracts.profile import DocumentExpiryReminderEvent, ExpiringDocumentItem
-from streams.outbox.records import OutboxRecord, record_for
+from pydantic import TypeAdapter
+
+from db.document_expiry_reminders import ClaimedDocument, EventsOut
+from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, ContractTooLarge
+from streams.contracts.base import Instant
+from streams.contracts.profile import MAX_DOCUMENTS_PER_EVENT, ExpiringDocumentItem
+from streams.outbox.records import contract_headers
 from streams.slices.profile.work import OwnerWork
 
 AGGREGATE_TYPE = "Profile"
 
-
-def reminder_items(docs: Sequence[ClaimedDocument]) -> list[ExpiringDocumentItem]:
-    """One item per document whose t* this claim won (ThresholdDays = t*), in ``docs`` order."""
-    return [
-        ExpiringDocumentItem(
-            document_id=d.document_id,
-            type=d.type,
-            number_mask=d.number_mask,
-            expires_at=d.expires_at,
-            threshold_days=d.t_star,
-            days_left=d.days_left,
-        )
-        for d in docs
-        if d.t_star is not None
-    ]
+_INSTANT = TypeAdapter(Instant)
 
 
-def reminder_records(
-    work: OwnerWork,
-    as_of: datetime,
-    items: Sequence[ExpiringDocumentItem],
-    topic_prefix: str,
-    per_event: int,
-) -> list[OutboxRecord]:
-    """The owner's events (RemindedAt = AsOf) on the outbox, keyed by OwnerUserId, each
-    listing at most ``per_event`` of ``items`` in order: the contract's size rule. Every event
-    of the owner's run carries the same ``correlation-id`` (the run id) and ``work-id``."""
-    if per_event < 1:
-        raise ValueError("per_event must be at least 1")
-    headers = {
-        "correlation-id": work.run_id,
-        "work-id": work.work_id,
-        "aggregate-type": AGGREGATE_TYPE,
-        "aggregate-id": str(work.owner_user_id),
-    }
-    return [
-        record_for(
-            DOCUMENT_EXPIRY_REMINDERS,
-            DocumentExpiryReminderEvent(
-                owner_user_id=work.owner_user_id,
-                reminded_at=as_of,
-                documents=list(items[start : start + per_event]),
+def _length_rule(field: str) -> tuple[int, int]:
+    """The least and most characters ``ExpiringDocumentItem`` allows in ``field``."""
+    least, most = 0, 0
+    for rule in ExpiringDocumentItem.model_fields[field].metadata:
+        least = getattr(rule, "min_length", None) or least
+        most = getattr(rule, "max_length", None) or most
+    if not most:
+        raise RuntimeError(f"ExpiringDocumentItem.{field} has no max_length")
+    return least, most
+
+
+# Type's least and most characters and NumberMask's most, as the contract says: the claim
+# statement reports the field of an item it would send that breaks them.
+ITEM_LIMITS = (*_length_rule("type"), _length_rule("number_mask")[1])
+
+
+class BrokenItem(ValueError):
+    """A document whose item would break the contract (a field's length): its owner's
+    chunk fails before the commit, and the owner is isolated and skipped (no values)."""
+
+    def __init__(self, document_id: UUID, field: str) -> None:
+        super().__init__(f"document {document_id}: {field} breaks ExpiringDocumentItem's rules")
+
+
+def event_headers(work: OwnerWork, trace: Mapping[str, str]) -> str:
+    """The headers of the owner's events as JSON text: the run's ``correlation-id`` (every
+    event of the run carries it), the owner's ``work-id``, the aggregate, the contract's own,
+    and ``trace`` (the owner span's traceparent, when tracing is on)."""
+    return json.dumps(
+        {
+            **trace,
+            **contract_headers(
+                DOCUMENT_EXPIRY_REMINDERS,
+                {
+                    "correlation-id": work.run_id,
+                    "work-id": work.work_id,
+                    "aggregate-type": AGGREGATE_TYPE,
+                    "aggregate-id": str(work.owner_user_id),
+                },
             ),
-            topic_prefix=topic_prefix,
-            headers=headers,
+        }
+    )
+
+
+def events_out(
+    as_of: datetime, topic_prefix: str, per_event: int, headers: Mapping[UUID, str]
+) -> EventsOut:
+    """How a claim writes its owners' events (RemindedAt = AsOf, keyed by OwnerUserId, each
+    listing at most ``per_event`` of the owner's documents, in order): the contract's size
+    rule. ``headers``: each owner's, from ``event_headers``."""
+    if not 1 <= per_event <= MAX_DOCUMENTS_PER_EVENT:
+        raise ValueError(f"per_event must be between 1 and {MAX_DOCUMENTS_PER_EVENT}")
+    return EventsOut(
+        topic=f"{topic_prefix}{DOCUMENT_EXPIRY_REMINDERS.name}",
+        reminded_at_json=_INSTANT.dump_json(as_of).decode(),
+        per_event=per_event,
+        headers=headers,
+        item_limits=ITEM_LIMITS,
+    )
+
+
+def check_events(docs: Sequence[ClaimedDocument]) -> None:
+    """Raise, before the commit, when the claim wrote an event the contract refuses: an item
+    whose field breaks its rules (``BrokenItem``), or an event over the contract's
+    ``max_payload_bytes`` (``ContractTooLarge``)."""
+    if not docs:
+        return
+    largest = docs[0].largest_event
+    if largest is not None and largest > DOCUMENT_EXPIRY_REMINDERS.max_payload_bytes:
+        raise ContractTooLarge(
+            DOCUMENT_EXPIRY_REMINDERS.name, largest, DOCUMENT_EXPIRY_REMINDERS.max_payload_bytes
         )
-        for start in range(0, len(items), per_event)
-    ]
+    for d in docs:
+        if d.breaks is not None:
+            raise BrokenItem(d.document_id, d.breaks)
+
+
+def sent_documents(docs: Sequence[ClaimedDocument]) -> list[ClaimedDocument]:
+    """The documents the owner's events list: those whose t* this claim won, in order."""
+    return [d for d in docs if d.t_star is not None]
 
 
 # Documents a reminder_queued line lists by identifier at most; beyond, only counts.
 LOG_DOCUMENTS_MAX = 20
 
 
-def queued_documents(items: Sequence[ExpiringDocumentItem]) -> str:
+def queued_documents(items: Sequence[ClaimedDocument]) -> str:
     """``DocumentId:Type:ThresholdDays:DaysLeft`` of each item, comma-separated (the seed's
     "reminder queued" identifiers), when there are at most LOG_DOCUMENTS_MAX; otherwise "-"
     (the line's counts say how many): a log line stays short at any owner's size."""
     if len(items) > LOG_DOCUMENTS_MAX:
         return "-"
-    return ",".join(f"{i.document_id}:{i.type}:{i.threshold_days}:{i.days_left}" for i in items)
+    return ",".join(f"{i.document_id}:{i.type}:{i.t_star}:{i.days_left}" for i in items)
 
 
-def threshold_counts(items: Sequence[ExpiringDocumentItem]) -> str:
+def threshold_counts(items: Sequence[ClaimedDocument]) -> str:
     """``t:n`` per ThresholdDays of ``items`` (descending), comma-separated."""
-    counts = Counter(i.threshold_days for i in items)
+    counts = Counter(i.t_star for i in items if i.t_star is not None)
     return ",".join(f"{t}:{counts[t]}" for t in sorted(counts, reverse=True))
