@@ -52,24 +52,25 @@ class BrokenItem(ValueError):
         super().__init__(f"document {document_id}: {field} breaks ExpiringDocumentItem's rules")
 
 
+# The headers every event carries whatever its owner (the contract's own, the aggregate's
+# type), encoded once: a run writes an owner's headers 200,000 times a million documents.
+_FIXED_HEADERS = json.dumps(
+    contract_headers(DOCUMENT_EXPIRY_REMINDERS, {"aggregate-type": AGGREGATE_TYPE})
+)[1:-1]
+_json_text = json.encoder.encode_basestring_ascii
+
+
 def event_headers(work: OwnerWork, trace: Mapping[str, str]) -> str:
     """The headers of the owner's events as JSON text: the run's ``correlation-id`` (every
     event of the run carries it), the owner's ``work-id``, the aggregate, the contract's own,
     and ``trace`` (the owner span's traceparent, when tracing is on)."""
-    return json.dumps(
-        {
-            **trace,
-            **contract_headers(
-                DOCUMENT_EXPIRY_REMINDERS,
-                {
-                    "correlation-id": work.run_id,
-                    "work-id": work.work_id,
-                    "aggregate-type": AGGREGATE_TYPE,
-                    "aggregate-id": str(work.owner_user_id),
-                },
-            ),
-        }
+    own = (
+        f'"correlation-id": {_json_text(work.run_id)}, "work-id": {_json_text(work.work_id)}, '
+        f'"aggregate-id": "{work.owner_user_id}", '
     )
+    if trace:
+        own += json.dumps(dict(trace))[1:-1] + ", "
+    return "{" + own + _FIXED_HEADERS + "}"
 
 
 def events_out(
