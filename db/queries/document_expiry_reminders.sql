@@ -29,6 +29,9 @@ CROSS JOIN LATERAL (
 ) d;
 
 -- name: document_expiry_reminders_claim
+-- Writes markers, then its owners' events: INSERT INTO ops.outbox (the CTE "sent", named
+-- here because pg_stat_activity keeps only a statement's first 1024 bytes, and a session
+-- held on the outbox is found by that text).
 -- One chunk of one transaction's owners ($1): their active documents with ExpiresAt in
 -- [$2, $3] after the keyset ($7 OwnerUserId, $8 DocumentId) in that order, at most $9 (so
 -- no statement, however large an owner, covers more than a chunk; the caller goes on from
