@@ -113,16 +113,19 @@ class OwnerLedger:
             plan.docs, plan.items, plan.skipped = [], [], 0
             plan.resume_after, plan.notified_here = None, False
             by_owner[plan.work.owner_user_id] = plan
-        spans = {
-            owner: tracing.start(
-                "document_expiry.owner",
-                ownerUserId=owner,
-                run_id=plan.work.run_id,
-                correlationId=plan.work.run_id,
-            )
-            for owner, plan in by_owner.items()
+        spans = (
+            {
+                owner: tracing.start(
+                    "document_expiry.owner",
+                    ownerUserId=owner,
+                    run_id=plan.work.run_id,
+                    correlationId=plan.work.run_id,
+                )
+                for owner, plan in by_owner.items()
+            }
             if tracing.enabled()
-        }
+            else {}
+        )
         out = events_out(
             as_of,
             self.topic_prefix,
