@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from bench.backend_cpu import BackendCpu
 from bench.cpu import (
     CpuMeter,
     CpuSplit,
@@ -106,16 +107,21 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
 
         async with database(template=seed) as url:
             split = CpuSplit(await cpu_sources(url, []))
-            split.start()
-            done, events, seconds = await bare(url, as_of)
-            bare_cpu = split.stop()
+            async with BackendCpu(url) as bare_backends:
+                split.start()
+                done, events, seconds = await bare(url, as_of)
+                bare_cpu = split.stop()
             assert done == owners, (done, owners)
             figures["bare_seconds"] = seconds
             print(
                 f"  bare SQL, one statement per 500 owners   {seconds:7.1f} s  "
                 f"{owners / seconds:>9,.0f} owners/s  ({events:,} events)"
             )
-            print(f"    CPU over the bare statement: {split_text(bare_cpu)}")
+            print(
+                f"    CPU over the bare statement: {split_text(bare_cpu)}; WAL "
+                f"{bare_backends.wal_bytes / (owners * per_owner):,.0f} bytes per document"
+            )
+            print_breakdown(bare_backends.lines(top=3))
 
         async with database(template=seed) as url:
             split = CpuSplit({**(await cpu_sources(url, [])), "this process": time.process_time})
@@ -269,13 +275,14 @@ async def measured_run(
         mine = time.process_time()
         statements = await snapshot(conn)
         before = await meter.sample(pids)
-        split.start()
-        t = time.perf_counter()
-        record, _ = await manual_run(env, as_of, rerun=False)
-        wall = time.perf_counter() - t
-        by_source = split.stop()
+        async with BackendCpu(url) as backends:
+            split.start()
+            t = time.perf_counter()
+            record, _ = await manual_run(env, as_of, rerun=False)
+            wall = time.perf_counter() - t
+            by_source = split.stop()
         after = await meter.sample(pids, time.process_time() - mine)
-        breakdown = lines(statements, await snapshot(conn))
+        breakdown = lines(statements, await snapshot(conn)) + backends.lines()
         documents = int(counts(record)["reminders_sent"])
         return record, wall, per_event(before, after, documents), breakdown, by_source
     finally:
