@@ -80,9 +80,9 @@ class BackendCpu:
         self.url = url
         self.interval = interval
         self.spent: dict[str, float] = defaultdict(float)
-        self.samples = 0
         self.wal_bytes = 0
         """How far the server's WAL moved in the window (every database's)."""
+        self._wal_start = 0
         self._named = all_queries()
         self._names: dict[str, str] = {}
         self._last: dict[int, Seen] = {}
@@ -91,7 +91,7 @@ class BackendCpu:
 
     async def __aenter__(self) -> BackendCpu:
         self._conn = await asyncpg.connect(self.url)
-        self.wal_bytes = -(await wal_position(self._conn))
+        self._wal_start = await wal_position(self._conn)
         await self._sample()
         self._task = asyncio.create_task(self._poll())
         return self
@@ -103,7 +103,7 @@ class BackendCpu:
             await self._task
         try:
             await self._sample()
-            self.wal_bytes += await wal_position(self._conn)
+            self.wal_bytes = await wal_position(self._conn) - self._wal_start
         finally:
             await self._conn.close()
 
@@ -130,7 +130,6 @@ class BackendCpu:
         for name, seconds in charge(self._last, now).items():
             self.spent[name] += seconds
         self._last = {s.pid: s for s in now}
-        self.samples += 1
 
     def lines(self, top: int = 8) -> list[str]:
         """The ``top`` statements by CPU, one line each, under a total."""
