@@ -31,9 +31,11 @@ async def total_set(db: Executor, run_id: str, owners_total: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class RunProgress:
-    """What per-owner workers did for one run in one batch."""
+    """What per-owner workers did for one run with one work item in one batch."""
 
     run_id: str
+    item: str | None = None
+    """The work item's identity, counted once per run (None: owners handed over inline)."""
     done: int = 0
     failed: int = 0
     notified: int = 0
@@ -42,17 +44,32 @@ class RunProgress:
 
 
 async def progress(db: Executor, progress: Sequence[RunProgress]) -> None:
+    """Adds each item's counts to its run, unless the run counted that item before."""
     if not progress:
         return
+    ordered = sorted(progress, key=lambda p: (p.run_id, p.item or ""))  # one lock order
     await db.execute(
         sql("document_expiry_runs_progress"),
-        [p.run_id for p in progress],
-        [p.done for p in progress],
-        [p.failed for p in progress],
-        [p.notified for p in progress],
-        [p.sent for p in progress],
-        [p.skipped for p in progress],
+        [p.run_id for p in ordered],
+        [p.item for p in ordered],
+        [p.done for p in ordered],
+        [p.failed for p in ordered],
+        [p.notified for p in ordered],
+        [p.sent for p in ordered],
+        [p.skipped for p in ordered],
     )
+
+
+async def items_counted(db: Executor, items: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which (run id, item) of ``items`` their runs have counted already."""
+    if not items:
+        return set()
+    rows = await db.fetch(
+        sql("document_expiry_runs_items_counted"),
+        [run_id for run_id, _ in items],
+        [item for _, item in items],
+    )
+    return {(r["run_id"], r["item"]) for r in rows}
 
 
 @dataclass(frozen=True, slots=True)

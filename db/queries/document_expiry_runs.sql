@@ -9,16 +9,43 @@ VALUES ($1, $2, $3, $4, $5);
 UPDATE profile.document_expiry_runs SET owners_total = $2 WHERE run_id = $1;
 
 -- name: document_expiry_runs_progress
--- Per-owner workers add what they did, for one or several runs at once.
+-- Per-owner workers add what they did, for one or several runs at once, per work item
+-- ($2: 'partition:offset', 'owner:<uuid>', or NULL for owners handed over inline). An item
+-- counts once: only when this statement inserts its row (a redelivered record adds nothing).
+-- Items of a run that is gone (pruned) are dropped.
+WITH p AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::int[], $6::int[],
+                         $7::int[])
+        AS p(run_id, item, done, failed, notified, sent, skipped)
+), fresh AS (
+    INSERT INTO profile.document_expiry_run_items (run_id, item)
+    SELECT p.run_id, p.item
+    FROM p JOIN profile.document_expiry_runs r ON r.run_id = p.run_id
+    WHERE p.item IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING run_id, item
+), counted AS (
+    SELECT p.run_id, sum(p.done) AS done, sum(p.failed) AS failed,
+           sum(p.notified) AS notified, sum(p.sent) AS sent, sum(p.skipped) AS skipped
+    FROM p LEFT JOIN fresh f ON f.run_id = p.run_id AND f.item = p.item
+    WHERE p.item IS NULL OR f.item IS NOT NULL
+    GROUP BY p.run_id
+)
 UPDATE profile.document_expiry_runs r
-SET owners_done = r.owners_done + p.done,
-    owners_failed = r.owners_failed + p.failed,
-    owners_notified = r.owners_notified + p.notified,
-    reminders_sent = r.reminders_sent + p.sent,
-    skipped_already_marked = r.skipped_already_marked + p.skipped
-FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::int[], $6::int[])
-     AS p(run_id, done, failed, notified, sent, skipped)
-WHERE r.run_id = p.run_id;
+SET owners_done = r.owners_done + c.done,
+    owners_failed = r.owners_failed + c.failed,
+    owners_notified = r.owners_notified + c.notified,
+    reminders_sent = r.reminders_sent + c.sent,
+    skipped_already_marked = r.skipped_already_marked + c.skipped
+FROM counted c
+WHERE r.run_id = c.run_id;
+
+-- name: document_expiry_runs_items_counted
+-- Which of the work items ($1 run, $2 item) a run has counted already: done, nothing to redo.
+SELECT i.run_id, i.item
+FROM profile.document_expiry_run_items i
+JOIN unnest($1::text[], $2::text[]) AS k(run_id, item)
+  ON i.run_id = k.run_id AND i.item = k.item;
 
 -- name: document_expiry_runs_get
 SELECT run_id, slot, as_of_date, thresholds, started_at, owners_total, owners_done,

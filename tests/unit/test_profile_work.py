@@ -15,10 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from streams.slices.profile.owner_plan import OwnerPlan
+from streams.slices.profile.owners import progress_item
 from streams.slices.profile.work import (
     MAX_OWNERS_PER_ITEM,
     OWNER_WORK,
-    DoneItems,
     OwnersWork,
     RunOrder,
     item_key,
@@ -84,19 +85,25 @@ def test_an_item_without_owners_or_with_too_many_is_refused(count: int) -> None:
 
 def test_a_record_from_kafka_has_a_key_and_anything_else_has_none() -> None:
     event = SimpleNamespace(message=SimpleNamespace(partition=2, offset=41))
-    assert item_key(event, "r1") == (2, 41, "r1")
-    assert item_key(None, "r1") is None
-    assert item_key(MagicMock(), "r1") is None  # a test double's attributes are not ints
+    assert item_key(event) == "2:41"
+    assert item_key(None) is None
+    assert item_key(MagicMock()) is None  # a test double's attributes are not ints
 
 
-def test_done_items_remember_the_last_ones_only() -> None:
-    done = DoneItems(limit=3)
-    done.extend([(0, 1, "r"), (0, 2, "r"), (0, 2, "r")])
-    assert (0, 1, "r") in done and (0, 2, "r") in done and (0, 3, "r") not in done
-    done.extend([(1, 1, "r"), (1, 2, "r")])
-    assert (0, 1, "r") not in done  # the oldest went
-    assert all(k in done for k in [(0, 2, "r"), (1, 1, "r"), (1, 2, "r")])
-    assert (0, 2, "other-run") not in done  # a re-created topic's offsets are another run's
+def test_progress_goes_under_the_record_and_a_continued_owners_end_under_the_owner() -> None:
+    owner = uuid.uuid4()
+    work = RunOrder("document-expiry", "run-1", datetime(2026, 3, 1, tzinfo=UTC), (30,)).work(owner)
+    record = SimpleNamespace(message=SimpleNamespace(partition=1, offset=7))
+    plain = OwnerPlan(0, 0, record, work)
+    assert progress_item(plain, failed=False) == "1:7"
+    plain.resume_after = uuid.uuid4()  # its first chunk ended: continued
+    assert progress_item(plain, failed=False) == "1:7"
+    continued = OwnerPlan(0, 0, record, replace(work, after=uuid.uuid4()))
+    assert progress_item(continued, failed=False) == f"owner:{owner}"  # its last chunk
+    assert progress_item(continued, failed=True) == f"owner:{owner}"
+    continued.resume_after = uuid.uuid4()  # one more chunk to go
+    assert progress_item(continued, failed=False) == "1:7"
+    assert progress_item(OwnerPlan(0, 0, None, work), failed=False) is None  # inline
 
 
 @given(st.uuids(), st.uuids(), st.booleans(), instants)

@@ -36,7 +36,13 @@ from streams.slices.profile.owner_ledger import OwnerLedger
 from streams.slices.profile.owner_plan import TOTALS, OwnerBatchResult, OwnerPlan
 from streams.slices.profile.reminders import queued_documents, threshold_counts
 from streams.slices.profile.settings import DocumentExpirySettings
-from streams.slices.profile.work import Continuations, DoneItems, OwnersWork, OwnerWork, item_key
+from streams.slices.profile.work import (
+    Continuations,
+    OwnersWork,
+    OwnerWork,
+    item_key,
+    owner_item,
+)
 
 if TYPE_CHECKING:  # the stream side's types: the inline fan-out runs it without Faust
     from streams.input.consumer import Decoded
@@ -79,30 +85,27 @@ class OwnerWorker:
             owner_failed=self._owner_failed,
         )
         self.totals = OwnerBatchResult()
-        self.done_items = DoneItems()
 
     async def __call__(self, batch: Sequence[Decoded[OwnersWork]]) -> OwnerBatchResult:
-        """The agent's ``apply``: the owners of every work item not done here before.
+        """The agent's ``apply``: the owners of every work item its run has not counted yet.
 
-        A record this worker already did and counted can be delivered to it again (a tail
-        read by the consumer's gap healer that the stream delivers after all, a rewind to
-        the committed offset): the ledger would make it a no-op, but the run's progress
-        would count its owners twice and the run would stop waiting too early, so it is
-        skipped."""
+        Kafka delivers a record at least once: after a worker died between writing its
+        progress and committing its offsets, to another worker; after a rewind, or a tail
+        read by the consumer's gap healer, to this one. The run counts each item once
+        (``runs_repo.progress``), so the owners of a record it counted already are done
+        and skipped here; any other record is done again (the ledger makes that a no-op)."""
+        pool = await self.runtime.pool()
+        ids = [item_ids(decoded) for decoded in batch]
+        counted = await runs_repo.items_counted(pool, [k for keys in ids for k in keys])
         items: list[tuple[int, Any, OwnerWork]] = []
-        done: list[tuple[int, int, str]] = []
-        for i, decoded in enumerate(batch):
-            key = item_key(decoded.event, decoded.message.run_id)
-            if key is not None:
-                if key in self.done_items:
-                    continue
-                done.append(key)
+        for i, (decoded, keys) in enumerate(zip(batch, ids, strict=True)):
+            if any(k in counted for k in keys):
+                continue
             items.extend((i, decoded.event, work) for work in decoded.message.works())
-        if len(done) < len(batch):
-            logs.event(log, logging.INFO, "work_replay_skipped", items=len(batch) - len(done))
-        result = await self.process(items)
-        self.done_items.extend(done)
-        return result
+        skipped = sum(1 for keys in ids if any(k in counted for k in keys))
+        if skipped:
+            logs.event(log, logging.INFO, "work_replay_skipped", items=skipped)
+        return await self.process(items)
 
     async def process_inline(self, works: Sequence[OwnerWork]) -> OwnerBatchResult:
         """As ``process``; a database that is unwell fails these owners (logged, counted:
@@ -116,7 +119,7 @@ class OwnerWorker:
             for work in works:
                 self._owner_failed(work, exc)
             plans = [OwnerPlan(i, 0, None, w) for i, w in enumerate(works)]
-            per_run: dict[str, Counter[str]] = defaultdict(Counter)
+            per_run: dict[tuple[str, str | None], Counter[str]] = defaultdict(Counter)
             self._count(plans, {p.position for p in plans}, per_run, result)
             await self._progress(per_run)
             self._add_totals(result)
@@ -133,7 +136,7 @@ class OwnerWorker:
         acked), so the owners queued behind it wait for one chunk of it, not for all of it;
         otherwise here, once the rest of the batch is done."""
         result = OwnerBatchResult()
-        per_run: dict[str, Counter[str]] = defaultdict(Counter)
+        per_run: dict[tuple[str, str | None], Counter[str]] = defaultdict(Counter)
         pending = items
         while pending:
             deferred = await self._round(pending, result, per_run)
@@ -158,7 +161,7 @@ class OwnerWorker:
         self,
         items: Sequence[tuple[int, Any, OwnerWork]],
         result: OwnerBatchResult,
-        per_run: dict[str, Counter[str]],
+        per_run: dict[tuple[str, str | None], Counter[str]],
     ) -> list[OwnerPlan]:
         """One pass over ``items``; returns the plans of owners left unfinished at a chunk's
         end (``resume_after`` set)."""
@@ -201,7 +204,7 @@ class OwnerWorker:
         return deferred
 
     def _continued_on_kafka(self, plan: OwnerPlan) -> bool:
-        return self.continuations is not None and item_key(plan.event, "") is not None
+        return self.continuations is not None and item_key(plan.event) is not None
 
     @staticmethod
     def _continuation(plan: OwnerPlan) -> OwnerWork:
@@ -259,7 +262,7 @@ class OwnerWorker:
         when it came from Kafka, instead of in every partition."""
         assert self.cache is not None
         key = str(plan.work.owner_user_id)
-        if item_key(plan.event, "") is None:
+        if item_key(plan.event) is None:
             return self.cache.peek(key)
         return self.cache.read(plan.event, key)
 
@@ -325,13 +328,13 @@ class OwnerWorker:
     def _count(
         plans: list[OwnerPlan],
         failed: set[int],
-        per_run: dict[str, Counter[str]],
+        per_run: dict[tuple[str, str | None], Counter[str]],
         result: OwnerBatchResult,
     ) -> None:
         """Add what ``plans`` did to their runs' progress counts."""
         result.failed += len(failed)
         for plan in plans:
-            p = per_run[plan.work.run_id]
+            p = per_run[(plan.work.run_id, progress_item(plan, plan.position in failed))]
             if plan.position in failed:
                 p["done"] += 1
                 p["failed"] += 1
@@ -346,13 +349,36 @@ class OwnerWorker:
                 p["skipped"] += plan.skipped
             plan.docs, plan.items = [], []  # counted: let a large batch's documents go
 
-    async def _progress(self, per_run: dict[str, Counter[str]]) -> None:
+    async def _progress(self, per_run: dict[tuple[str, str | None], Counter[str]]) -> None:
         if per_run:
             await runs_repo.progress(
                 await self.runtime.pool(),
-                [RunProgress(run_id, **counts) for run_id, counts in per_run.items()],
+                [RunProgress(run_id, item, **counts) for (run_id, item), counts in per_run.items()],
             )
 
     def _add_totals(self, result: OwnerBatchResult) -> None:
         for name in TOTALS:
             setattr(self.totals, name, getattr(self.totals, name) + getattr(result, name))
+
+
+def item_ids(decoded: Decoded[OwnersWork]) -> list[tuple[str, str]]:
+    """(run id, item) under which a record's progress may have been counted: its own, and for
+    a continuation its owner's (a chain of continuations of that owner came to its end)."""
+    key = item_key(decoded.event)
+    if key is None:
+        return []
+    work = decoded.message
+    out = [(work.run_id, key)]
+    if work.after_document_id is not None:
+        out.append((work.run_id, owner_item(work.owner_user_ids[0])))
+    return out
+
+
+def progress_item(plan: OwnerPlan, failed: bool) -> str | None:
+    """The item ``plan``'s counts go under: its record's, or its owner's when the plan is the
+    last chunk of a continued owner (done, or failed)."""
+    key = item_key(plan.event)
+    finished = failed or plan.resume_after is None
+    if key is not None and plan.work.after is not None and finished:
+        return owner_item(plan.work.owner_user_id)
+    return key

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -144,34 +143,21 @@ def partition_of(owner: UUID, partitions: int) -> int:
     return zlib.crc32(owner.bytes) % partitions
 
 
-def item_key(event: Any, run_id: str) -> tuple[int, int, str] | None:
-    """(partition, offset, run id) of a work item read from Kafka; None for one handed over
-    any other way. The run id tells a record of a topic re-created since apart."""
+def item_key(event: Any) -> str | None:
+    """``partition:offset`` of a work item read from Kafka: its identity within its run (the
+    run counts each item's progress once); None for one handed over any other way."""
     message = getattr(event, "message", None)
     partition, offset = getattr(message, "partition", None), getattr(message, "offset", None)
     if type(partition) is int and type(offset) is int:
-        return partition, offset, run_id
+        return f"{partition}:{offset}"
     return None
 
 
-class DoneItems:
-    """The keys (``item_key``) of the last ``limit`` work items this worker did."""
-
-    def __init__(self, limit: int = 100_000) -> None:
-        self.limit = limit
-        self._keys: set[tuple[int, int, str]] = set()
-        self._order: deque[tuple[int, int, str]] = deque()
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys
-
-    def extend(self, keys: Sequence[tuple[int, int, str]]) -> None:
-        for key in keys:
-            if key not in self._keys:
-                self._keys.add(key)
-                self._order.append(key)
-        while len(self._order) > self.limit:
-            self._keys.discard(self._order.popleft())
+def owner_item(owner: UUID) -> str:
+    """The identity under which the last chunk of a large owner's continuations is counted:
+    the owner's, so that two chains of continuations (the record that sent the first
+    delivered again) count it done once."""
+    return f"owner:{owner}"
 
 
 class Fanout(Protocol):
