@@ -26,6 +26,10 @@ class DayRun:
     attempts: list[tuple[str, int]] = field(default_factory=list)
     began: datetime | None = None
     ended: datetime | None = None
+    unmarked: list[tuple[str, int]] = field(default_factory=list)
+    """(DocumentId, t*) this day must remind with no marker once its run said it was done:
+    a run that reports success before its owners are done (checked before the next day's
+    changes, which could otherwise reach those owners first)."""
 
 
 async def applied(db: str, table: str, key: str, want: dict[str, int], timeout: float) -> None:
@@ -184,8 +188,38 @@ async def expiry_day(
         run.attempts.append(("rerun" if "--rerun" in again else "retry", rc))
         tl.note(f"expiry day {k}: retry after a failed run -> rc {rc} {last_line(out)}")
     run.ended = datetime.now(UTC)
+    if rc == 0:
+        due = [key for key, day in load.expected(range(k + 1)).items() if day == k]
+        run.unmarked = await unmarked(db, due)
+        if run.unmarked:
+            tl.note(f"expiry day {k}: done with {len(run.unmarked)} reminders not marked")
     if fault:
         tl.window(fault, run.began or run.ended, run.ended)
+
+
+async def unmarked(db: str, keys: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Which (DocumentId, ThresholdDays) of ``keys`` have no marker in the ledger."""
+
+    async def read() -> list[tuple[str, int]] | None:
+        with contextlib.suppress(*PG_DOWN):
+            conn = await asyncpg.connect(db, timeout=5)
+            try:
+                rows = await conn.fetch(
+                    "SELECT document_id::text AS d, threshold_days AS t "
+                    "FROM profile.document_expiry_reminders WHERE document_id = ANY($1::uuid[])",
+                    sorted({d for d, _ in keys}),
+                )
+            finally:
+                await conn.close()
+            marked = {(r["d"], r["t"]) for r in rows}
+            return [key for key in keys if key not in marked]
+        return None
+
+    found: list[tuple[str, int]] | None = await eventually(
+        read, timeout=120, what="the ledger read", until=lambda v: v is not None
+    )
+    assert found is not None
+    return found
 
 
 async def postgres_accepts(db: str, timeout: float) -> None:

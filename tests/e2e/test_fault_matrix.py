@@ -303,6 +303,8 @@ async def test_fault_matrix_every_slice_makes_each_effect_once_through_every_fau
     assert not (cal.failed or exp.failed or auto.failed), "\n".join(details)
     unfinished = [r for r in runs if not r.attempts or r.attempts[-1][1] != 0]
     assert not unfinished, f"document-expiry days whose last run failed: {unfinished}"
+    early = {r.day: r.unmarked[:5] for r in runs if r.unmarked}
+    assert not early, f"document-expiry days done with reminders not marked: {early}"
     assert tl.counts()["broker SIGKILL + start"] == 1
     assert tl.counts()["PostgreSQL immediate restart"] == 1
     assert tl.counts()["SIGKILL between commit and cache write"] == CACHE_KILLS
