@@ -55,6 +55,9 @@ ITEM_LEVEL = logging.DEBUG
 
 # Owners per transaction (group commit): a million documents cannot afford one each.
 OWNERS_PER_TRANSACTION = 500
+# A batch's progress, per run and work item (``progress_item``): the counts to add.
+PerItem = dict[tuple[str, str | None], Counter[str]]
+
 # Transactions of one batch in flight at once: while PostgreSQL runs one claim, the worker
 # builds the events of another (their owners are disjoint, so they never wait on each other).
 TRANSACTIONS_IN_FLIGHT = 2
@@ -98,11 +101,12 @@ class OwnerWorker:
         ids = [item_ids(decoded) for decoded in batch]
         counted = await runs_repo.items_counted(pool, [k for keys in ids for k in keys])
         items: list[tuple[int, Any, OwnerWork]] = []
+        skipped = 0
         for i, (decoded, keys) in enumerate(zip(batch, ids, strict=True)):
             if any(k in counted for k in keys):
+                skipped += 1
                 continue
             items.extend((i, decoded.event, work) for work in decoded.message.works())
-        skipped = sum(1 for keys in ids if any(k in counted for k in keys))
         if skipped:
             logs.event(log, logging.INFO, "work_replay_skipped", items=skipped)
         return await self.process(items)
@@ -119,7 +123,7 @@ class OwnerWorker:
             for work in works:
                 self._owner_failed(work, exc)
             plans = [OwnerPlan(i, 0, None, w) for i, w in enumerate(works)]
-            per_run: dict[tuple[str, str | None], Counter[str]] = defaultdict(Counter)
+            per_run: PerItem = defaultdict(Counter)
             self._count(plans, {p.position for p in plans}, per_run, result)
             await self._progress(per_run)
             self._add_totals(result)
@@ -136,7 +140,7 @@ class OwnerWorker:
         acked), so the owners queued behind it wait for one chunk of it, not for all of it;
         otherwise here, once the rest of the batch is done."""
         result = OwnerBatchResult()
-        per_run: dict[tuple[str, str | None], Counter[str]] = defaultdict(Counter)
+        per_run: PerItem = defaultdict(Counter)
         pending = items
         while pending:
             deferred = await self._round(pending, result, per_run)
@@ -161,7 +165,7 @@ class OwnerWorker:
         self,
         items: Sequence[tuple[int, Any, OwnerWork]],
         result: OwnerBatchResult,
-        per_run: dict[tuple[str, str | None], Counter[str]],
+        per_run: PerItem,
     ) -> list[OwnerPlan]:
         """One pass over ``items``; returns the plans of owners left unfinished at a chunk's
         end (``resume_after`` set)."""
@@ -328,7 +332,7 @@ class OwnerWorker:
     def _count(
         plans: list[OwnerPlan],
         failed: set[int],
-        per_run: dict[tuple[str, str | None], Counter[str]],
+        per_run: PerItem,
         result: OwnerBatchResult,
     ) -> None:
         """Add what ``plans`` did to their runs' progress counts."""
@@ -349,7 +353,7 @@ class OwnerWorker:
                 p["skipped"] += plan.skipped
             plan.docs, plan.items = [], []  # counted: let a large batch's documents go
 
-    async def _progress(self, per_run: dict[tuple[str, str | None], Counter[str]]) -> None:
+    async def _progress(self, per_run: PerItem) -> None:
         if per_run:
             await runs_repo.progress(
                 await self.runtime.pool(),
