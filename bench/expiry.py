@@ -1,6 +1,6 @@
 """Document expiry: one run over 1,000,000 documents in the window (200,000 owners) by a real
 worker process (Kafka fan-out, per-owner worker, marks cache), beside the same database work
-as bare SQL; then a second run over the same data: statements sent to PostgreSQL with the
+as bare SQL, two rounds of each, alternating, the best of each compared; then a second run over the same data: statements sent to PostgreSQL with the
 per-owner cache and without it (a new worker, whose cache is empty); then the first run
 again on a fresh copy by two workers in one group, with the CPU per document of the
 processes (the workers and the run's process) and of PostgreSQL for one and two workers."""
@@ -8,11 +8,9 @@ processes (the workers and the run's process) and of PostgreSQL for one and two 
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,19 +22,19 @@ from bench.cpu import (
     CpuMeter,
     CpuSplit,
     PerEvent,
-    kafka_pid,
-    own_cpu,
     per_event,
-    postmaster_pid,
     scale_measures,
     split_text,
-    tree_cpu,
 )
 from bench.expiry_bare import bare, bare_and_publish
 from bench.expiry_support import (
     KAFKA_BOOTSTRAP,
+    cpu_bound_text,
+    cpu_sources,
     database,
     metric,
+    print_breakdown,
+    scratch_dir,
     seed_documents,
     wait_ready,
     worker,
@@ -44,6 +42,7 @@ from bench.expiry_support import (
 from bench.report import Measure, measure
 from bench.statements import lines, snapshot
 from bench.targets import EXPIRY, targets
+from devkit.workers import WorkerProcess
 from streams.kafka_admin import ensure_topics
 from streams.settings import Settings
 from streams.timers.runs import RunRecord
@@ -93,112 +92,147 @@ def counts(record: RunRecord) -> dict[str, Any]:
     return summary
 
 
+@dataclass
+class Round:
+    """One timed pass of a contender: its seconds and its CPU by source."""
+
+    seconds: float
+    cpu: dict[str, float | None]
+    per_event: PerEvent | None = None
+
+
+async def bare_round(seed: str, as_of: datetime, owners: int, per_owner: int, n: int) -> Round:
+    """The bare statement over a fresh copy of the seed, printed as round ``n``."""
+    async with database(template=seed) as url:
+        split = CpuSplit(await cpu_sources(url, []))
+        async with BackendCpu(url) as backends:
+            split.start()
+            done, events, seconds = await bare(url, as_of)
+            cpu = split.stop()
+        assert done == owners, (done, owners)
+    print(
+        f"  bare SQL, one statement per 500 owners ({ordinal(n)}) {seconds:7.1f} s  "
+        f"{owners / seconds:>9,.0f} owners/s  ({events:,} events)"
+    )
+    print(
+        f"    CPU over the bare statement: {split_text(cpu)}; WAL "
+        f"{backends.wal_bytes / (owners * per_owner):,.0f} bytes per document"
+    )
+    print_breakdown(backends.lines(top=3))
+    return Round(seconds, cpu)
+
+
+async def one_worker_round(
+    url: str, env: dict[str, str], proc: WorkerProcess, as_of: datetime, owners: int, n: int,
+    bare_seconds: float,
+) -> Round:  # fmt: skip
+    """The first run over ``url`` by one ready worker, printed as round ``n``."""
+    record, wall, cpu, breakdown, by_source = await measured_run(url, env, as_of, proc.pids[:1])
+    c = counts(record)
+    assert c["owners_done"] == owners, c
+    print(
+        f"  real run, one worker, Kafka fan-out ({ordinal(n)}) {wall:7.1f} s  "
+        f"{owners / wall:>9,.0f} owners/s  ({c['owners_notified']:,} events, "
+        f"{c['reminders_sent']:,} reminders)   target <= 1.3x and < 45 s"
+    )
+    print(f"    {cpu.text('workers + run')}")
+    print(f"    {cpu_bound_text(by_source, bare_seconds)}")
+    print_breakdown(breakdown)
+    return Round(wall, by_source, cpu)
+
+
+def ordinal(n: int) -> str:
+    return {1: "1st", 2: "2nd"}.get(n, f"{n}th")
+
+
 async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
     documents = owners * per_owner
     print(f"\n== document expiry: {documents:,} documents in the window, {owners:,} owners ==")
     as_of = datetime.now(UTC)
     figures: dict[str, float] = {}
-    tmp = Path(tempfile.mkdtemp(prefix="bench-expiry-"))
-    async with database(prefix="bench_exp_seed") as seed_url:
-        t = time.perf_counter()
-        n = await seed_documents(seed_url, owners=owners, per_owner=per_owner, today=as_of.date())
-        print(f"  seeded {n:,} documents in {time.perf_counter() - t:.1f} s")
-        seed = seed_url.rsplit("/", 1)[1]
-
-        async with database(template=seed) as url:
-            split = CpuSplit(await cpu_sources(url, []))
-            async with BackendCpu(url) as bare_backends:
-                split.start()
-                done, events, seconds = await bare(url, as_of)
-                bare_cpu = split.stop()
-            assert done == owners, (done, owners)
-            figures["bare_seconds"] = seconds
-            print(
-                f"  bare SQL, one statement per 500 owners   {seconds:7.1f} s  "
-                f"{owners / seconds:>9,.0f} owners/s  ({events:,} events)"
+    with scratch_dir("bench-expiry-") as tmp:
+        async with database(prefix="bench_exp_seed") as seed_url:
+            t = time.perf_counter()
+            n = await seed_documents(
+                seed_url, owners=owners, per_owner=per_owner, today=as_of.date()
+            )
+            print(f"  seeded {n:,} documents in {time.perf_counter() - t:.1f} s")
+            seed = seed_url.rsplit("/", 1)[1]
+            # Two rounds each, alternating, best of two compared (as dispatch, ingest and
+            # automation do): on this shared machine one round moved either way by up to a
+            # third, the same code giving 1.13x to 1.50x in seven runs in a row.
+            bares = [await bare_round(seed, as_of, owners, per_owner, 1)]
+            await publish_round(seed, as_of, owners, figures)
+            runs: list[Round] = []
+            async with database(template=seed) as url:
+                env = await fresh_settings(url, tmp / "warm")
+                with worker(env, tmp, "warm") as warm_worker:
+                    await wait_ready(warm_worker)
+                    runs.append(
+                        await one_worker_round(
+                            url, env, warm_worker, as_of, owners, 1, bares[0].seconds
+                        )
+                    )
+                    before = await metric(warm_worker, "reminders_db_statements_total")
+                    second, here = await manual_run(env, as_of, rerun=True)
+                    warm = await metric(warm_worker, "reminders_db_statements_total") - before
+                    warm += here
+                    assert counts(second)["reminders_sent"] == 0
+                # A new worker: new consumer group, empty table = the run without the cache.
+                env = await fresh_settings(url, tmp / "cold")
+                with worker(env, tmp, "cold") as cold_worker:
+                    await wait_ready(cold_worker)
+                    before = await metric(cold_worker, "reminders_db_statements_total")
+                    third, here = await manual_run(env, as_of, rerun=True)
+                    cold = await metric(cold_worker, "reminders_db_statements_total") - before
+                    cold += here
+                    assert counts(third)["reminders_sent"] == 0
+            figures.update(statements_cache=warm, statements_no_cache=cold)
+            bares.append(await bare_round(seed, as_of, owners, per_owner, 2))
+            async with database(template=seed) as url:
+                env = await fresh_settings(url, tmp / "again")
+                with worker(env, tmp, "again") as again:
+                    await wait_ready(again)
+                    runs.append(
+                        await one_worker_round(url, env, again, as_of, owners, 2, bares[1].seconds)
+                    )
+            pairs = list(zip(runs, bares, strict=True))
+            best_bare = min(bares, key=lambda r: r.seconds)
+            best = min(runs, key=lambda r: r.seconds)
+            assert best.per_event is not None
+            figures.update(
+                bare_seconds=best_bare.seconds,
+                real_seconds=best.seconds,
+                owners_per_s=owners / best.seconds,
+                run_cpu_seconds=sum(v for v in best.cpu.values() if v is not None),
+                bare_cpu_seconds=sum(v for v in best_bare.cpu.values() if v is not None),
             )
             print(
-                f"    CPU over the bare statement: {split_text(bare_cpu)}; WAL "
-                f"{bare_backends.wal_bytes / (owners * per_owner):,.0f} bytes per document"
+                f"  best of two each: run {best.seconds:.1f} s, bare statement "
+                f"{best_bare.seconds:.1f} s: ratio {best.seconds / best_bare.seconds:.2f} "
+                f"(rounds {', '.join(f'{r.seconds / b.seconds:.2f}' for r, b in pairs)});"
+                f" with the bare publisher {best.seconds / figures['bare_publish_seconds']:.2f}"
             )
-            print_breakdown(bare_backends.lines(top=3))
-
-        async with database(template=seed) as url:
-            split = CpuSplit({**(await cpu_sources(url, [])), "this process": time.process_time})
-            split.start()
-            events, seconds, published = await bare_and_publish(url, as_of)
-            publish_cpu = split.stop()
-            figures["bare_publish_seconds"] = seconds
-            print(
-                f"  bare SQL with a bare publisher beside it {seconds:7.1f} s  "
-                f"{owners / seconds:>9,.0f} owners/s  ({published.rows:,} of {events:,} events "
-                f"published in {published.seconds:.1f} s)"
-            )
-            print(f"    CPU over both: {split_text(publish_cpu)}")
-
-        async with database(template=seed) as url:
-            prefix = f"bx{uuid.uuid4().hex[:8]}."
-            env = worker_settings(url, prefix, tmp / "warm")
-            await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
-            with worker(env, tmp, "warm") as warm_worker:
-                await wait_ready(warm_worker)
-                first, wall, cpu_one, breakdown, run_cpu = await measured_run(
-                    url, env, as_of, warm_worker.pids[:1]
-                )
-                c = counts(first)
-                assert c["owners_done"] == owners, c
-                figures.update(real_seconds=wall, owners_per_s=owners / wall)
+            async with database(template=seed) as url:
+                wall2, cpu_two, breakdown, run_cpu2 = await two_workers(url, tmp, as_of, owners)
+                figures["two_workers_seconds"] = wall2
                 print(
-                    f"  real run, one worker (Kafka fan-out)     {wall:7.1f} s  "
-                    f"{owners / wall:>9,.0f} owners/s  ({c['owners_notified']:,} events, "
-                    f"{c['reminders_sent']:,} reminders)   target <= 1.3x and < 45 s"
+                    f"  real run, two workers (one group)        {wall2:7.1f} s  "
+                    f"{owners / wall2:>9,.0f} owners/s  ratio to one (best) "
+                    f"{best.seconds / wall2:.2f} (speed-up)"
                 )
-                figures["ratio"] = figures["bare_seconds"] / wall
-                print(
-                    f"  ratio bare/real (time) = {figures['ratio']:.2f}; with the bare "
-                    f"publisher {figures['bare_publish_seconds'] / wall:.2f}"
-                )
-                print(f"    {cpu_one.text('workers + run')}")
-                print(f"    {cpu_bound_text(run_cpu, figures['bare_seconds'])}")
-                figures.update(
-                    run_cpu_seconds=sum(v for v in run_cpu.values() if v is not None),
-                    bare_cpu_seconds=sum(v for v in bare_cpu.values() if v is not None),
-                )
+                print(f"    {cpu_two.text('workers + run')}")
+                print(f"    {cpu_bound_text(run_cpu2, figures['bare_seconds'])}")
                 print_breakdown(breakdown)
-                before = await metric(warm_worker, "reminders_db_statements_total")
-                second, here = await manual_run(env, as_of, rerun=True)
-                warm = await metric(warm_worker, "reminders_db_statements_total") - before + here
-                assert counts(second)["reminders_sent"] == 0
-            # A new worker: new consumer group, empty table = the run without the cache.
-            prefix = f"bx{uuid.uuid4().hex[:8]}."
-            env = worker_settings(url, prefix, tmp / "cold")
-            await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
-            with worker(env, tmp, "cold") as cold_worker:
-                await wait_ready(cold_worker)
-                before = await metric(cold_worker, "reminders_db_statements_total")
-                third, here = await manual_run(env, as_of, rerun=True)
-                cold = await metric(cold_worker, "reminders_db_statements_total") - before + here
-                assert counts(third)["reminders_sent"] == 0
-        figures.update(statements_cache=warm, statements_no_cache=cold)
-        async with database(template=seed) as url:
-            wall2, cpu_two, breakdown, run_cpu2 = await two_workers(url, tmp, as_of, owners)
-            figures["two_workers_seconds"] = wall2
+            print("  second run over the same data (nothing new to send): statements to PostgreSQL")
             print(
-                f"  real run, two workers (one group)        {wall2:7.1f} s  "
-                f"{owners / wall2:>9,.0f} owners/s  ratio to one {wall / wall2:.2f} (speed-up)"
+                f"    with the per-owner cache   {warm:>9,.0f}  ({warm / owners:.3f} per owner)  "
+                f"{counts(second)['duration_ms'] / 1000:6.1f} s"
             )
-            print(f"    {cpu_two.text('workers + run')}")
-            print(f"    {cpu_bound_text(run_cpu2, figures['bare_seconds'])}")
-            print_breakdown(breakdown)
-        print("  second run over the same data (nothing new to send): statements to PostgreSQL")
-        print(
-            f"    with the per-owner cache   {warm:>9,.0f}  ({warm / owners:.3f} per owner)  "
-            f"{counts(second)['duration_ms'] / 1000:6.1f} s"
-        )
-        print(
-            f"    without it (empty cache)   {cold:>9,.0f}  ({cold / owners:.3f} per owner)  "
-            f"{counts(third)['duration_ms'] / 1000:6.1f} s"
-        )
+            print(
+                f"    without it (empty cache)   {cold:>9,.0f}  ({cold / owners:.3f} per owner)  "
+                f"{counts(third)['duration_ms'] / 1000:6.1f} s"
+            )
     two = measure(
         "expiry: two workers vs one",
         "s",
@@ -206,12 +240,13 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
         figures["real_seconds"],
         higher_is_better=False,
         bench="expiry",
-        detail=f"{documents:,} documents, {owners:,} owners; the first run on a fresh copy",
+        detail=f"{documents:,} documents, {owners:,} owners; the first run on a fresh copy; "
+        "one worker: the best of its two rounds",
     )
     scale = scale_measures(
         "expiry",
         "worker",
-        cpu_one,
+        best.per_event,
         cpu_two,
         f"{documents:,} documents, {owners:,} owners; per document; the workers' processes "
         "and the run's process",
@@ -219,46 +254,28 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
     return [*measures(figures, owners, documents), two, *scale]
 
 
-def print_breakdown(breakdown: list[str]) -> None:
-    """A run's statement time per named statement, under the run's own line."""
-    for line in breakdown:
-        print(f"    {line}")
-
-
-async def cpu_sources(url: str, workers: list[int]) -> dict[str, Callable[[], float | None]]:
-    """Where a run's CPU goes (bench/cpu.py ``CpuSplit``): PostgreSQL's server, the workers'
-    own processes, their timer processes (where the relay runs), this process (the run's
-    scan and fan-out) and the local Kafka broker; with no workers, PostgreSQL and Kafka."""
-    conn = await asyncpg.connect(url)
-    try:
-        postmaster = await postmaster_pid(conn)
-    finally:
-        await conn.close()
-    broker = kafka_pid()
-    sources: dict[str, Callable[[], float | None]] = {
-        "PostgreSQL": lambda: None if postmaster is None else tree_cpu([postmaster]),
-    }
-    if workers:
-        sources["workers"] = lambda: sum(own_cpu(p) for p in workers)
-        sources["their timer processes (the relay)"] = lambda: (
-            tree_cpu(workers) - sum(own_cpu(p) for p in workers)
-        )
-        sources["the run's process"] = time.process_time
-    sources["Kafka"] = lambda: None if broker is None else own_cpu(broker)
-    return sources
-
-
-def cpu_bound_text(split: dict[str, float | None], bare_seconds: float) -> str:
-    """The run's CPU by source, and the shortest the run could take on this machine's cores
-    with that CPU (every core busy throughout) against the bare statement's time."""
-    total = sum(v for v in split.values() if v is not None)
-    cores = os.cpu_count() or 1
-    floor = total / cores
-    return (
-        f"CPU over the run: {split_text(split)}; {total:.1f} s in all, so at least "
-        f"{floor:.1f} s on {cores} cores = {floor / bare_seconds:.2f}x the bare statement's "
-        f"{bare_seconds:.1f} s"
+async def publish_round(seed: str, as_of: datetime, owners: int, figures: dict[str, float]) -> None:
+    """The second reference: the bare statement with a bare publisher beside it."""
+    async with database(template=seed) as url:
+        split = CpuSplit({**(await cpu_sources(url, [])), "this process": time.process_time})
+        split.start()
+        events, seconds, published = await bare_and_publish(url, as_of)
+        publish_cpu = split.stop()
+    figures["bare_publish_seconds"] = seconds
+    print(
+        f"  bare SQL with a bare publisher beside it {seconds:7.1f} s  "
+        f"{owners / seconds:>9,.0f} owners/s  ({published.rows:,} of {events:,} events "
+        f"published in {published.seconds:.1f} s)"
     )
+    print(f"    CPU over both: {split_text(publish_cpu)}")
+
+
+async def fresh_settings(url: str, data: Path) -> dict[str, str]:
+    """A worker's settings on a new topic prefix (a new consumer group), topics created."""
+    prefix = f"bx{uuid.uuid4().hex[:8]}."
+    env = worker_settings(url, prefix, data)
+    await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
+    return env
 
 
 async def measured_run(
@@ -293,9 +310,7 @@ async def two_workers(
     url: str, tmp: Path, as_of: datetime, owners: int
 ) -> tuple[float, PerEvent, list[str], dict[str, float | None]]:
     """The first run by two workers of one group (the owner partitions split between them)."""
-    prefix = f"bx{uuid.uuid4().hex[:8]}."
-    env = worker_settings(url, prefix, tmp / "two-a")
-    await ensure_topics(Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix))
+    env = await fresh_settings(url, tmp / "two-a")
     with contextlib.ExitStack() as stack:
         a = stack.enter_context(worker(env, tmp, "two-a"))
         b = stack.enter_context(

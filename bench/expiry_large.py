@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 import resource
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -22,6 +20,7 @@ from bench.expiry_support import (
     KAFKA_BOOTSTRAP,
     database,
     peak_rss_mb,
+    scratch_dir,
     wait_ready,
     worker,
 )
@@ -74,36 +73,36 @@ async def run(big_documents: int = 1_000_000, owners: int = 1_000) -> list[Measu
         f"owners of 5 =="
     )
     as_of = datetime.now(UTC)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-expiry-large-"))
     big = uuid.uuid4()
     ordinary = [uuid.uuid4() for _ in range(owners)]
     previous = os.environ.get("TIMER_DOCUMENT_EXPIRY_MAX_DURATION_SECONDS")
     os.environ["TIMER_DOCUMENT_EXPIRY_MAX_DURATION_SECONDS"] = MAX_DURATION_SECONDS
     try:
-        async with database(prefix="bench_exl") as url:
-            t = time.perf_counter()
-            await seed(url, big, ordinary, big_documents, as_of.date())
-            print(f"  seeded {documents:,} documents in {time.perf_counter() - t:.1f} s")
-            prefix = f"bl{uuid.uuid4().hex[:8]}."
-            env = worker_settings(url, prefix, tmp / "worker")
-            env["TIMER_DOCUMENT_EXPIRY_MAX_DURATION_SECONDS"] = MAX_DURATION_SECONDS
-            settings = Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix)
-            await ensure_topics(settings)
-            with worker(env, tmp, "worker") as proc:
-                await wait_ready(proc)
-                pid, *children = proc.pids
-                conn = await asyncpg.connect(url)
-                try:
-                    started_at = await conn.fetchval("SELECT clock_timestamp()")
-                    t = time.perf_counter()
-                    record, _ = await manual_run(env, as_of, rerun=False)
-                    wall = time.perf_counter() - t
-                    rss = peak_rss_mb(pid)
-                    timer_rss = max((peak_rss_mb(c) for c in children), default=0.0)
-                    rows = await conn.fetch(EVENTS)
-                    distinct = int(await conn.fetchval(DISTINCT))
-                finally:
-                    await conn.close()
+        with scratch_dir("bench-expiry-large-") as tmp:
+            async with database(prefix="bench_exl") as url:
+                t = time.perf_counter()
+                await seed(url, big, ordinary, big_documents, as_of.date())
+                print(f"  seeded {documents:,} documents in {time.perf_counter() - t:.1f} s")
+                prefix = f"bl{uuid.uuid4().hex[:8]}."
+                env = worker_settings(url, prefix, tmp / "worker")
+                env["TIMER_DOCUMENT_EXPIRY_MAX_DURATION_SECONDS"] = MAX_DURATION_SECONDS
+                settings = Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix)
+                await ensure_topics(settings)
+                with worker(env, tmp, "worker") as proc:
+                    await wait_ready(proc)
+                    pid, *children = proc.pids
+                    conn = await asyncpg.connect(url)
+                    try:
+                        started_at = await conn.fetchval("SELECT clock_timestamp()")
+                        t = time.perf_counter()
+                        record, _ = await manual_run(env, as_of, rerun=False)
+                        wall = time.perf_counter() - t
+                        rss = peak_rss_mb(pid)
+                        timer_rss = max((peak_rss_mb(c) for c in children), default=0.0)
+                        rows = await conn.fetch(EVENTS)
+                        distinct = int(await conn.fetchval(DISTINCT))
+                    finally:
+                        await conn.close()
     finally:
         if previous is None:
             os.environ.pop("TIMER_DOCUMENT_EXPIRY_MAX_DURATION_SECONDS", None)

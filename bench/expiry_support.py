@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from datetime import date
 from pathlib import Path
@@ -14,6 +18,7 @@ from pathlib import Path
 import asyncpg
 
 from bench import common
+from bench.cpu import kafka_pid, own_cpu, postmaster_pid, split_text, tree_cpu
 from devkit.workers import WorkerProcess
 
 KAFKA_BOOTSTRAP = common.KAFKA_BOOTSTRAP
@@ -85,3 +90,58 @@ def peak_rss_mb(pid: int) -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A temporary directory for the bench's workers (their data and logs), removed when the
+    bench ends normally and kept, with a line saying where, when it fails."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    except BaseException:
+        print(f"  (the workers' data and logs are kept in {path})")
+        raise
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def print_breakdown(breakdown: list[str]) -> None:
+    """A run's statement time per named statement, under the run's own line."""
+    for line in breakdown:
+        print(f"    {line}")
+
+
+async def cpu_sources(url: str, workers: list[int]) -> dict[str, Callable[[], float | None]]:
+    """Where a run's CPU goes (bench/cpu.py ``CpuSplit``): PostgreSQL's server, the workers'
+    own processes, their timer processes (where the relay runs), this process (the run's
+    scan and fan-out) and the local Kafka broker; with no workers, PostgreSQL and Kafka."""
+    conn = await asyncpg.connect(url)
+    try:
+        postmaster = await postmaster_pid(conn)
+    finally:
+        await conn.close()
+    broker = kafka_pid()
+    sources: dict[str, Callable[[], float | None]] = {
+        "PostgreSQL": lambda: None if postmaster is None else tree_cpu([postmaster]),
+    }
+    if workers:
+        sources["workers"] = lambda: sum(own_cpu(p) for p in workers)
+        sources["their timer processes (the relay)"] = lambda: (
+            tree_cpu(workers) - sum(own_cpu(p) for p in workers)
+        )
+        sources["the run's process"] = time.process_time
+    sources["Kafka"] = lambda: None if broker is None else own_cpu(broker)
+    return sources
+
+
+def cpu_bound_text(split: dict[str, float | None], bare_seconds: float) -> str:
+    """The run's CPU by source, and the shortest the run could take on this machine's cores
+    with that CPU (every core busy throughout) against the bare statement's time."""
+    total = sum(v for v in split.values() if v is not None)
+    cores = os.cpu_count() or 1
+    floor = total / cores
+    return (
+        f"CPU over the run: {split_text(split)}; {total:.1f} s in all, so at least "
+        f"{floor:.1f} s on {cores} cores = {floor / bare_seconds:.2f}x the bare statement's "
+        f"{bare_seconds:.1f} s"
+    )

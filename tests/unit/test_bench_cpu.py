@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.cpu import CpuSplit, Sample, own_cpu, per_event, split_text, tagged, tree_cpu
-from bench.expiry import cpu_bound_text
+from bench.expiry_support import cpu_bound_text
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
 
