@@ -27,6 +27,7 @@ from bench.cpu import (
     split_text,
 )
 from bench.expiry_bare import bare, bare_and_publish
+from bench.expiry_parts import parts
 from bench.expiry_support import (
     KAFKA_BOOTSTRAP,
     cpu_bound_text,
@@ -224,6 +225,7 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
                 print(f"    {cpu_two.text('workers + run')}")
                 print(f"    {cpu_bound_text(run_cpu2, figures['bare_seconds'])}")
                 print_breakdown(breakdown)
+            by_part = await parts(seed, as_of)
             print("  second run over the same data (nothing new to send): statements to PostgreSQL")
             print(
                 f"    with the per-owner cache   {warm:>9,.0f}  ({warm / owners:.3f} per owner)  "
@@ -251,16 +253,17 @@ async def run(owners: int = 200_000, per_owner: int = 5) -> list[Measure]:
         f"{documents:,} documents, {owners:,} owners; per document; the workers' processes "
         "and the run's process",
     )
-    return [*measures(figures, owners, documents), two, *scale]
+    return [*measures(figures, owners, documents), two, *scale, *by_part]
 
 
 async def publish_round(seed: str, as_of: datetime, owners: int, figures: dict[str, float]) -> None:
     """The second reference: the bare statement with a bare publisher beside it."""
     async with database(template=seed) as url:
         split = CpuSplit({**(await cpu_sources(url, [])), "this process": time.process_time})
-        split.start()
-        events, seconds, published = await bare_and_publish(url, as_of)
-        publish_cpu = split.stop()
+        async with BackendCpu(url) as backends:
+            split.start()
+            events, seconds, published = await bare_and_publish(url, as_of)
+            publish_cpu = split.stop()
     figures["bare_publish_seconds"] = seconds
     print(
         f"  bare SQL with a bare publisher beside it {seconds:7.1f} s  "
@@ -268,6 +271,8 @@ async def publish_round(seed: str, as_of: datetime, owners: int, figures: dict[s
         f"published in {published.seconds:.1f} s)"
     )
     print(f"    CPU over both: {split_text(publish_cpu)}")
+    # The statement's own CPU with a publisher on the same cores, against the bare round's.
+    print_breakdown(backends.lines(top=3))
 
 
 async def fresh_settings(url: str, data: Path) -> dict[str, str]:
