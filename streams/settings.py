@@ -296,6 +296,26 @@ def _problems(exc: ValidationError) -> list[str]:
     ]
 
 
+# Variables faust-streaming reads from the environment itself, which the service must not
+# run with: static group membership (KIP-345), which the service is not built or tested for.
+# Tried with faust-streaming 0.15.3 and two workers, twice: in one try neither worker was
+# assigned any partition of the tables' changelogs or of Faust's leader topic, and the one
+# killed and restarted got that assignment back as it was (a static member's rejoin starts
+# no rebalance that would mend it), so the per-owner caches could not be recovered.
+REFUSED_FAUST_ENV = {
+    "CONSUMER_GROUP_INSTANCE_ID": "static group membership is not supported: with it "
+    "faust-streaming has left a worker without its tables' changelog partitions, and a "
+    "restarted static member gets such an assignment back without a rebalance; unset it (a "
+    "worker restarted after a crash gets its partitions back once the broker session "
+    "timeout, BROKER_SESSION_TIMEOUT, has passed)",
+}
+
+
+def faust_env_problems(env: Mapping[str, str]) -> list[str]:
+    """The Faust environment variables set that the service refuses, each with why."""
+    return [f"setting {name}: {why}" for name, why in REFUSED_FAUST_ENV.items() if env.get(name)]
+
+
 def load_settings() -> Settings:
     """Read the core's and every slice's settings from the environment, turning validation
     errors (all of them, the core's first) into one ConfigError."""
@@ -317,6 +337,7 @@ def load_settings() -> Settings:
     from streams.tracing.config import problems as tracing_problems
 
     problems.extend(tracing_problems(os.environ))
+    problems.extend(faust_env_problems(os.environ))
     if problems or settings is None:
         raise ConfigError(f"invalid configuration: {'; '.join(problems)}")
     return settings

@@ -101,3 +101,14 @@ def test_a_password_never_appears_in_a_configuration_error(monkeypatch: pytest.M
     with pytest.raises(ConfigError) as raised:
         load_settings()
     assert "leak-me-not" not in str(raised.value)
+
+
+def test_static_group_membership_stops_startup_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # faust-streaming reads it itself; with it a worker is assigned no changelog partitions.
+    monkeypatch.setenv("CONSUMER_GROUP_INSTANCE_ID", "reminders-0")
+    with pytest.raises(ConfigError, match="CONSUMER_GROUP_INSTANCE_ID: static group membership"):
+        load_settings()
+    monkeypatch.setenv("CONSUMER_GROUP_INSTANCE_ID", "")
+    assert load_settings().app_id
