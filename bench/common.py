@@ -3,11 +3,14 @@ percentiles, a process's resident memory."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import statistics
+import tempfile
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -44,6 +47,19 @@ async def database(template: str | None = None, prefix: str = "bench") -> AsyncI
         await database_module.release(DATABASE_URL, template)
     async with database_module.scratch_database(DATABASE_URL, name, template=template) as url:
         yield url
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A temporary directory for the bench's workers (their data and logs), removed when the
+    bench ends normally and kept, with a line saying where, when it fails."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    except BaseException:
+        print(f"  (the workers' data and logs are kept in {path})")
+        raise
+    shutil.rmtree(path, ignore_errors=True)
 
 
 async def drop_topics(prefix: str) -> None:

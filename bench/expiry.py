@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 
 from bench.backend_cpu import BackendCpu
+from bench.common import scratch_dir
 from bench.cpu import (
     CpuMeter,
     CpuSplit,
@@ -35,7 +36,6 @@ from bench.expiry_support import (
     database,
     metric,
     print_breakdown,
-    scratch_dir,
     seed_documents,
     wait_ready,
     worker,

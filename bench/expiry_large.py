@@ -15,12 +15,12 @@ from typing import Any
 
 import asyncpg
 
+from bench.common import scratch_dir
 from bench.expiry import counts, manual_run, worker_settings
 from bench.expiry_support import (
     KAFKA_BOOTSTRAP,
     database,
     peak_rss_mb,
-    scratch_dir,
     wait_ready,
     worker,
 )

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
@@ -90,19 +88,6 @@ def peak_rss_mb(pid: int) -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return 0.0
-
-
-@contextlib.contextmanager
-def scratch_dir(prefix: str) -> Iterator[Path]:
-    """A temporary directory for the bench's workers (their data and logs), removed when the
-    bench ends normally and kept, with a line saying where, when it fails."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    try:
-        yield path
-    except BaseException:
-        print(f"  (the workers' data and logs are kept in {path})")
-        raise
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def print_breakdown(breakdown: list[str]) -> None:

@@ -21,8 +21,6 @@ rows have appeared to the poll that finds them all (start-up and rebalance exclu
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -38,6 +36,7 @@ from bench.common import (
     drop_topics,
     produce,
     rss_mb,
+    scratch_dir,
 )
 from bench.cpu import CpuMeter, PerEvent, Sample, per_event, scale_measures, tagged
 from bench.pipeline import bare_pipeline, consume_only
@@ -129,63 +128,62 @@ async def run_workers(
     topic into a fresh database; ``restart``: then time a worker's restart with its data
     directory kept and empty."""
     async with database() as url:
-        tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-        app_id = f"{prefix}reminders-{count}w" + (f"-r{attempt}" if attempt > 1 else "")
-        env = worker_env(url, KAFKA_BOOTSTRAP, prefix, APP_ID=app_id)
-        procs = [WorkerProcess(env, tmp, f"ingest-worker-{i}") for i in range(count)]
-        conn = await asyncpg.connect(url)
-        meter = CpuMeter(conn)
-        samples: dict[str, Sample] = {}
-        ready: asyncio.Future[list[dict[str, object]]] | None = None
-        try:
-            for p in procs:
-                p.start()
-            pids = [p.proc.pid for p in procs if p.proc is not None]
-            ready = asyncio.ensure_future(
-                asyncio.gather(*(p.wait_ready(timeout=180) for p in procs))
-            )
-            first = start = None
-            deadline = time.monotonic() + 900
-            label = f"  {count} worker(s) ingesting"
-            with Progress(label, total=events, unit="events") as progress:
-                while True:
-                    n = await conn.fetchval(tagged("SELECT count(*) FROM calendar.events"))
-                    now = time.perf_counter()
-                    progress.update(n)
-                    if ready.done():
-                        ready.result()  # a worker that died before ready raises here
-                    if n and first is None:
-                        first = (now, n)
-                        samples["first"] = await meter.sample(pids)
-                    if n and start is None and ready.done():
-                        start = (now, n)
-                        samples["start"] = await meter.sample(pids)
-                    if n >= events:
-                        samples["end"] = await meter.sample(pids)
-                        break
-                    for p in procs:
-                        assert p.proc is not None
-                        if p.proc.poll() is not None:
-                            raise RuntimeError(f"{p.name} exited:\n{p.tail()}")
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{count} worker(s) stored {n} of {events} events")
-                    await asyncio.sleep(poll_interval(first, (now, n), events))
-            rss = [rss_mb(p.proc.pid) for p in procs if p.proc is not None]
-            counted = start is not None and start[1] < events
-            t0, n0 = start if start is not None and counted else (first or (now, n))
-            rate = (events - n0) / (now - t0) if now > t0 else float("nan")
-            begin = samples.get("start" if counted else "first")
-            cpu = per_event(begin, samples["end"], events - n0) if begin else None
-        finally:
-            if ready is not None:
-                ready.cancel()
-                await asyncio.gather(ready, return_exceptions=True)
-            await conn.close()
-            for p in procs:
-                p.stop()
-        restarted = await restart_times(env, tmp, procs[0].name) if restart else None
-        shutil.rmtree(tmp, ignore_errors=True)  # kept when a worker failed: its log is there
-        return WorkerRun(rate, rss, await checksum(url), restarted, cpu)
+        with scratch_dir("bench-ingest-") as tmp:  # kept when a worker failed: its log
+            app_id = f"{prefix}reminders-{count}w" + (f"-r{attempt}" if attempt > 1 else "")
+            env = worker_env(url, KAFKA_BOOTSTRAP, prefix, APP_ID=app_id)
+            procs = [WorkerProcess(env, tmp, f"ingest-worker-{i}") for i in range(count)]
+            conn = await asyncpg.connect(url)
+            meter = CpuMeter(conn)
+            samples: dict[str, Sample] = {}
+            ready: asyncio.Future[list[dict[str, object]]] | None = None
+            try:
+                for p in procs:
+                    p.start()
+                pids = [p.proc.pid for p in procs if p.proc is not None]
+                ready = asyncio.ensure_future(
+                    asyncio.gather(*(p.wait_ready(timeout=180) for p in procs))
+                )
+                first = start = None
+                deadline = time.monotonic() + 900
+                label = f"  {count} worker(s) ingesting"
+                with Progress(label, total=events, unit="events") as progress:
+                    while True:
+                        n = await conn.fetchval(tagged("SELECT count(*) FROM calendar.events"))
+                        now = time.perf_counter()
+                        progress.update(n)
+                        if ready.done():
+                            ready.result()  # a worker that died before ready raises here
+                        if n and first is None:
+                            first = (now, n)
+                            samples["first"] = await meter.sample(pids)
+                        if n and start is None and ready.done():
+                            start = (now, n)
+                            samples["start"] = await meter.sample(pids)
+                        if n >= events:
+                            samples["end"] = await meter.sample(pids)
+                            break
+                        for p in procs:
+                            assert p.proc is not None
+                            if p.proc.poll() is not None:
+                                raise RuntimeError(f"{p.name} exited:\n{p.tail()}")
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"{count} worker(s) stored {n} of {events} events")
+                        await asyncio.sleep(poll_interval(first, (now, n), events))
+                rss = [rss_mb(p.proc.pid) for p in procs if p.proc is not None]
+                counted = start is not None and start[1] < events
+                t0, n0 = start if start is not None and counted else (first or (now, n))
+                rate = (events - n0) / (now - t0) if now > t0 else float("nan")
+                begin = samples.get("start" if counted else "first")
+                cpu = per_event(begin, samples["end"], events - n0) if begin else None
+            finally:
+                if ready is not None:
+                    ready.cancel()
+                    await asyncio.gather(ready, return_exceptions=True)
+                await conn.close()
+                for p in procs:
+                    p.stop()
+            restarted = await restart_times(env, tmp, procs[0].name) if restart else None
+            return WorkerRun(rate, rss, await checksum(url), restarted, cpu)
 
 
 async def run(events: int = 50_000) -> list[Measure]:

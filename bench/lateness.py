@@ -22,8 +22,6 @@ import json
 import math
 import os
 import resource
-import shutil
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,7 +31,15 @@ from pathlib import Path
 import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from bench.common import KAFKA_BOOTSTRAP, calendar_event, database, drop_topics, pct, summary
+from bench.common import (
+    KAFKA_BOOTSTRAP,
+    calendar_event,
+    database,
+    drop_topics,
+    pct,
+    scratch_dir,
+    summary,
+)
 from bench.pipeline import write_batch
 from bench.progress import Progress
 from bench.quiet import quiet
@@ -134,36 +140,37 @@ async def _run(
     )
     prefix = f"bench{uuid.uuid4().hex[:8]}."
     settings = Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-lateness-"))
-    try:
-        await ensure_topics(settings, contract_topic_names(settings))
-        async with database() as url:
-            first_due = datetime.now(UTC) + timedelta(seconds=lead)
-            window = Window(first_due, rate, warm, seconds, background)
-            await prewrite(url, first_due, rate, window.total)
-            # The rows just written leave dirty buffers: flush them before the window.
-            await quiet("the lateness window", deadline_s=QUIET_DEADLINE_S)
-            worker = WorkerProcess(worker_env(url, KAFKA_BOOTSTRAP, prefix), tmp, "bench-worker")
-            try:
-                worker.start()
-                started = time.monotonic()
-                await worker.wait_ready(timeout=lead)
-                margin = (first_due - datetime.now(UTC)).total_seconds()
-                print(
-                    f"  worker ready in {time.monotonic() - started:.1f} s; "
-                    f"first DueAt in {margin:.1f} s"
+    with scratch_dir("bench-lateness-") as tmp:
+        try:
+            await ensure_topics(settings, contract_topic_names(settings))
+            async with database() as url:
+                first_due = datetime.now(UTC) + timedelta(seconds=lead)
+                window = Window(first_due, rate, warm, seconds, background)
+                await prewrite(url, first_due, rate, window.total)
+                # The rows just written leave dirty buffers: flush them before the window.
+                await quiet("the lateness window", deadline_s=QUIET_DEADLINE_S)
+                worker = WorkerProcess(
+                    worker_env(url, KAFKA_BOOTSTRAP, prefix), tmp, "bench-worker"
                 )
-                if margin < WARMUP + 1:
-                    raise RuntimeError(
-                        f"the worker was ready {WARMUP + 1 - margin:.1f} s too late for the "
-                        "first DueAt: raise BENCH_LATENESS_LEAD"
+                try:
+                    worker.start()
+                    started = time.monotonic()
+                    await worker.wait_ready(timeout=lead)
+                    margin = (first_due - datetime.now(UTC)).total_seconds()
+                    print(
+                        f"  worker ready in {time.monotonic() - started:.1f} s; "
+                        f"first DueAt in {margin:.1f} s"
                     )
-                return await _window(settings, url, window, worker.pids, targeted)
-            finally:
-                worker.stop()
-    finally:
-        await drop_topics(prefix)
-        shutil.rmtree(tmp, ignore_errors=True)
+                    if margin < WARMUP + 1:
+                        raise RuntimeError(
+                            f"the worker was ready {WARMUP + 1 - margin:.1f} s too late for the "
+                            "first DueAt: raise BENCH_LATENESS_LEAD"
+                        )
+                    return await _window(settings, url, window, worker.pids, targeted)
+                finally:
+                    worker.stop()
+        finally:
+            await drop_topics(prefix)
 
 
 @dataclass(frozen=True)
