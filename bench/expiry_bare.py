@@ -37,7 +37,9 @@ from streams.settings import Settings
 
 # The reference: for a batch of owners (keyset on OwnerUserId), their documents in the
 # window, every crossed threshold inserted insert-wins, t* = the smallest won, and one outbox
-# row per owner with a won t* - the same rows the real path writes, in one statement.
+# row per owner with a won t* - the same rows the real path writes, in one statement. Its
+# marker ids are time-ordered, as the claim's are (ops.uuid_v7, migration 0030): with random
+# ones the same statement takes about a fifth longer.
 BARE = """
 WITH o AS (
     SELECT DISTINCT owner_user_id FROM profile.person_documents
@@ -53,7 +55,7 @@ WITH o AS (
 ), ins AS (
     INSERT INTO profile.document_expiry_reminders
         (id, document_id, owner_user_id, type, threshold_days, expires_at, reminded_at)
-    SELECT gen_random_uuid(), d.document_id, d.owner_user_id, d.type, t, d.expires_at, $6
+    SELECT ops.uuid_v7(), d.document_id, d.owner_user_id, d.type, t, d.expires_at, $6
     FROM d CROSS JOIN unnest($7::int[]) AS t WHERE d.days_left <= t
     ORDER BY d.document_id, t
     ON CONFLICT (document_id, threshold_days) DO NOTHING

@@ -52,6 +52,8 @@ CROSS JOIN LATERAL (
 -- and, as for a broken item, raises before the commit).
 -- Markers go in (document, threshold) order, the same in every instance, so two instances
 -- inserting overlapping sets wait on each other, never deadlock.
+-- A marker's id is time-ordered (ops.uuid_v7, migration 0030): its primary key and the
+-- console's (reminded_at, id) index grow at their right edge, not at a random leaf each.
 -- The documents are read per owner (unnest($1), a LATERAL range of the (OwnerUserId,
 -- DocumentId) index from the keyset, at most $9 each): as owner_user_id = ANY($1), a plan
 -- made for the parameters (each connection's first five claims) read the whole window by
@@ -94,7 +96,7 @@ WITH docs AS MATERIALIZED (
 ), ins AS (
     INSERT INTO profile.document_expiry_reminders AS r (
         id, document_id, owner_user_id, type, threshold_days, expires_at, reminded_at)
-    SELECT gen_random_uuid(), c.document_id, c.owner_user_id, c.type, c.threshold_days,
+    SELECT ops.uuid_v7(), c.document_id, c.owner_user_id, c.type, c.threshold_days,
            c.expires_at, $6
     FROM crossed c
     WHERE NOT c.marked
