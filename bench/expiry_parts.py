@@ -166,7 +166,7 @@ async def stepper(
             if c.statement == "claim":
                 args: list[Any] = [chunk, window.lo, window.hi, today, list(DEFAULT_THRESHOLDS),
                         as_of, chunk[0], NIL, 5000, out.topic, out.reminded_at_json, 1000,
-                        [headers] * len(chunk), list(ITEM_LIMITS)]  # fmt: skip
+                        [headers] * len(chunk), list(ITEM_LIMITS), False]  # fmt: skip
                 await conn.fetch(sql("document_expiry_reminders_claim"), *args)
             else:
                 row = await conn.fetchrow(BARE, window.lo, window.hi, after[0], len(chunk),

@@ -48,25 +48,38 @@ async def check(
     return [CheckedDocument(*r) for r in rows]  # columns in the dataclass's order
 
 
-class ClaimedDocument(NamedTuple):
-    """One document of an owner's claim: DaysLeft, the threshold the claim won for it (t*,
-    None when it inserted no marker), how many crossed thresholds were already marked, and
-    what the statement says of the event it wrote for the document: which field of its item
-    breaks the contract's length rules (None: none) and the claim's largest event in bytes.
-    A named tuple made from the statement's record in 0.2 us, where a frozen dataclass took
-    0.9 us per document (a run claims every document of the window)."""
+class ClaimedOwner(NamedTuple):
+    """One owner of a claim, as the statement sums it up (one row per owner, not per
+    document: a run claims every document of the window, and a million rows cost the worker
+    more to decode than the statement costs PostgreSQL to aggregate):
 
-    document_id: UUID
+    - ``documents``: its documents the claim covered; ``skipped``: their crossed thresholds
+      already marked;
+    - ``won``: t* of each document whose reminder this claim won (the documents its events
+      list), in the events' (ExpiresAt, DocumentId) order;
+    - ``marks``: the owner cache's value for these documents once every crossed threshold is
+      marked (``document=t,t;document=t``, streams/domain/profile.py ``encode_marks``);
+    - ``logged``: with ``log_items``, the won documents as JSON ``[[DocumentId, Type, t*,
+      DaysLeft], ...]`` (None otherwise, or when it won none);
+    - ``broken_document``, ``breaks``: the first won document whose item breaks the
+      contract's length rules, and which field (None: none);
+    - ``largest_event``: the claim's largest event in bytes; ``last_document``: the last
+      document it covered in (OwnerUserId, DocumentId) order (the keyset cursor of a full
+      chunk). Both are the whole statement's, the same on every row."""
+
     owner_user_id: UUID
-    type: str
-    days_left: int
-    t_star: int | None
+    documents: int
     skipped: int
+    won: list[int]
+    marks: str
+    logged: str | None
+    broken_document: UUID | None
     breaks: str | None
     largest_event: int | None
+    last_document: UUID
 
 
-_CLAIMED = list(ClaimedDocument._fields)
+_CLAIMED = list(ClaimedOwner._fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +107,12 @@ async def claim(
     after: tuple[UUID, UUID],
     limit: int,
     out: EventsOut,
-) -> list[ClaimedDocument]:
+    log_items: bool = False,
+) -> list[ClaimedOwner]:
     """Insert-wins for up to ``limit`` of the owners' documents in [lo, hi] after the keyset
     ``after`` (OwnerUserId, DocumentId), and the events of what it won written to the outbox
-    as ``out`` says, on the caller's transaction; one row per document."""
+    as ``out`` says, on the caller's transaction; one row per owner it covered, in
+    OwnerUserId order (``log_items``: with the won documents' identifiers for a log line)."""
     if not owners:
         return []
     rows = await conn.fetch(
@@ -116,12 +131,11 @@ async def claim(
         out.per_event,
         [out.headers[o] for o in owners],
         list(out.item_limits),
+        log_items,
     )
     if rows and list(rows[0].keys()) != _CLAIMED:
-        raise RuntimeError(
-            "document_expiry_reminders_claim: columns out of ClaimedDocument's order"
-        )
-    make = ClaimedDocument._make
+        raise RuntimeError("document_expiry_reminders_claim: columns out of ClaimedOwner's order")
+    make = ClaimedOwner._make
     return [make(r) for r in rows]
 
 

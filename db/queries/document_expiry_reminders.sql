@@ -44,12 +44,18 @@ CROSS JOIN LATERAL (
 -- $13[i] for owner $1[i] (JSON text). The payload is the contract's wire form, byte for byte
 -- (tests/integration/test_document_expiry_events_sql.py checks it against the contract's
 -- serializer): the events never travel to the worker and back.
--- Returns each document once: its id, owner, Type, DaysLeft, the smallest threshold this
--- statement inserted (t*, NULL when none), how many crossed thresholds were already
--- marked, which field of an item that would be sent breaks the contract's length rules
--- ($14: Type's least and most characters, NumberMask's most; 'Type', 'NumberMask' or NULL)
--- and the largest event's size in bytes (the caller compares it with the contract's limit
--- and, as for a broken item, raises before the commit).
+-- Returns each owner it covered once, in OwnerUserId order (one row per owner, not per
+-- document: decoding a million rows cost the worker more than the aggregate costs here):
+-- how many of its documents it covered, how many of their crossed thresholds were already
+-- marked, t* of each document this statement won (its events' items, in their order), the
+-- owner cache's value for these documents once marked (document=t,t;... with thresholds
+-- descending, as streams/domain/profile.py encode_marks writes it), with $15 the won
+-- documents as JSON [[DocumentId, Type, t*, DaysLeft], ...] for a log line (NULL without),
+-- the first won document whose item breaks the contract's length rules and which field
+-- ($14: Type's least and most characters, NumberMask's most; 'Type', 'NumberMask' or NULL),
+-- and, the same on every row, the largest event's size in bytes (the caller compares it with
+-- the contract's limit and, as for a broken item, raises before the commit) and the last
+-- document covered in (OwnerUserId, DocumentId) order (a full chunk's keyset cursor).
 -- Markers go in (document, threshold) order, the same in every instance, so two instances
 -- inserting overlapping sets wait on each other, never deadlock.
 -- A marker's id is time-ordered (ops.uuid_v7, migration 0030): its primary key and the
@@ -144,14 +150,39 @@ WITH docs AS MATERIALIZED (
     FROM events e
     JOIN unnest($1::uuid[], $13::text[]) AS w(owner_user_id, headers) USING (owner_user_id)
     ORDER BY e.owner_user_id, e.part
+), marks AS (
+    -- The crossed thresholds of each DaysLeft in the chunk, descending, as the owner cache's
+    -- value writes them (streams/domain/profile.py encode_marks): a few dozen rows.
+    SELECT l.days_left, string_agg(t.days::text, ',' ORDER BY t.days DESC) AS thresholds
+    FROM (SELECT DISTINCT days_left FROM docs) l
+    CROSS JOIN unnest($5::int[]) AS t(days)
+    WHERE l.days_left <= t.days
+    GROUP BY l.days_left
 )
-SELECT c.document_id, c.owner_user_id, c.type, c.days_left, c.t_star, c.skipped,
-       CASE WHEN c.t_star IS NULL THEN NULL
-            WHEN length(c.type) NOT BETWEEN ($14::int[])[1] AND ($14::int[])[2] THEN 'Type'
-            WHEN length(c.number_mask) > ($14::int[])[3] THEN 'NumberMask' END AS breaks,
-       (SELECT max(octet_length(e.payload)) FROM events e) AS largest_event
-FROM claimed c
-ORDER BY c.owner_user_id, c.expires_at, c.document_id;
+SELECT s.owner_user_id, count(*)::int AS documents, sum(s.skipped)::int AS skipped,
+       coalesce(array_agg(s.t_star) FILTER (WHERE s.t_star IS NOT NULL), '{}') AS won,
+       string_agg(s.document_id::text || '=' || s.thresholds, ';') AS marks,
+       (json_agg(json_build_array(s.document_id, s.type, s.t_star, s.days_left))
+            FILTER (WHERE $15 AND s.t_star IS NOT NULL))::text AS logged,
+       (array_agg(s.document_id) FILTER (WHERE s.breaks IS NOT NULL))[1] AS broken_document,
+       (array_agg(s.breaks) FILTER (WHERE s.breaks IS NOT NULL))[1] AS breaks,
+       (SELECT max(octet_length(e.payload)) FROM events e) AS largest_event,
+       (SELECT d.document_id FROM docs d
+        ORDER BY d.owner_user_id DESC, d.document_id DESC LIMIT 1) AS last_document
+FROM (
+    -- In (ExpiresAt, DocumentId) order within each owner: the aggregates take their rows in
+    -- the order their input has, so an owner's value is the same text whenever its marks are.
+    SELECT c.owner_user_id, c.document_id, c.type, c.days_left, c.t_star, c.skipped,
+           m.thresholds,
+           CASE WHEN c.t_star IS NULL THEN NULL
+                WHEN length(c.type) NOT BETWEEN ($14::int[])[1] AND ($14::int[])[2] THEN 'Type'
+                WHEN length(c.number_mask) > ($14::int[])[3] THEN 'NumberMask' END AS breaks
+    FROM claimed c
+    JOIN marks m USING (days_left)
+    ORDER BY c.owner_user_id, c.expires_at, c.document_id
+) s
+GROUP BY s.owner_user_id
+ORDER BY s.owner_user_id;
 
 -- name: document_expiry_reminders_prune
 -- Markers of documents that expired before $1, at most $2 per call (the caller repeats),

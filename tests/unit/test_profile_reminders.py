@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from db.document_expiry_reminders import ClaimedDocument
+from db.document_expiry_reminders import ClaimedOwner
 from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, ContractTooLarge
 from streams.contracts.profile import DocumentExpiryReminderEvent
 from streams.slices.profile.reminders import (
@@ -21,8 +21,8 @@ from streams.slices.profile.reminders import (
     check_events,
     event_headers,
     events_out,
+    logged_items,
     queued_documents,
-    sent_documents,
     threshold_counts,
 )
 from streams.slices.profile.work import RunOrder
@@ -31,11 +31,12 @@ SLOT = datetime(2026, 6, 10, 0, 30, tzinfo=UTC)
 WORK = RunOrder("document-expiry", "run-1", SLOT, (30, 7, 1, 0)).work(uuid.uuid4())
 
 
-def doc(
-    threshold: int | None = 7, breaks: str | None = None, largest: int | None = 400
-) -> ClaimedDocument:
-    return ClaimedDocument(uuid.uuid4(), WORK.owner_user_id, "Passport", -3, threshold, 0,
-                           breaks, largest)  # fmt: skip
+def owner(
+    won: tuple[int, ...] = (7,), breaks: str | None = None, largest: int | None = 400
+) -> ClaimedOwner:
+    broken = uuid.uuid4() if breaks else None
+    return ClaimedOwner(uuid.uuid4(), len(won) + 1, 0, list(won), "", None, broken, breaks,
+                        largest, uuid.uuid4())  # fmt: skip
 
 
 def test_the_item_rules_are_the_contracts() -> None:
@@ -74,25 +75,29 @@ def test_every_event_of_the_run_carries_its_ids_and_the_contracts_headers() -> N
 
 
 def test_a_broken_item_or_a_too_large_event_raises_before_the_commit() -> None:
-    check_events([doc(), doc(None, largest=None)])
+    check_events([owner(), owner((), largest=None)])
     check_events([])
-    with pytest.raises(BrokenItem, match="Type"):
-        check_events([doc(), doc(breaks="Type")])
+    with pytest.raises(BrokenItem, match="Type") as raised:
+        check_events([owner(), bad := owner(breaks="Type")])
+    assert str(bad.broken_document) in str(raised.value)
     limit = DOCUMENT_EXPIRY_REMINDERS.max_payload_bytes
-    check_events([doc(largest=limit)])
+    check_events([owner(largest=limit)])
     with pytest.raises(ContractTooLarge):
-        check_events([doc(largest=limit + 1)])
+        check_events([owner(largest=limit + 1)])
 
 
-def test_the_documents_sent_are_those_whose_t_star_was_won() -> None:
-    won, lost = doc(7), doc(None)
-    assert sent_documents([won, lost, won]) == [won, won]
+def test_the_logged_items_are_read_as_the_claim_reports_them() -> None:
+    doc = uuid.uuid4()
+    assert logged_items(json.dumps([[str(doc), "Pass:port,x", 7, -3]])) == [
+        (str(doc), "Pass:port,x", 7, -3)
+    ]
+    assert logged_items(None) == []
 
 
 def test_a_log_line_lists_a_few_documents_and_counts_the_rest() -> None:
-    few = [doc(7), doc(0), doc(7)]
+    few = [(str(uuid.uuid4()), "Passport", t, -3) for t in (7, 0, 7)]
     assert queued_documents(few).count(":") == 3 * 3
-    assert threshold_counts(few) == "7:2,0:1"
-    many = [doc(30)] * (LOG_DOCUMENTS_MAX + 1)
+    assert threshold_counts([7, 0, 7]) == "7:2,0:1"
+    many = few[:1] * (LOG_DOCUMENTS_MAX + 1)
     assert queued_documents(many) == "-"
-    assert threshold_counts(many) == f"30:{LOG_DOCUMENTS_MAX + 1}"
+    assert threshold_counts([30] * (LOG_DOCUMENTS_MAX + 1)) == f"30:{LOG_DOCUMENTS_MAX + 1}"

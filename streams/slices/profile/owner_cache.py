@@ -18,7 +18,6 @@ from streams import logs
 from streams.domain.profile import (
     crossed,
     decode_marks,
-    encode_marks,
     scan_window,
     settled_by,
     utc_date,
@@ -86,12 +85,12 @@ async def verify(
     return settled
 
 
-def committed_value(plan: OwnerPlan, thresholds: tuple[int, ...]) -> str:
+def committed_value(plan: OwnerPlan) -> str:
     """The cache value of an owner whose transaction committed. After the commit every
     crossed threshold of its documents has a marker (won here, or by a parallel instance):
-    that is what a later run may claim. An owner left unfinished, or with more documents
-    than a value may hold, gets an empty value (it claims nothing): it goes to the ledger,
-    chunk by chunk."""
-    if plan.resume_after is not None or len(plan.docs) > CACHE_MAX_DOCUMENTS:
+    that is what a later run may claim (the claim statement writes it, ``plan.marks``). An
+    owner left unfinished, or with more documents than a value may hold, gets an empty value
+    (it claims nothing): it goes to the ledger, chunk by chunk."""
+    if plan.resume_after is not None or plan.documents > CACHE_MAX_DOCUMENTS:
         return ""
-    return encode_marks({d.document_id: crossed(d.days_left, thresholds) for d in plan.docs})
+    return plan.marks

@@ -16,12 +16,7 @@ from db.connector import Connection, is_transient, transaction
 from streams import faults, tracing
 from streams.domain.profile import scan_window, utc_date
 from streams.slices.profile.owner_plan import OwnerPlan
-from streams.slices.profile.reminders import (
-    check_events,
-    event_headers,
-    events_out,
-    sent_documents,
-)
+from streams.slices.profile.reminders import check_events, event_headers, events_out
 from streams.slices.profile.work import OwnerWork
 
 NIL = UUID(int=0)
@@ -42,7 +37,8 @@ def owner_scoped(exc: BaseException) -> bool:
 
 class OwnerLedger:
     """Commits owners' plans through the ledger, ``chunk`` documents per transaction;
-    ``owner_failed`` is told of each owner left alone in a failing chunk."""
+    ``owner_failed`` is told of each owner left alone in a failing chunk; ``log_items`` says
+    whether the owners' log lines want the identifiers of the documents they sent."""
 
     def __init__(
         self,
@@ -51,11 +47,13 @@ class OwnerLedger:
         topic_prefix: str,
         per_event: int,
         owner_failed: Callable[[OwnerWork, BaseException], None],
+        log_items: Callable[[], bool] = lambda: False,
     ) -> None:
         self.chunk = chunk
         self.topic_prefix = topic_prefix
         self.per_event = per_event
         self._owner_failed = owner_failed
+        self._log_items = log_items
 
     async def commit(
         self, pool: Any, plans: list[OwnerPlan], as_of: datetime, thresholds: tuple[int, ...]
@@ -110,7 +108,7 @@ class OwnerLedger:
         window = scan_window(today, thresholds)
         by_owner: dict[UUID, OwnerPlan] = {}
         for plan in plans:
-            plan.docs, plan.items, plan.skipped = [], [], 0
+            plan.documents, plan.won, plan.marks, plan.logged, plan.skipped = 0, [], "", None, 0
             plan.resume_after, plan.notified_here = None, False
             by_owner[plan.work.owner_user_id] = plan
         spans = (
@@ -148,6 +146,7 @@ class OwnerLedger:
                 (head.owner_user_id, head.after or NIL),
                 self.chunk,
                 out,
+                self._log_items(),
             )
             check_events(rows)
         except BaseException as exc:
@@ -156,17 +155,15 @@ class OwnerLedger:
                 tracing.end(span)
             raise
         for row in rows:
-            by_owner[row.owner_user_id].docs.append(row)
+            plan = by_owner[row.owner_user_id]
+            plan.documents, plan.skipped, plan.won = row.documents, row.skipped, row.won
+            plan.marks, plan.logged, plan.notified_here = row.marks, row.logged, bool(row.won)
         covered = len(plans)
-        if len(rows) >= self.chunk:
-            # Rows come in OwnerUserId order: the last owner may have more documents.
+        if rows and sum(row.documents for row in rows) >= self.chunk:
+            # Owners come in OwnerUserId order: the last one may have more documents.
             last = by_owner[rows[-1].owner_user_id]
-            last.resume_after = max(d.document_id for d in last.docs)
+            last.resume_after = rows[-1].last_document
             covered = plans.index(last) + 1
-        for plan in plans[:covered]:
-            plan.skipped = sum(d.skipped for d in plan.docs)
-            plan.items = sent_documents(plan.docs)
-            plan.notified_here = bool(plan.items)
         for owner, span in spans.items():
-            tracing.end(span, documents=len(by_owner[owner].items))
+            tracing.end(span, documents=len(by_owner[owner].won))
         return covered

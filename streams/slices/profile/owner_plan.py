@@ -11,13 +11,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from uuid import UUID
 
-from db.document_expiry_reminders import ClaimedDocument
 from streams.slices.profile.work import OwnerWork
 
 
 @dataclass
 class OwnerPlan:
-    """One owner of a batch: its work item and, once claimed, its documents in the window."""
+    """One owner of a batch: its work item and, once claimed, what its transaction did."""
 
     position: int
     """The owner's index in the batch (failures are told apart by it)."""
@@ -27,10 +26,15 @@ class OwnerPlan:
     work: OwnerWork
     cached: Any = None
     """The cache's value for the owner as read (written back only when it changes)."""
-    docs: list[ClaimedDocument] = field(default_factory=list)
-    """The owner's documents in the window as its transaction saw them."""
-    items: list[ClaimedDocument] = field(default_factory=list)
-    """What the owner's events list: the documents whose t* this transaction won."""
+    documents: int = 0
+    """The owner's documents in the window its transaction covered."""
+    won: list[int] = field(default_factory=list)
+    """t* of each document the owner's events list (whose reminder this transaction won)."""
+    marks: str = ""
+    """The owner cache's value for those documents once committed (every crossed threshold
+    marked): ``document=t,t;document=t``."""
+    logged: str | None = None
+    """The won documents' identifiers for the log line, as the claim reported them (JSON)."""
     skipped: int = 0
     resume_after: UUID | None = None
     """Set when the owner's documents went on past the end of its chunk: the last one

@@ -34,7 +34,7 @@ from streams.slices.profile.metrics import DocumentExpiryMetrics
 from streams.slices.profile.owner_cache import Claims, claimed_marks, committed_value, verify
 from streams.slices.profile.owner_ledger import OwnerLedger
 from streams.slices.profile.owner_plan import TOTALS, OwnerBatchResult, OwnerPlan
-from streams.slices.profile.reminders import queued_documents, threshold_counts
+from streams.slices.profile.reminders import logged_items, queued_documents, threshold_counts
 from streams.slices.profile.settings import DocumentExpirySettings
 from streams.slices.profile.work import (
     Continuations,
@@ -86,6 +86,7 @@ class OwnerWorker:
             topic_prefix=self.topic_prefix,
             per_event=self.per_event,
             owner_failed=self._owner_failed,
+            log_items=lambda: log.isEnabledFor(logging.INFO),
         )
         self.totals = OwnerBatchResult()
 
@@ -255,7 +256,7 @@ class OwnerWorker:
         )
         committed = [p for p in misses if p.position not in failed]
         faults.hit("expiry_owners.after_commit")
-        remember = [e for p in committed if (e := self._after_commit(p, thresholds, result))]
+        remember = [e for p in committed if (e := self._after_commit(p, result))]
         if self.cache is not None:
             await self.cache.put_many(remember)  # one changelog batch, not a record per owner
         self.metrics.owners.labels("ledger").inc(len(misses) - len(failed))
@@ -271,45 +272,46 @@ class OwnerWorker:
         return self.cache.read(plan.event, key)
 
     def _after_commit(
-        self, plan: OwnerPlan, thresholds: tuple[int, ...], result: OwnerBatchResult
+        self, plan: OwnerPlan, result: OwnerBatchResult
     ) -> tuple[Any, str, Any] | None:
         """Committed: count, log; returns what the cache may learn (None: nothing new)."""
         work = plan.work
         result.ledger += 1
         result.skipped += plan.skipped
-        if plan.items:
-            result.by_threshold.update(i.t_star for i in plan.items if i.t_star is not None)
+        if plan.won:
+            result.by_threshold.update(plan.won)
             result.applied_positions.add(plan.message)
             if not work.notified:
                 result.notified += 1
-            result.sent += len(plan.items)
+            result.sent += len(plan.won)
             if log.isEnabledFor(logging.INFO):  # one line per owner and chunk: counts
+                items = logged_items(plan.logged)
                 logs.event(
                     log,
                     logging.INFO,
                     "reminder_queued",
                     run_id=work.run_id,
                     owner_user_id=work.owner_user_id,
-                    count=len(plan.items),
-                    thresholds=threshold_counts(plan.items),
+                    count=len(plan.won),
+                    thresholds=threshold_counts(plan.won),
                     continued="yes" if plan.resume_after is not None else "no",
-                    documents=queued_documents(plan.items),
+                    documents=queued_documents(items),
                 )
-            if log.isEnabledFor(ITEM_LEVEL):  # the seed's per-document line (no NumberMask)
-                for item in plan.items:
-                    logs.event(
-                        log,
-                        ITEM_LEVEL,
-                        "reminder_document_queued",
-                        run_id=work.run_id,
-                        owner_user_id=work.owner_user_id,
-                        document_id=item.document_id,
-                        type=item.type,
-                        threshold_days=item.t_star,
-                        days_left=item.days_left,
-                    )
+                if log.isEnabledFor(ITEM_LEVEL):  # the seed's per-document line (no NumberMask)
+                    for document_id, type_, t_star, days_left in items:
+                        logs.event(
+                            log,
+                            ITEM_LEVEL,
+                            "reminder_document_queued",
+                            run_id=work.run_id,
+                            owner_user_id=work.owner_user_id,
+                            document_id=document_id,
+                            type=type_,
+                            threshold_days=t_star,
+                            days_left=days_left,
+                        )
         if self.cache is not None and plan.event is not None and work.after is None:
-            value = committed_value(plan, thresholds)
+            value = committed_value(plan)
             if value != plan.cached and (value or plan.cached):
                 return plan.event, str(work.owner_user_id), value
         return None
@@ -345,13 +347,13 @@ class OwnerWorker:
                 continue
             if plan.resume_after is None:  # an unfinished owner is done by its continuation
                 p["done"] += 1
-            if plan.items:
+            if plan.won:
                 if not plan.work.notified:
                     p["notified"] += 1
-                p["sent"] += len(plan.items)
+                p["sent"] += len(plan.won)
             if plan.skipped:
                 p["skipped"] += plan.skipped
-            plan.docs, plan.items = [], []  # counted: let a large batch's documents go
+            plan.won, plan.marks, plan.logged = [], "", None  # counted: let a large batch's go
 
     async def _progress(self, per_run: PerItem) -> None:
         if per_run:

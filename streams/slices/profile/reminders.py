@@ -16,7 +16,7 @@ from uuid import UUID
 
 from pydantic import TypeAdapter
 
-from db.document_expiry_reminders import ClaimedDocument, EventsOut
+from db.document_expiry_reminders import ClaimedOwner, EventsOut
 from streams.contracts import DOCUMENT_EXPIRY_REMINDERS, ContractTooLarge
 from streams.contracts.base import Instant
 from streams.contracts.profile import MAX_DOCUMENTS_PER_EVENT, ExpiringDocumentItem
@@ -90,41 +90,42 @@ def events_out(
     )
 
 
-def check_events(docs: Sequence[ClaimedDocument]) -> None:
+def check_events(owners: Sequence[ClaimedOwner]) -> None:
     """Raise, before the commit, when the claim wrote an event the contract refuses: an item
     whose field breaks its rules (``BrokenItem``), or an event over the contract's
     ``max_payload_bytes`` (``ContractTooLarge``)."""
-    if not docs:
+    if not owners:
         return
-    largest = docs[0].largest_event
+    largest = owners[0].largest_event
     if largest is not None and largest > DOCUMENT_EXPIRY_REMINDERS.max_payload_bytes:
         raise ContractTooLarge(
             DOCUMENT_EXPIRY_REMINDERS.name, largest, DOCUMENT_EXPIRY_REMINDERS.max_payload_bytes
         )
-    for d in docs:
-        if d.breaks is not None:
-            raise BrokenItem(d.document_id, d.breaks)
-
-
-def sent_documents(docs: Sequence[ClaimedDocument]) -> list[ClaimedDocument]:
-    """The documents the owner's events list: those whose t* this claim won, in order."""
-    return [d for d in docs if d.t_star is not None]
+    for o in owners:
+        if o.broken_document is not None and o.breaks is not None:
+            raise BrokenItem(o.broken_document, o.breaks)
 
 
 # Documents a reminder_queued line lists by identifier at most; beyond, only counts.
 LOG_DOCUMENTS_MAX = 20
 
 
-def queued_documents(items: Sequence[ClaimedDocument]) -> str:
+def logged_items(logged: str | None) -> list[tuple[str, str, int, int]]:
+    """The won documents a claim reported for the log (``ClaimedOwner.logged``): (DocumentId,
+    Type, t*, DaysLeft) each, in the events' order."""
+    return [(str(d), str(ty), int(t), int(left)) for d, ty, t, left in json.loads(logged or "[]")]
+
+
+def queued_documents(items: Sequence[tuple[str, str, int, int]]) -> str:
     """``DocumentId:Type:ThresholdDays:DaysLeft`` of each item, comma-separated (the seed's
     "reminder queued" identifiers), when there are at most LOG_DOCUMENTS_MAX; otherwise "-"
     (the line's counts say how many): a log line stays short at any owner's size."""
     if len(items) > LOG_DOCUMENTS_MAX:
         return "-"
-    return ",".join(f"{i.document_id}:{i.type}:{i.t_star}:{i.days_left}" for i in items)
+    return ",".join(f"{d}:{ty}:{t}:{left}" for d, ty, t, left in items)
 
 
-def threshold_counts(items: Sequence[ClaimedDocument]) -> str:
-    """``t:n`` per ThresholdDays of ``items`` (descending), comma-separated."""
-    counts = Counter(i.t_star for i in items if i.t_star is not None)
+def threshold_counts(won: Sequence[int]) -> str:
+    """``t:n`` per ThresholdDays of the won documents' t* (descending), comma-separated."""
+    counts = Counter(won)
     return ",".join(f"{t}:{counts[t]}" for t in sorted(counts, reverse=True))
