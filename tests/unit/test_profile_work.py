@@ -41,6 +41,10 @@ def test_an_owners_work_id_is_the_fanout_key_of_its_slot(owner: uuid.UUID, as_of
     assert work.work_id == fanout_key("document-expiry", owner, as_of)
     assert (work.run_id, work.owner_user_id, work.as_of) == ("run-1", owner, as_of)
     assert work.thresholds_days == (30, 7, 1, 0)
+    # Its owner's text, formatted once, goes with every copy of the work.
+    assert work.owner_key == str(owner)
+    assert replace(work, after=owner, notified=True).owner_key == str(owner)
+    assert replace(work, owner_key="").owner_key == str(owner)
 
 
 @given(st.uuids(), st.integers(1, 64))

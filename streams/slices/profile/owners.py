@@ -266,7 +266,7 @@ class OwnerWorker:
         """The owner's cache value, read in its work item's partition (where it is written)
         when it came from Kafka, instead of in every partition."""
         assert self.cache is not None
-        key = str(plan.work.owner_user_id)
+        key = plan.work.owner_key
         if item_key(plan.event) is None:
             return self.cache.peek(key)
         return self.cache.read(plan.event, key)
@@ -313,7 +313,7 @@ class OwnerWorker:
         if self.cache is not None and plan.event is not None and work.after is None:
             value = committed_value(plan)
             if value != plan.cached and (value or plan.cached):
-                return plan.event, str(work.owner_user_id), value
+                return plan.event, work.owner_key, value
         return None
 
     def _owner_failed(self, work: OwnerWork, exc: BaseException) -> None:

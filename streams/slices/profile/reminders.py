@@ -66,7 +66,7 @@ def event_headers(work: OwnerWork, trace: Mapping[str, str]) -> str:
     and ``trace`` (the owner span's traceparent, when tracing is on)."""
     own = (
         f'"correlation-id": {_json_text(work.run_id)}, "work-id": {_json_text(work.work_id)}, '
-        f'"aggregate-id": "{work.owner_user_id}", '
+        f'"aggregate-id": "{work.owner_key}", '
     )
     if trace:
         own += json.dumps(dict(trace))[1:-1] + ", "

@@ -54,6 +54,13 @@ class OwnerWork:
     earlier chunks of this work); None: the owner from its first document."""
     notified: bool = False
     """An earlier chunk of this work sent the owner an event (counted notified once)."""
+    owner_key: str = field(default="", compare=False)
+    """``str(owner_user_id)``, formatted once: the owner's cache key, its events' aggregate
+    id and its log lines' identifier (a run formats 200,000 of them several times each)."""
+
+    def __post_init__(self) -> None:
+        if not self.owner_key:
+            object.__setattr__(self, "owner_key", str(self.owner_user_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +80,11 @@ class RunOrder:
     def work(self, owner: UUID) -> OwnerWork:
         # fanout_key(name, owner, as_of), the slot formatted once per run (a UUID is never
         # empty and has no ':', which is all fanout_key checks).
+        key = str(owner)
         return OwnerWork(
-            f"{self.name}:{owner}:{self.slot}", self.run_id, owner, self.as_of, self.thresholds
-        )
+            f"{self.name}:{key}:{self.slot}", self.run_id, owner, self.as_of, self.thresholds,
+            owner_key=key,
+        )  # fmt: skip
 
 
 class OwnersWork(Contract):
