@@ -22,7 +22,7 @@ from devkit.kafka import read_to_end
 from streams.clock import ManualClock
 from streams.contracts import decode
 from streams.input.consumer import Decoded
-from streams.slices.profile.work import OWNER_WORK, KafkaFanout, partition_of
+from streams.slices.profile.work import OWNER_WORK, KafkaFanout, RunOrder, partition_of
 from streams.timers.context import RunContext
 from streams.timers.slots import fanout_key
 
@@ -116,6 +116,34 @@ async def test_owners_go_out_by_partition_each_once_and_the_run_waits_for_them(
     on_topic = await read_to_end(kafka_bootstrap, topic)
     assert len(on_topic) == len(records) < len(owners)
     assert len({r.partition for r in on_topic}) > 1  # spread by owner over the 4 partitions
+
+
+async def test_owners_go_out_in_key_order_a_window_at_a_time(
+    h: Harness, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """The scan finds owners all over the key space (here: descending, the worst order); the
+    fan-out gathers a window, sorts it by OwnerUserId and sends it (the next window twice as
+    large, up to the most; the rest at close). So each partition's items carry owners in
+    key order within each window, and a worker's transaction gets neighbours."""
+    fanout = KafkaFanout(h.runtime.settings, owners_per_item=1, window=(10, 20))
+    owners = sorted((uuid.uuid4() for _ in range(50)), key=lambda o: o.int, reverse=True)
+    await fanout.start()
+    try:
+        for start in range(0, len(owners), 5):  # as the scan's batches give them
+            await fanout.send(RunOrder("document-expiry", "run-1", SLOT, (30, 7, 1, 0)),
+                              owners[start : start + 5])  # fmt: skip
+    finally:
+        await fanout.close()
+    records = await take(kafka_bootstrap, topic_prefix + OWNER_WORK.name, len(owners))
+    sent: dict[int, list[uuid.UUID]] = {}
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        sent.setdefault(r.partition, []).extend(decode(OWNER_WORK, r.value).owner_user_ids)
+    assert sorted(o for seq in sent.values() for o in seq) == sorted(owners)  # each once
+    # Windows of 10 and 20 owners, then the 20 left: each sorted, one after the other.
+    windows = [owners[:10], owners[10:30], owners[30:]]
+    for seq in sent.values():
+        assert seq == [o for w in windows for o in sorted(set(w) & set(seq), key=lambda o: o.int)]
+    assert len(sent) > 1
 
 
 async def test_a_run_whose_owners_nobody_does_ends_on_its_budget(
