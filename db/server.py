@@ -1,5 +1,5 @@
 """Repository of what the server itself reports (``db/queries/server.sql``): connection limits,
-advisory lock holders. Its health ping and session planning are run by ``db/connector.py``."""
+its clock, advisory lock holders. Its health ping and session planning are run by ``db/connector.py``."""
 
 from __future__ import annotations
 
@@ -39,6 +39,13 @@ async def connection_limits(conn: Connection) -> ConnectionLimits:
     return ConnectionLimits(
         int(row["max_connections"]), int(row["superuser_reserved"]), int(row["reserved"])
     )
+
+
+async def clock(conn: Connection, *, timeout: float | None = None) -> datetime:
+    """The database's time now (``clock_timestamp()``)."""
+    value = await conn.fetchval(sql("server_clock"), timeout=timeout)
+    assert isinstance(value, datetime)
+    return value
 
 
 async def advisory_lock_holders(conn: Connection, key: int) -> list[LockHolder]:

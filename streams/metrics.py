@@ -261,6 +261,12 @@ class DbMetrics:
             "Statements this process sent to PostgreSQL through its pool (BEGIN/COMMIT included)",
             registry=registry,
         )
+        self.clock_skew = Gauge(
+            "reminders_worker_clock_skew_seconds",
+            "This worker's own clock minus PostgreSQL's at the last reading (the worker runs on "
+            "the database's time; past CLOCK_SKEW_MAX_SECONDS either way it is not ready)",
+            registry=registry,
+        )
 
 
 F = TypeVar("F")

@@ -112,6 +112,12 @@ class Settings(BaseSettings):
     # worker), so its row and lane locks cannot hold the other workers.
     db_idle_in_transaction_timeout_seconds: float = Field(60.0, gt=0, le=3600)
 
+    # Every due, lease and retention comparison uses PostgreSQL's time: each process reads
+    # the database's clock this often (streams/clock.py, DatabaseClock); a worker whose own
+    # clock is further than CLOCK_SKEW_MAX_SECONDS from it says so and is not ready.
+    clock_sync_interval_seconds: float = Field(10.0, gt=0, le=600)
+    clock_skew_max_seconds: float = Field(5.0, gt=0, le=86_400)
+
     # A partition with lag that made no progress for this long makes /health not ready.
     stream_stall_seconds: float = Field(120.0, gt=0)
 

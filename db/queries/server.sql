@@ -26,3 +26,8 @@ WHERE l.locktype = 'advisory'
   AND l.classid::bigint = ($1::bigint >> 32)
   AND l.objid::bigint = ($1::bigint & 4294967295)
 ORDER BY l.pid;
+
+-- name: server_clock
+-- The database's time now (clock_timestamp(), not the transaction's start): the instant a
+-- worker's clock is set to (streams/clock.py, DatabaseClock).
+SELECT clock_timestamp() AS now;

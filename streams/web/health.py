@@ -78,6 +78,7 @@ async def readiness(
         checks["postgres"] = "ok"
     except Exception as exc:  # readiness reports, it never raises
         checks["postgres"] = f"error: {type(exc).__name__}"
+    checks["clock"] = runtime.clock_problem() or "ok"
     try:
         assigned = app.consumer.assignment()
         checks["kafka"] = "ok" if app.producer.started and app.consumer.started else "not started"
@@ -105,6 +106,7 @@ async def readiness(
     ready = (
         checks.get("timer_process", "ok") == "ok"
         and checks["postgres"] == "ok"
+        and checks["clock"] == "ok"
         and checks["kafka"] == "ok"
         and recovered
         and not crashed
