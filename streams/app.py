@@ -56,6 +56,9 @@ class WorkerServices(Service):
                 clock=self.runtime.clock,
             )
             await self.relay.start()
+        # The pool's opening reads the database's clock (Runtime, DatabaseClock): the
+        # schedules' first horizon must be in the database's time, not this host's.
+        await self.runtime.pool()
         await self.registry.start()
         # Announce this worker at once (other status pages list it), not at the next slot.
         self.registry.wake(WORKER_HEARTBEAT)

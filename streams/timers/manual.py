@@ -79,6 +79,7 @@ async def run_manual(
 ) -> RunRecord:
     """One slot of ``name`` through ``ctx``'s registry (the worker's own, built but not
     started); raises KeyError for an unknown name, ValueError for a future ``as_of``."""
+    await ctx.runtime.pool()  # reads the database's clock: "now" and the slot are its time
     return await ctx.registry.run_slot(name, as_of, rerun=rerun)
 
 
