@@ -55,9 +55,12 @@ class WorkerProcess:
     (what an orchestrator's stop does).
     """
 
-    def __init__(self, env: dict[str, str], data_dir: Path, name: str = "worker") -> None:
+    def __init__(
+        self, env: dict[str, str], data_dir: Path, name: str = "worker", *, root: Path = ROOT
+    ) -> None:
         self.port = free_port()
         self.name = name
+        self.root = root  # the source tree it runs (another release's, for an upgrade test)
         data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = data_dir / f"{name}.log"
         self.env = {
@@ -73,7 +76,7 @@ class WorkerProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streams", "worker"],
-            cwd=ROOT,
+            cwd=self.root,
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
