@@ -1,11 +1,13 @@
-"""``python -m streams timers run NAME [--as-of ISO-8601] [--rerun]``: run one slot of any
-registered job now, through the registry's own claim and run path, and print what it did.
+"""``python -m streams timers run NAME [--as-of ISO-8601] [--rerun] [--ignore-pause]``: run one
+slot of any registered job now, through the registry's own claim and run path, and print what
+it did. A job paused cluster-wide (``timers pause``) is not run unless ``--ignore-pause``.
 
 SIGTERM or SIGINT stops the run and hands its slot back, as a worker's stop does.
 
 Exit codes: 0 the run succeeded; 1 it failed, timed out or was cancelled (or stopped); 2 a usage or
 configuration problem (unknown name, bad or future ``--as-of``); 3 the slot was already
-claimed (it ran, or runs, elsewhere) and ``--rerun`` was not given.
+claimed (it ran, or runs, elsewhere) and ``--rerun`` was not given; 4 the job is paused
+cluster-wide and ``--ignore-pause`` was not given (nothing ran, nothing was claimed).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from streams.timers.runs import RunRecord
 from streams.timers.schedule import RegistrationError
 from streams.timers.slots import iso_utc
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DEDUPED = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DEDUPED, EXIT_PAUSED = 0, 1, 2, 3, 4
 # After SIGTERM, how long a run may take to hand its slot back before it is cancelled.
 STOP_GRACE_SECONDS = 10.0
 
@@ -68,18 +70,40 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         action="store_true",
         help="run a slot that was already claimed once more, without a claim (idempotent jobs)",
     )
+    add_ignore_pause(run)
     timers.set_defaults(run=run_timers)
     from streams.timers import control
 
     control.add_commands(commands)
 
 
+def add_ignore_pause(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ignore-pause",
+        action="store_true",
+        help="run even though NAME is paused cluster-wide (timers pause); without it a "
+        "paused job is refused (exit 4)",
+    )
+
+
 async def run_manual(
-    ctx: TimerContext, name: str, as_of: datetime | None = None, *, rerun: bool = False
+    ctx: TimerContext,
+    name: str,
+    as_of: datetime | None = None,
+    *,
+    rerun: bool = False,
+    ignore_pause: bool = False,
 ) -> RunRecord:
     """One slot of ``name`` through ``ctx``'s registry (the worker's own, built but not
     started); raises KeyError for an unknown name, ValueError for a future ``as_of``."""
-    return await ctx.registry.run_slot(name, as_of, rerun=rerun)
+    return await ctx.registry.run_slot(name, as_of, rerun=rerun, ignore_pause=ignore_pause)
+
+
+def paused_line(name: str) -> str:
+    return (
+        f"  refused: {name} is paused cluster-wide (timers pause); resume it with "
+        f"`timers resume {name}`, or pass --ignore-pause to run it anyway"
+    )
 
 
 def report(record: RunRecord) -> list[str]:
@@ -94,6 +118,8 @@ def report(record: RunRecord) -> list[str]:
         lines.append(
             "  the slot was already claimed: it ran, or runs, elsewhere (--rerun repeats it)"
         )
+    if record.result == "paused":
+        lines.append(paused_line(record.schedule))
     if record.error:
         lines.append(f"  error: {record.error}")
     summary = record.summary
@@ -110,6 +136,8 @@ def exit_code(record: RunRecord) -> int:
         return EXIT_OK
     if record.result == "deduped":
         return EXIT_DEDUPED
+    if record.result == "paused":
+        return EXIT_PAUSED
     return EXIT_FAILED
 
 
@@ -140,7 +168,9 @@ def run_timers(settings: Settings, args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
         try:
-            return await run_manual(ctx, args.name, args.as_of, rerun=args.rerun)
+            return await run_manual(
+                ctx, args.name, args.as_of, rerun=args.rerun, ignore_pause=args.ignore_pause
+            )
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
