@@ -10,15 +10,7 @@ import pytest
 
 from db import migration_steps as steps
 from db.migrate import MIGRATIONS_DIR, Migration, MigrationError, discover
-
-# Migrations up to here were released before the rule; their content is checksummed and
-# stays. Every migration numbered above it is checked (new ones are found by themselves).
-BASELINE = 30
-RULE = (
-    "build indexes on existing tables with CREATE INDEX CONCURRENTLY IF NOT EXISTS in a "
-    "migration whose first line is '-- migrate: no-transaction' (docs/architecture.md, "
-    "Migrations)"
-)
+from devkit.migration_waits import BASELINE, RULE
 
 
 def test_the_directive_counts_only_among_the_leading_comments() -> None:
