@@ -49,7 +49,7 @@ RULE = (
 # Test data. Keys are in row order (a digit per table, then the row number in hex), so each
 # B-tree fills from one end, and the writer derives its targets from a row number (key()).
 PREFIX = {"event": "1", "reminder": "2", "document": "3", "marker": "4"}
-REMINDERS_PER_EVENT = 20
+REMINDERS_PER_EVENT = 4
 
 
 def key(kind: str, n: int) -> str:
@@ -67,14 +67,19 @@ _FILL = (
         {_sql_key("event", "n % 20000")}, 'Appointment', now() + n * interval '1 minute', 'UTC',
         'Planned', 1, now()
     FROM generate_series(1, $1) n""",
-    f"""INSERT INTO calendar.event_reminders (reminder_id, event_id, offset_minutes, due_at)
+    # Four in five reminders are history (Sent), as in production.
+    f"""INSERT INTO calendar.event_reminders (reminder_id, event_id, offset_minutes, due_at,
+        status, sent_at)
     SELECT {_sql_key("reminder", "n")}, {_sql_key("event", "1 + (n - 1) / $2")}, n % $2,
-        now() + n * interval '1 second'
+        now() + n * interval '1 second',
+        CASE WHEN n % 5 < 4 THEN 'Sent' ELSE 'Pending' END,
+        CASE WHEN n % 5 < 4 THEN now() END
     FROM generate_series(1, $1) n""",
+    # Four in five scheduler rows are done (Completed), as in production.
     """INSERT INTO automation.scheduler (automation_type_id, trigger_type_id, scheduler_key,
-        scheduled_on, input_hash)
+        scheduled_on, input_hash, status_id)
     SELECT 'Reminder', 'DateBased', 'k' || lpad(n::text, 9, '0'), now() + n * interval '1 second',
-        repeat('ab', 32)
+        repeat('ab', 32), CASE WHEN n % 5 < 4 THEN 'Completed' ELSE 'Pending' END
     FROM generate_series(1, $1) n""",
     f"""INSERT INTO profile.person_documents (document_id, owner_user_id, person_id, type,
         expires_at, status, version, occurred_at)
@@ -99,8 +104,17 @@ _FILL_ROWS = (
     lambda: (ROWS["ops.outbox"],),
 )
 
-# What a dispatcher, a materializer, the scheduler and document expiry write, by key.
+# What the calendar applier, a dispatcher, a materializer, the scheduler and document expiry
+# write, by key.
 _WRITES = (
+    (
+        "calendar.events",
+        "UPDATE calendar.events SET version = version + 1, updated_at = now() "
+        "WHERE event_id = $1::uuid",
+        lambda n: (
+            key("event", n % (ROWS["calendar.event_reminders"] // REMINDERS_PER_EVENT) + 1),
+        ),
+    ),
     (
         "calendar.event_reminders",
         "UPDATE calendar.event_reminders SET status = 'Sent', sent_at = now(), "
@@ -111,7 +125,9 @@ _WRITES = (
         "calendar.event_reminders",
         "INSERT INTO calendar.event_reminders (reminder_id, event_id, offset_minutes, due_at) "
         "VALUES (gen_random_uuid(), $1::uuid, -1, now())",
-        lambda n: (key("event", n % (ROWS["calendar.event_reminders"] // 20) + 1),),
+        lambda n: (
+            key("event", n % (ROWS["calendar.event_reminders"] // REMINDERS_PER_EVENT) + 1),
+        ),
     ),
     (
         "automation.scheduler",
@@ -334,8 +350,9 @@ async def _main() -> None:
             began = time.monotonic()
             await fill(url)
             print(f"filled in {time.monotonic() - began:.1f} s: {ROWS}")
-            rows = await measure(url, directory, [*later, *replays(), *replays(concurrently=True)])
-            print(table(rows))
+            run = await measure(url, directory, [*later, *replays(), *replays(concurrently=True)])
+            print(table(run.rows))
+            print(f"{run.writes} writes, failed: {run.errors or 'none'}")
 
 
 if __name__ == "__main__":
