@@ -28,6 +28,7 @@ from streams.timers.manual import (
     EXIT_PAUSED,
     EXIT_USAGE,
     add_ignore_pause,
+    pause_note,
     report,
 )
 from streams.timers.schedule import RegistrationError
@@ -179,6 +180,8 @@ def run_backfill(settings: Settings, args: argparse.Namespace) -> int:
         out: list[str] = []
         try:
             code = await backfill(ctx, args.name, days, out, ignore_pause=args.ignore_pause)
+            if code == EXIT_PAUSED and (note := await pause_note(ctx, args.name)) is not None:
+                out.append(note)
             return code, out
         finally:
             await ctx.runtime.close()

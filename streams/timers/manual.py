@@ -18,6 +18,7 @@ import signal
 import sys
 from datetime import datetime
 
+from db import timer_pauses
 from streams import logs
 from streams.settings import ConfigError, Settings
 from streams.slices.slice import TimerContext
@@ -99,6 +100,20 @@ async def run_manual(
     return await ctx.registry.run_slot(name, as_of, rerun=rerun, ignore_pause=ignore_pause)
 
 
+async def pause_note(ctx: TimerContext, name: str) -> str | None:
+    """Who paused ``name``, when and why (ops.timer_pauses), for a refused run's report."""
+    try:
+        row = await timer_pauses.get(await ctx.runtime.pool(), name)
+    except Exception as exc:  # the refusal stands; only its details are missing
+        return f"  (who paused it could not be read: {type(exc).__name__})"
+    if row is None:
+        return None
+    return (
+        f"  paused by {row['paused_by']} at {iso_utc(row['paused_at'])}: "
+        f"{row['reason'] or '(no reason given)'}"
+    )
+
+
 def paused_line(name: str) -> str:
     return (
         f"  refused: {name} is paused cluster-wide (timers pause); resume it with "
@@ -155,6 +170,8 @@ def run_timers(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: no timer named {args.name!r} (known: {known})", file=sys.stderr)
         return EXIT_USAGE
 
+    notes: list[str | None] = []
+
     async def once() -> RunRecord:
         # SIGTERM / SIGINT stop the run as a worker's stop does: the slot is handed back
         # (claimable at once by the next `timers run` or any worker), never left claimed.
@@ -168,9 +185,12 @@ def run_timers(settings: Settings, args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
         try:
-            return await run_manual(
+            record = await run_manual(
                 ctx, args.name, args.as_of, rerun=args.rerun, ignore_pause=args.ignore_pause
             )
+            if record.result == "paused":
+                notes.append(await pause_note(ctx, args.name))
+            return record
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
@@ -184,4 +204,7 @@ def run_timers(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     for line in report(record):
         print(line)
+    for note in notes:
+        if note is not None:
+            print(note)
     return exit_code(record)

@@ -6,6 +6,10 @@ paused job's slot only by saying so (``ignore_pause``)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -203,3 +207,28 @@ async def test_a_backfill_of_a_paused_job_runs_no_day(pool: asyncpg.Pool) -> Non
     forced: list[str] = []
     assert await backfill(ctx, "job", days, forced, ignore_pause=True) == 0
     assert [c.date() for c in handler.calls] == days
+
+
+async def test_the_cli_refuses_a_paused_job_naming_who_paused_it_and_why(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    async with transaction(pool) as conn:
+        await timer_pauses.pause(
+            conn, "outbox-retention", "alice", "bad thresholds deployed", datetime.now(UTC)
+        )
+    env = {**os.environ, "DATABASE_URL": database_url, "WORKER_TIMER_PROCESS": "false"}
+    yesterday = (datetime.now(UTC) - timedelta(days=1)).date().isoformat()
+    for args in (["run"], ["backfill", "--from", yesterday, "--to", yesterday]):
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "streams", "timers", args[0], "outbox-retention", *args[1:]],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == EXIT_PAUSED, (done.stdout, done.stderr)
+        assert "outbox-retention is paused cluster-wide" in done.stdout
+        assert "paused by alice at " in done.stdout
+        assert "bad thresholds deployed" in done.stdout
+    assert await pool.fetchval("SELECT count(*) FROM ops.timer_slots") == 0
