@@ -13,7 +13,7 @@ from pathlib import Path
 
 import asyncpg
 
-from db import server
+from db import migration_steps, server
 from db.connector import connect
 from streams import logs
 
@@ -41,6 +41,11 @@ class Migration:
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
+    @property
+    def transactional(self) -> bool:
+        """False for a ``-- migrate: no-transaction`` migration (db/migration_steps.py)."""
+        return not migration_steps.no_transaction(self.sql)
+
 
 class MigrationError(Exception):
     pass
@@ -52,7 +57,12 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
         m = _FILE.match(path.name)
         if not m:
             raise MigrationError(f"{path.name}: migration files are named NNNN_words.sql")
-        found.append(Migration(int(m.group(1)), path.name, path.read_text(encoding="utf-8")))
+        migration = Migration(int(m.group(1)), path.name, path.read_text(encoding="utf-8"))
+        if not migration.transactional:
+            problems = migration_steps.check(path.name, migration_steps.split(migration.sql))
+            if problems:
+                raise MigrationError("; ".join(problems))
+        found.append(migration)
     versions = [m.version for m in found]
     if len(set(versions)) != len(versions):
         raise MigrationError(f"two migrations share a number in {directory}")
@@ -89,8 +99,9 @@ async def migrate(
         except asyncpg.LockNotAvailableError as exc:
             raise MigrationError(
                 f"a migration waited longer than lock_timeout ({lock_timeout_seconds:g} s, "
-                "DB_MIGRATE_LOCK_TIMEOUT_SECONDS) for a table lock; nothing of it was applied, "
-                "run it again when the transaction holding the table has ended"
+                "DB_MIGRATE_LOCK_TIMEOUT_SECONDS) for a table lock; it was not recorded as "
+                "applied (a transactional one left nothing; a no-transaction one runs again "
+                "whole), run it again when the transaction holding the table has ended"
             ) from exc
         finally:
             await conn.execute(_LOCK_RELEASE, _LOCK_KEY)
@@ -154,16 +165,46 @@ async def _apply(conn: asyncpg.Connection, migrations: list[Migration]) -> list[
                     "add a new migration instead of editing an applied one"
                 )
             continue
-        async with conn.transaction():
-            await conn.execute(m.sql)
-            await conn.execute(
-                "INSERT INTO ops.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-                m.version,
-                m.name,
-                m.checksum,
-            )
+        if m.transactional:
+            async with conn.transaction():
+                await conn.execute(m.sql)
+                await _record(conn, m)
+        else:
+            # Each statement on its own (CREATE INDEX CONCURRENTLY refuses a transaction),
+            # recorded only once every one succeeded.
+            await _run_outside_transaction(conn, m)
+            await _record(conn, m)
         done.append(m.name)
     return done
+
+
+async def _record(conn: asyncpg.Connection, m: Migration) -> None:
+    await conn.execute(
+        "INSERT INTO ops.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+        m.version,
+        m.name,
+        m.checksum,
+    )
+
+
+async def _run_outside_transaction(conn: asyncpg.Connection, m: Migration) -> None:
+    """Run ``m``'s statements one by one, outside any transaction. A run that was interrupted
+    is run again whole: its statements are re-runnable (checked by discover), and an index an
+    interrupted concurrent build left INVALID is dropped first, then built again."""
+    for statement in migration_steps.split(m.sql):
+        build = migration_steps.index_build(statement)
+        if build is not None:
+            drop = await server.invalid_index(conn, build.schema, build.name)
+            if drop is not None:
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "migrate_invalid_index_dropped",
+                    migration=m.name,
+                    index=f"{build.schema}.{build.name}",
+                )
+                await conn.execute(drop)
+        await conn.execute(statement)
 
 
 async def describe_schema(conn: asyncpg.Connection) -> str:

@@ -61,3 +61,10 @@ async def advisory_lock_holders(conn: Connection, key: int) -> list[LockHolder]:
         )
         for r in rows
     ]
+
+
+async def invalid_index(conn: Connection, schema: str, name: str) -> str | None:
+    """The statement that drops index ``schema.name`` if an interrupted concurrent build left
+    it INVALID; None when it is valid or absent."""
+    value = await conn.fetchval(sql("server_invalid_index"), schema, name)
+    return None if value is None else str(value)

@@ -31,3 +31,13 @@ ORDER BY l.pid;
 -- The database's time now (clock_timestamp(), not the transaction's start): the instant a
 -- worker's clock is set to (streams/clock.py, DatabaseClock).
 SELECT clock_timestamp() AS now;
+
+-- name: server_invalid_index
+-- An index left INVALID by an interrupted CREATE INDEX CONCURRENTLY ($1 schema, $2 name): the
+-- statement that drops it without a write lock (names quoted by the server), or no row. Only
+-- the migrator asks, under its advisory lock, so no other build of it is in progress.
+SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I.%I', n.nspname, c.relname) AS drop_statement
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2 AND NOT i.indisvalid;

@@ -4,7 +4,8 @@ through the path of ``timers run NAME --as-of``, in order).
 
 Backfill exit codes: 0 every day ran or had run already (a claimed slot is skipped, as
 ``timers run`` reports it with 3); 1 a day's run failed (the days after it are not run);
-2 a usage problem (unknown name, a range ending in the future, from after to).
+2 a usage problem (unknown name, a range ending in the future, from after to); 4 the job is
+paused cluster-wide and ``--ignore-pause`` was not given (no day is run).
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from db.connector import transaction
 from streams.settings import ConfigError, Settings
 from streams.slices.slice import TimerContext
 from streams.timers import slots
-from streams.timers.manual import EXIT_FAILED, EXIT_OK, EXIT_USAGE, report
+from streams.timers.manual import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PAUSED,
+    EXIT_USAGE,
+    add_ignore_pause,
+    pause_note,
+    report,
+)
 from streams.timers.schedule import RegistrationError
 
 # A backfill covers at most this many days (a typo in a year must not start 10,000 runs).
@@ -65,6 +74,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     backfill.add_argument("name", metavar="NAME", help="a daily timer, e.g. document-expiry")
     backfill.add_argument("--from", dest="first", metavar="D1", type=_day, required=True)
     backfill.add_argument("--to", dest="last", metavar="D2", type=_day, required=True)
+    add_ignore_pause(backfill)
     backfill.set_defaults(run=run_backfill)
 
 
@@ -119,9 +129,16 @@ def backfill_days(first: date, last: date) -> list[date]:
     return [first + timedelta(days=i) for i in range(count)]
 
 
-async def backfill(ctx: TimerContext, name: str, days: list[date], out: list[str]) -> int:
-    """Run each day's first slot of ``name`` through ``run_slot`` (the claim and replay rules
-    of ``timers run --as-of``); stop at the first that did not end ok or deduped."""
+async def backfill(
+    ctx: TimerContext,
+    name: str,
+    days: list[date],
+    out: list[str],
+    *,
+    ignore_pause: bool = False,
+) -> int:
+    """Run each day's first slot of ``name`` through ``run_slot`` (the claim, replay and pause
+    rules of ``timers run --as-of``); stop at the first that did not end ok or deduped."""
     cadence = ctx.registry.get(name).cadence
     for day in days:
         midnight = datetime.combine(day, time.min, UTC)
@@ -132,7 +149,7 @@ async def backfill(ctx: TimerContext, name: str, days: list[date], out: list[str
             )
             return EXIT_USAGE
         try:
-            record = await ctx.registry.run_slot(name, slot)
+            record = await ctx.registry.run_slot(name, slot, ignore_pause=ignore_pause)
         except ValueError as exc:  # a future day
             out.append(f"{day}: error: {exc}")
             return EXIT_USAGE
@@ -140,6 +157,9 @@ async def backfill(ctx: TimerContext, name: str, days: list[date], out: list[str
             out.append(f"{day}: already claimed (it ran, or runs, elsewhere): skipped")
             continue
         out.extend(report(record))
+        if record.result == "paused":
+            out.append(f"backfill stopped at {day}: {name} is paused; no day was run after it")
+            return EXIT_PAUSED
         if record.result != "ok":
             out.append(f"backfill stopped at {day}: its run {record.result}; later days not run")
             return EXIT_FAILED
@@ -159,7 +179,10 @@ def run_backfill(settings: Settings, args: argparse.Namespace) -> int:
     async def go() -> tuple[int, list[str]]:
         out: list[str] = []
         try:
-            return await backfill(ctx, args.name, days, out), out
+            code = await backfill(ctx, args.name, days, out, ignore_pause=args.ignore_pause)
+            if code == EXIT_PAUSED and (note := await pause_note(ctx, args.name)) is not None:
+                out.append(note)
+            return code, out
         finally:
             await ctx.runtime.close()
 

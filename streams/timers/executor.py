@@ -25,8 +25,6 @@ from streams.timers.schedule import Mode, ResolvedSchedule
 from streams.timers.state import ScheduleState
 
 _ERROR_CHARS = 300
-# Runs an operator asked for (timers run, backfill): a cluster-wide pause does not hold them.
-MANUAL_KINDS = frozenset({"manual", "manual_rerun"})
 
 
 @dataclass(frozen=True)
@@ -168,12 +166,13 @@ class RunExecutor:
         kind: str,
         *,
         as_of: datetime,
-        run_id: str | None = None,
-        claimed: bool = False,
+        ignore_pause: bool = False,
     ) -> RunRecord:
-        """Claim (cluster-once, unless ``claimed`` already) and run one slot or wake-up; tells
-        ``finished`` the record of every run that ends (deduped and failed claims too)."""
-        record = await self._run(state, slot, kind, as_of=as_of, run_id=run_id, claimed=claimed)
+        """Claim (cluster-once) and run one slot or wake-up; tells ``finished`` the record of
+        every run that ends (paused, deduped and failed claims too). ``ignore_pause``: an
+        operator's explicit override of a cluster-wide pause (``timers run --ignore-pause``)."""
+        record = await self._run(state, slot, kind, as_of=as_of, ignore_pause=ignore_pause)
+        assert record is not None  # only a takeover can come back without a record
         self._finished(record)
         return record
 
@@ -184,27 +183,44 @@ class RunExecutor:
         kind: str,
         *,
         as_of: datetime,
-        run_id: str | None,
-        claimed: bool,
-    ) -> RunRecord:
+        ignore_pause: bool = False,
+        lease: datetime | None = None,
+    ) -> RunRecord | None:
+        """One run; ``lease``: take over ``slot``, whose lease ran out then (None when another
+        worker was first or the store failed)."""
         spec = state.spec
         name = spec.name
-        run_id = run_id or uuid.uuid4().hex
+        run_id = uuid.uuid4().hex
         once = slot is not None and spec.mode is Mode.CLUSTER_ONCE
-        if (
-            self._pauses is not None
-            and not claimed
-            and kind not in MANUAL_KINDS
-            and await self._pauses.paused(state)
-        ):
-            # Not started, not claimed: a paused day can still be run by hand or backfilled.
-            state.stats.paused += 1
-            self._metrics.paused_runs.labels(schedule=name).inc()
+        # The one gate of every path (scheduled, retried, handed back, taken over, manual,
+        # backfilled): read before anything is claimed, so a held slot is left as it was and
+        # runs after the resume.
+        if self._pauses is not None and await self._pauses.paused(state):
+            if not ignore_pause:
+                state.stats.paused += 1
+                self._metrics.paused_runs.labels(schedule=name).inc()
+                event(
+                    logging.INFO,
+                    "timer_run_paused",
+                    schedule=name,
+                    run_id=run_id,
+                    kind=kind,
+                    slot=slot,
+                )
+                return RunRecord(name, run_id, kind, slot, as_of, "paused")
             event(
-                logging.INFO, "timer_run_paused", schedule=name, run_id=run_id, kind=kind, slot=slot
+                logging.WARNING,
+                "timer_run_despite_pause",
+                schedule=name,
+                run_id=run_id,
+                kind=kind,
+                slot=slot,
             )
-            return RunRecord(name, run_id, kind, slot, as_of, "paused")
-        if once and not claimed:
+        if once and lease is not None:
+            assert self._leases is not None and slot is not None
+            if not await self._leases.take_over(state, slot, lease, run_id):
+                return None
+        elif once:
             assert self._leases is not None and slot is not None
             claim = await self._leases.claim(state, slot, run_id)
             if not claim.won and claim.error is None and kind == "manual":
@@ -272,20 +288,24 @@ class RunExecutor:
     async def take_over_expired(
         self, state: ScheduleState, stopping: asyncio.Event
     ) -> list[RunRecord]:
-        """Take over and run the schedule's slots whose claimant died or stalled mid-run
-        (unfinished, lease expired); remember when the next live lease runs out."""
+        """Take over and run the schedule's slots whose claimant died or stalled mid-run, or
+        that were released for another attempt (lease run out); remember when the next live
+        lease runs out. A pause holds them all: one ``paused`` record, the slots untouched
+        (looked for again after the poll)."""
         assert self._leases is not None
         records: list[RunRecord] = []
         for slot, lease in await self._leases.unfinished(state):
             if stopping.is_set():
                 break
-            run_id = await self._leases.take_over(state, slot, lease)
-            if run_id is not None:
-                records.append(
-                    await self.run(
-                        state, slot, "reclaimed", as_of=slot, run_id=run_id, claimed=True
-                    )
-                )
+            if self._leases.held(state, lease):
+                continue
+            record = await self._run(state, slot, "reclaimed", as_of=slot, lease=lease)
+            if record is None:
+                continue
+            self._finished(record)
+            records.append(record)
+            if record.result == "paused":
+                break
         return records
 
     def _ended(

@@ -10,7 +10,6 @@ the schedule's misfire policy.
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -297,18 +296,22 @@ class SlotLeases:
             state.lease_check_at = now + self._retry
             return []
 
-    async def take_over(self, state: ScheduleState, slot: datetime, lease: datetime) -> str | None:
-        """Take ``slot`` over if its lease ran out: the new run id, or None when the lease
-        still holds (look again when it runs out), another worker was first, or the store
-        failed (look again after the retry delay)."""
+    def held(self, state: ScheduleState, lease: datetime) -> bool:
+        """True while ``lease`` still holds its slot (a live, or not yet presumed dead,
+        claimant): look again when it runs out."""
+        if lease <= self._clock.now():
+            return False
+        if state.lease_check_at is None or lease < state.lease_check_at:
+            state.lease_check_at = lease
+        return True
+
+    async def take_over(
+        self, state: ScheduleState, slot: datetime, lease: datetime, run_id: str
+    ) -> bool:
+        """Take ``slot``, whose lease ran out, over for run ``run_id``: False when another
+        worker was first, or the store failed (look again after the retry delay)."""
         name = state.spec.name
         now = self._clock.now()
-        if lease > now:
-            # Still held by a live (or not yet presumed dead) claimant.
-            if state.lease_check_at is None or lease < state.lease_check_at:
-                state.lease_check_at = lease
-            return None
-        run_id = uuid.uuid4().hex
         try:
             won = await self._store.reclaim_slot(
                 name, slot, self._worker_id, run_id, self.lease(state.spec), now
@@ -322,9 +325,9 @@ class SlotLeases:
                 error=type(exc).__name__,
             )
             state.lease_check_at = now + self._retry
-            return None
+            return False
         if not won:
-            return None
+            return False
         state.stats.reclaimed += 1
         self._metrics.takeovers.labels(schedule=name).inc()
         event(
@@ -335,4 +338,4 @@ class SlotLeases:
             run_id=run_id,
             lease_expired_at=lease,
         )
-        return run_id
+        return True

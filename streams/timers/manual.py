@@ -1,11 +1,13 @@
-"""``python -m streams timers run NAME [--as-of ISO-8601] [--rerun]``: run one slot of any
-registered job now, through the registry's own claim and run path, and print what it did.
+"""``python -m streams timers run NAME [--as-of ISO-8601] [--rerun] [--ignore-pause]``: run one
+slot of any registered job now, through the registry's own claim and run path, and print what
+it did. A job paused cluster-wide (``timers pause``) is not run unless ``--ignore-pause``.
 
 SIGTERM or SIGINT stops the run and hands its slot back, as a worker's stop does.
 
 Exit codes: 0 the run succeeded; 1 it failed, timed out or was cancelled (or stopped); 2 a usage or
 configuration problem (unknown name, bad or future ``--as-of``); 3 the slot was already
-claimed (it ran, or runs, elsewhere) and ``--rerun`` was not given.
+claimed (it ran, or runs, elsewhere) and ``--rerun`` was not given; 4 the job is paused
+cluster-wide and ``--ignore-pause`` was not given (nothing ran, nothing was claimed).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import signal
 import sys
 from datetime import datetime
 
+from db import timer_pauses
 from streams import logs
 from streams.settings import ConfigError, Settings
 from streams.slices.slice import TimerContext
@@ -23,7 +26,7 @@ from streams.timers.runs import RunRecord
 from streams.timers.schedule import RegistrationError
 from streams.timers.slots import iso_utc
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DEDUPED = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DEDUPED, EXIT_PAUSED = 0, 1, 2, 3, 4
 # After SIGTERM, how long a run may take to hand its slot back before it is cancelled.
 STOP_GRACE_SECONDS = 10.0
 
@@ -68,19 +71,55 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         action="store_true",
         help="run a slot that was already claimed once more, without a claim (idempotent jobs)",
     )
+    add_ignore_pause(run)
     timers.set_defaults(run=run_timers)
     from streams.timers import control
 
     control.add_commands(commands)
 
 
+def add_ignore_pause(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ignore-pause",
+        action="store_true",
+        help="run even though NAME is paused cluster-wide (timers pause); without it a "
+        "paused job is refused (exit 4)",
+    )
+
+
 async def run_manual(
-    ctx: TimerContext, name: str, as_of: datetime | None = None, *, rerun: bool = False
+    ctx: TimerContext,
+    name: str,
+    as_of: datetime | None = None,
+    *,
+    rerun: bool = False,
+    ignore_pause: bool = False,
 ) -> RunRecord:
     """One slot of ``name`` through ``ctx``'s registry (the worker's own, built but not
     started); raises KeyError for an unknown name, ValueError for a future ``as_of``."""
     await ctx.runtime.pool()  # reads the database's clock: "now" and the slot are its time
-    return await ctx.registry.run_slot(name, as_of, rerun=rerun)
+    return await ctx.registry.run_slot(name, as_of, rerun=rerun, ignore_pause=ignore_pause)
+
+
+async def pause_note(ctx: TimerContext, name: str) -> str | None:
+    """Who paused ``name``, when and why (ops.timer_pauses), for a refused run's report."""
+    try:
+        row = await timer_pauses.get(await ctx.runtime.pool(), name)
+    except Exception as exc:  # the refusal stands; only its details are missing
+        return f"  (who paused it could not be read: {type(exc).__name__})"
+    if row is None:
+        return None
+    return (
+        f"  paused by {row['paused_by']} at {iso_utc(row['paused_at'])}: "
+        f"{row['reason'] or '(no reason given)'}"
+    )
+
+
+def paused_line(name: str) -> str:
+    return (
+        f"  refused: {name} is paused cluster-wide (timers pause); resume it with "
+        f"`timers resume {name}`, or pass --ignore-pause to run it anyway"
+    )
 
 
 def report(record: RunRecord) -> list[str]:
@@ -95,6 +134,8 @@ def report(record: RunRecord) -> list[str]:
         lines.append(
             "  the slot was already claimed: it ran, or runs, elsewhere (--rerun repeats it)"
         )
+    if record.result == "paused":
+        lines.append(paused_line(record.schedule))
     if record.error:
         lines.append(f"  error: {record.error}")
     summary = record.summary
@@ -111,6 +152,8 @@ def exit_code(record: RunRecord) -> int:
         return EXIT_OK
     if record.result == "deduped":
         return EXIT_DEDUPED
+    if record.result == "paused":
+        return EXIT_PAUSED
     return EXIT_FAILED
 
 
@@ -128,6 +171,8 @@ def run_timers(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: no timer named {args.name!r} (known: {known})", file=sys.stderr)
         return EXIT_USAGE
 
+    notes: list[str | None] = []
+
     async def once() -> RunRecord:
         # SIGTERM / SIGINT stop the run as a worker's stop does: the slot is handed back
         # (claimable at once by the next `timers run` or any worker), never left claimed.
@@ -141,7 +186,12 @@ def run_timers(settings: Settings, args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
         try:
-            return await run_manual(ctx, args.name, args.as_of, rerun=args.rerun)
+            record = await run_manual(
+                ctx, args.name, args.as_of, rerun=args.rerun, ignore_pause=args.ignore_pause
+            )
+            if record.result == "paused":
+                notes.append(await pause_note(ctx, args.name))
+            return record
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
@@ -155,4 +205,7 @@ def run_timers(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     for line in report(record):
         print(line)
+    for note in notes:
+        if note is not None:
+            print(note)
     return exit_code(record)

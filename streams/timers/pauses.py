@@ -4,9 +4,9 @@ set by ``streams timers pause NAME``) that every registry reads before each run 
 The read is one primary-key lookup per run (a wake-up or slot, not per loop turn). A paused
 schedule's run does not start: it ends ``paused`` (counted and logged as such, never as a
 failure), and a cluster-once slot is not claimed, so ``timers run --as-of`` or ``timers
-backfill`` can still run it later. Manual runs (``timers run``) and the takeover of a slot a
-dead worker left mid-run are not held back: an operator asked for the first, the second
-finishes what started before the pause.
+backfill`` can still run it after the resume. Every path obeys it (the executor reads it
+before any claim): scheduled slots, retries and hand-backs of released slots, takeovers of a
+dead claimant's slot, manual runs and backfills; only ``--ignore-pause`` overrides it.
 
 A failed read does not un-pause: the schedule keeps the state last read, and before any
 read succeeded it counts as paused (its run would need the same database anyway);

@@ -319,14 +319,20 @@ class TimerRegistry:
     # -- manual runs -------------------------------------------------------------------------
 
     async def run_slot(
-        self, name: str, as_of: datetime | None = None, *, rerun: bool = False
+        self,
+        name: str,
+        as_of: datetime | None = None,
+        *,
+        rerun: bool = False,
+        ignore_pause: bool = False,
     ) -> RunRecord:
         """Run, now, the slot of ``name`` that ``as_of`` (default: the clock) falls in, through
         the path a scheduled slot takes: a cluster-once slot is claimed insert-wins first, so
         one that ran (or runs) elsewhere comes back ``deduped``; the handler gets the slot's
         time as its ``as_of`` and its max duration. ``rerun`` runs a claimed slot once more
         without claiming it (an operator's retry of an idempotent job). A slot whose time has
-        not come is refused: claiming it early would take it from its scheduled run."""
+        not come is refused: claiming it early would take it from its scheduled run. A job
+        paused cluster-wide is not run (``paused``, nothing claimed) unless ``ignore_pause``."""
         entry = self._entry(name)
         now = self._clock.now()
         when = now if as_of is None else as_of
@@ -337,8 +343,12 @@ class TimerRegistry:
         self._frozen = True
         slot = slots.slot_at(entry.spec.cadence, when)
         if rerun:
-            return await self._executor.run(entry, None, "manual_rerun", as_of=slot)
-        return await self._executor.run(entry, slot, "manual", as_of=slot)
+            return await self._executor.run(
+                entry, None, "manual_rerun", as_of=slot, ignore_pause=ignore_pause
+            )
+        return await self._executor.run(
+            entry, slot, "manual", as_of=slot, ignore_pause=ignore_pause
+        )
 
     # -- single steps ------------------------------------------------------------------------
 
