@@ -1,4 +1,4 @@
-"""``streams rows retry|cancel|resend|release|retry-key LISTING ID --reason .. [--actor ..]``:
+"""``streams rows retry|cancel|reopen|resend|release|retry-key LISTING ID --reason .. [--actor ..]``:
 a console action from the command line, audited as the web's are, printing what changed.
 
 The CLI is trusted (it has the database credentials): the actor is ``--actor`` or ``$USER``.
@@ -18,6 +18,7 @@ from streams.settings import Settings
 VERBS = {
     "retry": "retry a poison or failed row now",
     "cancel": "cancel a Pending reminder or a Pending/Failed scheduler row",
+    "reopen": "reopen a scheduler row an operator cancelled (undo its cancel)",
     "resend": "re-send a Completed scheduler row through the support-retry key",
     "release": "put a scheduler row on support hold back, its attempts kept",
     "retry-key": "retry a held scheduler row's key from a fresh ladder",
