@@ -85,7 +85,13 @@ def doc(source: uuid.UUID, target: date = AHEAD, **changes: Any) -> Any:
 
 async def act(pool: asyncpg.Pool, name: str, target: int, now: datetime) -> str:
     done = await perform(
-        pool, lookup("automation/scheduler", name), str(target), "alice", "ticket 7", now
+        pool,
+        lookup("automation/scheduler", name),
+        str(target),
+        "alice",
+        "ticket 7",
+        now,
+        request_id=f"t-{uuid.uuid4().hex}",
     )
     return done.result.outcome
 
