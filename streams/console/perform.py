@@ -18,7 +18,7 @@ from datetime import datetime
 import asyncpg
 
 from db import console_audit
-from db.connector import Pool, transaction
+from db.connector import InputRejected, Pool, transaction
 from db.console_audit import ActionOutcome, RecordedRequest
 from streams import logs
 from streams.console.actions import RowAction, find, index, message
@@ -28,6 +28,7 @@ log = logging.getLogger("streams.console")
 MAX_REASON_CHARS = 1000
 MAX_ACTOR_CHARS = 200
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+UNIQUE_VIOLATION = "23505"
 
 
 class BadRequest(ValueError):
@@ -140,7 +141,9 @@ async def _act(
             result = await action.statement(conn, key, actor, reason, now, action.listing)
             await console_audit.claim_request(conn, result.audit_id, request_id)
             return result
-    except asyncpg.UniqueViolationError:
+    except (asyncpg.UniqueViolationError, InputRejected) as exc:
+        if getattr(exc, "sqlstate", None) != UNIQUE_VIOLATION:
+            raise
         # The same request delivered twice at once: the other transaction recorded it first
         # and this one (its row change included) rolled back.
         async with transaction(pool) as conn:
