@@ -14,9 +14,10 @@
 --   the console's reopen undoes it); different InputHash on a live row → support hold,
 --   the candidate's hash recorded beside the row's (FailureReasonCode InputHashConflict),
 --   nothing else touched; Processing → left to its claim;
---   Failed/Deactivated/Cancelled → Pending again with the new schedule, keeping RetryCount,
---   NextRetryOn, failure diagnostics, dispatch coordinates and any hold; Pending → schedule
---   updated in place when it changed (a send-time change), otherwise nothing written.
+--   Failed/Deactivated/Cancelled by the system → Pending again with the new schedule,
+--   keeping RetryCount, NextRetryOn, failure diagnostics, dispatch coordinates and any hold;
+--   Pending → schedule updated in place when it changed (a send-time change), otherwise
+--   nothing written.
 -- A key inserted by a concurrent transaction after this statement's snapshot, or deleted
 -- (retention moving it to history) between the snapshot and the lock, comes back as 'Raced'
 -- (the repository runs the statement again for those keys, on a new snapshot).

@@ -15,8 +15,6 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-import asyncpg
-
 from db import console_audit
 from db.connector import InputRejected, Pool, transaction
 from db.console_audit import ActionOutcome, RecordedRequest
@@ -141,8 +139,8 @@ async def _act(
             result = await action.statement(conn, key, actor, reason, now, action.listing)
             await console_audit.claim_request(conn, result.audit_id, request_id)
             return result
-    except (asyncpg.UniqueViolationError, InputRejected) as exc:
-        if getattr(exc, "sqlstate", None) != UNIQUE_VIOLATION:
+    except InputRejected as exc:
+        if exc.sqlstate != UNIQUE_VIOLATION:
             raise
         # The same request delivered twice at once: the other transaction recorded it first
         # and this one (its row change included) rolled back.

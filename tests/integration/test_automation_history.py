@@ -302,3 +302,15 @@ async def test_a_system_cancellation_is_not_the_operators_to_reopen(
     async with transaction(pool) as conn:
         [back] = await scheduler_repo.ensure(conn, [candidate], MONTH_LATER)
     assert (back.outcome, back.status) == ("Inserted", "Pending")
+
+
+def test_the_reopen_button_is_offered_for_an_operators_cancel_only() -> None:
+    from streams.console.forms import action_forms
+
+    def offered(**row: Any) -> bool:
+        html = action_forms("automation/scheduler", {"scheduler_id": 7, **row}, "tok")
+        return 'action="/console/actions/reopen"' in html
+
+    assert offered(status_id="Cancelled", status_reason_code="ManualCancel")
+    assert not offered(status_id="Cancelled", status_reason_code="Withdrawn")
+    assert not offered(status_id="Pending", status_reason_code=None)
