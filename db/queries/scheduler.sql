@@ -389,3 +389,9 @@ WITH doomed AS (
             dispatch_result_json = EXCLUDED.dispatch_result_json
 )
 SELECT count(*) FROM deleted;
+
+-- name: scheduler_history_get
+-- The record retention left of a Completed row (support's show of a pruned key). $1 key.
+SELECT scheduler_key, scheduler_id, scheduled_on, completed_on, dispatch_result_json
+FROM automation.scheduler_history
+WHERE scheduler_key = $1;

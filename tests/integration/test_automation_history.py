@@ -314,3 +314,26 @@ def test_the_reopen_button_is_offered_for_an_operators_cancel_only() -> None:
     assert offered(status_id="Cancelled", status_reason_code="ManualCancel")
     assert not offered(status_id="Cancelled", status_reason_code="Withdrawn")
     assert not offered(status_id="Pending", status_reason_code=None)
+
+
+async def test_support_shows_the_record_of_a_pruned_key(
+    database_url: str, pool: asyncpg.Pool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from streams import cli
+    from streams.settings import Settings
+
+    candidate = reminder(uuid.uuid4(), uuid.uuid4(), scheduled_on=T0)
+    async with transaction(pool) as conn:
+        await scheduler_repo.ensure(conn, [candidate], T0)
+    await pool.execute(
+        "UPDATE automation.scheduler SET status_id = 'Completed', updated_on = $2 "
+        "WHERE scheduler_key = $1",
+        candidate.key,
+        T0,
+    )
+    assert await retention(pool, MONTH_LATER) == 1
+    argv = ["automation", "show", candidate.key]
+    settings = Settings(database_url=database_url)
+    assert await asyncio.to_thread(cli.main, argv, settings=settings) == 0
+    shown = capsys.readouterr().out
+    assert '"pruned": true' in shown and candidate.key in shown
