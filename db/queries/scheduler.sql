@@ -37,12 +37,18 @@ WITH c AS (
     JOIN c ON c.scheduler_key = s.scheduler_key
     ORDER BY s.scheduler_key
     FOR NO KEY UPDATE OF s
+), missing AS (
+    -- Keys without a row to lock: a new key, a key with a history record, or a row deleted
+    -- between the snapshot and the lock (only these are looked up again below).
+    SELECT c.scheduler_key FROM c
+    WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.scheduler_key = c.scheduler_key)
 ), seen AS (
-    SELECT s.scheduler_key FROM automation.scheduler s JOIN c ON c.scheduler_key = s.scheduler_key
+    SELECT s.scheduler_key
+    FROM automation.scheduler s JOIN missing m ON m.scheduler_key = s.scheduler_key
 ), hist AS (
     SELECT h.scheduler_key, h.scheduler_id, h.dispatch_result_json
     FROM automation.scheduler_history h
-    JOIN c ON c.scheduler_key = h.scheduler_key
+    JOIN missing m ON m.scheduler_key = h.scheduler_key
 ), d AS (
     SELECT c.*, cur.scheduler_id,
            CASE
