@@ -3,10 +3,11 @@
 The contract between the console's pages and its actions: a detail page calls
 ``action_forms(listing, row, csrf)`` and places the HTML it returns. Each form posts to
 ``/console/actions/<action>`` with the fields ``listing``, ``target`` (the row's id as text),
-``reason``, ``csrf`` and ``request_id`` (made here, one per form and page view: the same form
-posted again — a double click, a browser's retry — is the same request and changes nothing). With no actions declared for the listing it returns ``""``; with
-``csrf`` None (actions are off: no ``WEB_ADMIN_TOKEN``, or not logged in) it says how to
-turn them on instead of offering forms.
+``reason``, ``csrf`` and ``request_id`` (made here, one per form and page view: the same
+form posted again — a double click, a browser's retry — is the same request and changes
+nothing). With no actions declared for the listing it returns ``""``; with ``csrf`` None
+(actions are off: no ``WEB_ADMIN_TOKEN``, or not logged in) it says how to turn them on
+instead of offering forms.
 """
 
 from __future__ import annotations
