@@ -67,3 +67,37 @@ async def of_target(
 ) -> list[dict[str, Any]]:
     rows = await conn.fetch(sql("console_audit_of_target"), listing, target, limit)
     return [dict(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """A console request already done: what it asked for and what came of it."""
+
+    action: str
+    listing: str
+    target: str
+    result: ActionOutcome
+
+
+async def of_request(conn: Connection, request_id: str) -> RecordedRequest | None:
+    row = await conn.fetchrow(sql("console_audit_of_request"), request_id)
+    if row is None:
+        return None
+    return RecordedRequest(
+        str(row["action"]),
+        str(row["listing"]),
+        str(row["target"]),
+        ActionOutcome(
+            outcome=str(row["outcome"]),
+            state_before=row["state_before"],
+            state_after=row["state_after"],
+            audit_id=int(row["id"]),
+        ),
+    )
+
+
+async def claim_request(conn: Connection, audit_id: int, request_id: str) -> None:
+    """Record ``request_id`` on the action's audit row (raises asyncpg's
+    UniqueViolationError when another transaction recorded it first)."""
+    if await conn.fetchval(sql("console_audit_claim_request"), audit_id, request_id) is None:
+        raise LookupError(f"no audit row {audit_id} without a request id")

@@ -371,3 +371,9 @@ async def status_count(conn: Connection, sources: Collection[UUID]) -> dict[str,
 
 async def prune(conn: Connection, before: datetime, limit: int) -> int:
     return int(await conn.fetchval(sql("scheduler_prune"), before, limit))
+
+
+async def history_get(conn: Connection, key: str) -> dict[str, Any] | None:
+    """The record a pruned Completed row left (None: none)."""
+    row = await conn.fetchrow(sql("scheduler_history_get"), key)
+    return dict(row) if row is not None else None

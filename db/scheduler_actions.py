@@ -28,6 +28,15 @@ async def resend(
     return outcome_of(row)
 
 
+async def reopen(
+    conn: Connection, scheduler_id: int, actor: str, reason: str, now: datetime, listing: str
+) -> ActionOutcome:
+    row = await conn.fetchrow(
+        sql("scheduler_actions_reopen"), scheduler_id, actor, reason, now, listing
+    )
+    return outcome_of(row)
+
+
 async def release(
     conn: Connection,
     scheduler_id: int,

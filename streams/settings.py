@@ -159,8 +159,9 @@ class Settings(BaseSettings):
     # then only the prune horizon (inputs that happened before it are stale).
     calendar_event_retention_days: float = Field(30.0, ge=1, le=36_500)
     calendar_tombstone_retention_days: float = Field(400.0, ge=1, le=36_500)
-    # Completed (dated triggers only), Deactivated and Cancelled automation.scheduler rows
-    # this long past their ScheduledOn and last change.
+    # Completed (dated triggers only: their record stays in automation.scheduler_history),
+    # Deactivated and system-Cancelled automation.scheduler rows this long past their
+    # ScheduledOn and last change (an operator's cancel is kept).
     automation_scheduler_retention_days: float = Field(30.0, ge=2, le=36_500)
     timer_slot_retention_days: float = Field(7.0, ge=1, le=36_500)
 

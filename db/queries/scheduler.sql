@@ -6,15 +6,21 @@
 -- The seed's Ensure table for a batch of candidates, in one statement. Existing rows are
 -- locked in key order (two batches cannot deadlock) and read as they are now; the outcome
 -- per key is decided on that state (streams/domain/automation/rules.py: ensure_decision):
---   no row → insert; Completed → returned with its coordinates, whatever its InputHash
---   (history is never re-sent nor held); different InputHash on a live row → support hold,
+--   no row but a record in automation.scheduler_history (a Completed row retention deleted)
+--   → AlreadyCompleted with its coordinates, nothing inserted (an effect is never re-created
+--   after its record is gone); no row → insert; Completed → returned with its coordinates,
+--   whatever its InputHash (history is never re-sent nor held); Cancelled by an operator
+--   (ReasonCode ManualCancel) → OperatorCancelled, nothing written whatever the input (only
+--   the console's reopen undoes it); different InputHash on a live row → support hold,
 --   the candidate's hash recorded beside the row's (FailureReasonCode InputHashConflict),
 --   nothing else touched; Processing → left to its claim;
---   Failed/Deactivated/Cancelled → Pending again with the new schedule, keeping RetryCount,
---   NextRetryOn, failure diagnostics, dispatch coordinates and any hold; Pending → schedule
---   updated in place when it changed (a send-time change), otherwise nothing written.
--- A key inserted by a concurrent transaction after this statement's snapshot comes back as
--- 'Raced' (the repository runs the statement again for those keys).
+--   Failed/Deactivated/Cancelled by the system → Pending again with the new schedule,
+--   keeping RetryCount, NextRetryOn, failure diagnostics, dispatch coordinates and any hold;
+--   Pending → schedule updated in place when it changed (a send-time change), otherwise
+--   nothing written.
+-- A key inserted by a concurrent transaction after this statement's snapshot, or deleted
+-- (retention moving it to history) between the snapshot and the lock, comes back as 'Raced'
+-- (the repository runs the statement again for those keys, on a new snapshot).
 -- $1..$11 parallel arrays (one element per candidate), $12 now.
 WITH c AS (
     SELECT *
@@ -24,18 +30,35 @@ WITH c AS (
               scheduled_local_date, time_zone_id, input_hash, setting_guid, source_type,
               source_guid, subscription_guid)
 ), cur AS (
-    SELECT s.scheduler_id, s.scheduler_key, s.status_id, s.input_hash, s.scheduled_on,
-           s.scheduled_local_date, s.time_zone_id, s.is_on_support_hold, s.conflict_input_hash,
-           s.version, s.retry_count, s.dispatch_result_json
+    SELECT s.scheduler_id, s.scheduler_key, s.status_id, s.status_reason_code, s.input_hash,
+           s.scheduled_on, s.scheduled_local_date, s.time_zone_id, s.is_on_support_hold,
+           s.conflict_input_hash, s.version, s.retry_count, s.dispatch_result_json
     FROM automation.scheduler s
     JOIN c ON c.scheduler_key = s.scheduler_key
     ORDER BY s.scheduler_key
     FOR NO KEY UPDATE OF s
+), missing AS (
+    -- Keys without a row to lock: a new key, a key with a history record, or a row deleted
+    -- between the snapshot and the lock (only these are looked up again below).
+    SELECT c.scheduler_key FROM c
+    WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.scheduler_key = c.scheduler_key)
+), seen AS (
+    SELECT s.scheduler_key
+    FROM automation.scheduler s JOIN missing m ON m.scheduler_key = s.scheduler_key
+), hist AS (
+    SELECT h.scheduler_key, h.scheduler_id, h.dispatch_result_json
+    FROM automation.scheduler_history h
+    JOIN missing m ON m.scheduler_key = h.scheduler_key
 ), d AS (
     SELECT c.*, cur.scheduler_id,
            CASE
+               WHEN cur.scheduler_id IS NULL AND hist.scheduler_key IS NOT NULL
+                   THEN 'AlreadyCompleted'
+               WHEN cur.scheduler_id IS NULL AND seen.scheduler_key IS NOT NULL THEN 'Raced'
                WHEN cur.scheduler_id IS NULL THEN 'Inserted'
                WHEN cur.status_id = 'Completed' THEN 'AlreadyCompleted'
+               WHEN cur.status_id = 'Cancelled' AND cur.status_reason_code = 'ManualCancel'
+                   THEN 'OperatorCancelled'
                WHEN cur.input_hash <> c.input_hash THEN 'Conflict'
                WHEN cur.status_id = 'Processing' THEN 'InFlight'
                WHEN cur.status_id IN ('Failed', 'Deactivated', 'Cancelled') THEN 'Reactivated'
@@ -46,7 +69,10 @@ WITH c AS (
            END AS outcome,
            coalesce(cur.is_on_support_hold AND cur.conflict_input_hash = c.input_hash, false)
                AS conflict_known
-    FROM c LEFT JOIN cur ON cur.scheduler_key = c.scheduler_key
+    FROM c
+    LEFT JOIN cur ON cur.scheduler_key = c.scheduler_key
+    LEFT JOIN seen ON seen.scheduler_key = c.scheduler_key
+    LEFT JOIN hist ON hist.scheduler_key = c.scheduler_key
 ), ins AS (
     INSERT INTO automation.scheduler (
         scheduler_key, automation_type_id, trigger_type_id, scheduled_on, scheduled_local_date,
@@ -83,21 +109,25 @@ WITH c AS (
     RETURNING s.scheduler_id, s.scheduler_key, s.status_id, s.version, s.retry_count,
               s.is_on_support_hold, s.dispatch_result_json
 )
-SELECT coalesce(upd.scheduler_id, ins.scheduler_id, cur.scheduler_id) AS scheduler_id,
+-- A history record has no live row: Completed, Version and RetryCount 0, its coordinates.
+SELECT coalesce(upd.scheduler_id, ins.scheduler_id, cur.scheduler_id, hist.scheduler_id)
+           AS scheduler_id,
        d.scheduler_key,
        CASE WHEN d.outcome = 'Inserted' AND ins.scheduler_key IS NULL THEN 'Raced'
             ELSE d.outcome END AS outcome,
-       coalesce(upd.status_id, ins.status_id, cur.status_id) AS status_id,
-       coalesce(upd.version, ins.version, cur.version) AS version,
-       coalesce(upd.retry_count, ins.retry_count, cur.retry_count) AS retry_count,
-       coalesce(upd.is_on_support_hold, ins.is_on_support_hold, cur.is_on_support_hold)
+       coalesce(upd.status_id, ins.status_id, cur.status_id,
+                CASE WHEN hist.scheduler_key IS NOT NULL THEN 'Completed' END) AS status_id,
+       coalesce(upd.version, ins.version, cur.version, 0) AS version,
+       coalesce(upd.retry_count, ins.retry_count, cur.retry_count, 0) AS retry_count,
+       coalesce(upd.is_on_support_hold, ins.is_on_support_hold, cur.is_on_support_hold, false)
            AS is_on_support_hold,
-       coalesce(upd.dispatch_result_json, ins.dispatch_result_json, cur.dispatch_result_json)
-           AS dispatch_result_json
+       coalesce(upd.dispatch_result_json, ins.dispatch_result_json, cur.dispatch_result_json,
+                hist.dispatch_result_json) AS dispatch_result_json
 FROM d
 LEFT JOIN ins ON ins.scheduler_key = d.scheduler_key
 LEFT JOIN upd ON upd.scheduler_key = d.scheduler_key
-LEFT JOIN cur ON cur.scheduler_key = d.scheduler_key;
+LEFT JOIN cur ON cur.scheduler_key = d.scheduler_key
+LEFT JOIN hist ON hist.scheduler_key = d.scheduler_key AND cur.scheduler_id IS NULL;
 
 -- name: scheduler_deactivate
 -- Rows that no longer hold → $3 ('Deactivated' or 'Cancelled') with a ReasonCode per key.
@@ -330,12 +360,16 @@ WHERE source_guid = ANY($1::uuid[])
 GROUP BY status_id;
 
 -- name: scheduler_prune
--- Up to $2 scheduler rows retention may delete (ix_scheduler_prunable's predicate: Deactivated
--- or Cancelled, or Completed of a dated trigger) that were scheduled and last changed
--- before $1. Pending, Processing and Failed rows are live work and never deleted.
+-- Up to $2 scheduler rows retention may delete (ix_scheduler_prunable's predicate:
+-- Deactivated, Cancelled by the system, or Completed of a dated trigger) that were scheduled
+-- and last changed before $1. Pending, Processing and Failed rows are live work, an
+-- operator's cancel (ManualCancel) is a decision only the console undoes: never deleted.
+-- Each Completed row leaves its record in automation.scheduler_history in the same
+-- statement (Ensure consults it: the key is never inserted again).
 WITH doomed AS (
     SELECT scheduler_id FROM automation.scheduler
-    WHERE (status_id IN ('Deactivated', 'Cancelled')
+    WHERE (status_id = 'Deactivated'
+           OR (status_id = 'Cancelled' AND status_reason_code IS DISTINCT FROM 'ManualCancel')
            OR (status_id = 'Completed'
                AND trigger_type_id IN ('DateBased', 'Recurring', 'ScheduledRun')))
       AND scheduled_on < $1
@@ -346,6 +380,24 @@ WITH doomed AS (
 ), deleted AS (
     DELETE FROM automation.scheduler s USING doomed d
     WHERE s.scheduler_id = d.scheduler_id
-    RETURNING 1
+    RETURNING s.scheduler_key, s.scheduler_id, s.status_id, s.scheduled_on, s.updated_on,
+              s.dispatch_result_json
+), kept AS (
+    INSERT INTO automation.scheduler_history (scheduler_key, scheduler_id, scheduled_on,
+                                              completed_on, dispatch_result_json)
+    SELECT scheduler_key, scheduler_id, scheduled_on, updated_on, dispatch_result_json
+    FROM deleted
+    WHERE status_id = 'Completed'
+    ORDER BY scheduler_key
+    ON CONFLICT (scheduler_key) DO UPDATE
+        SET scheduler_id = EXCLUDED.scheduler_id, scheduled_on = EXCLUDED.scheduled_on,
+            completed_on = EXCLUDED.completed_on,
+            dispatch_result_json = EXCLUDED.dispatch_result_json
 )
 SELECT count(*) FROM deleted;
+
+-- name: scheduler_history_get
+-- The record retention left of a Completed row (support's show of a pruned key). $1 key.
+SELECT scheduler_key, scheduler_id, scheduled_on, completed_on, dispatch_result_json
+FROM automation.scheduler_history
+WHERE scheduler_key = $1;

@@ -127,3 +127,48 @@ WITH cur AS (
 )
 SELECT res.outcome, res.state_before, res.state_after, aud.id AS audit_id
 FROM res CROSS JOIN aud;
+
+-- name: scheduler_actions_reopen
+-- The console's undo of its own cancel: a row Cancelled by an operator (ReasonCode
+-- 'ManualCancel') is Pending again, due at its ScheduledOn (at once when that is past;
+-- execution revalidates it as any due row), recorded as support_action 'reopen'. Only an
+-- operator's cancel is reopened here: inputs never reopen it (scheduler_ensure), and a
+-- system's cancellation or deactivation is reactivated by its inputs instead (refused). A
+-- row no longer Cancelled whose last support action is this one is unchanged (asked
+-- twice). Audited in the same statement. $1 scheduler id, $2 actor, $3 reason, $4 now,
+-- $5 listing.
+WITH cur AS (
+    SELECT scheduler_id, status_id, status_reason_code, support_action
+    FROM automation.scheduler
+    WHERE scheduler_id = $1::bigint
+    FOR NO KEY UPDATE
+), upd AS (
+    UPDATE automation.scheduler s
+    SET status_id = 'Pending', status_reason_code = NULL, next_retry_on = NULL,
+        support_action = 'reopen', support_action_on = $4,
+        support_action_count = s.support_action_count + 1,
+        version = s.version + 1, updated_on = $4
+    FROM cur
+    WHERE s.scheduler_id = cur.scheduler_id AND cur.status_id = 'Cancelled'
+      AND cur.status_reason_code = 'ManualCancel'
+    RETURNING s.status_id
+), res AS (
+    SELECT CASE WHEN cur.scheduler_id IS NULL THEN 'not_found'
+                WHEN EXISTS (SELECT 1 FROM upd) THEN 'changed'
+                WHEN cur.status_id <> 'Cancelled' AND cur.support_action = 'reopen'
+                    THEN 'unchanged'
+                ELSE 'refused' END AS outcome,
+           cur.status_id || coalesce(' (' || cur.status_reason_code || ')', '') AS state_before,
+           coalesce((SELECT status_id FROM upd),
+                    cur.status_id || coalesce(' (' || cur.status_reason_code || ')', ''))
+               AS state_after
+    FROM (SELECT 1) one LEFT JOIN cur ON true
+), aud AS (
+    INSERT INTO ops.console_audit (at, actor, action, listing, target, reason, outcome,
+                                   state_before, state_after)
+    SELECT $4, $2, 'reopen', $5, $1::bigint::text, $3, outcome, state_before, state_after
+    FROM res
+    RETURNING id
+)
+SELECT res.outcome, res.state_before, res.state_after, aud.id AS audit_id
+FROM res CROSS JOIN aud;

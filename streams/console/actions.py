@@ -5,7 +5,7 @@ came of one.
 An action runs one audited statement (db/): it changes the row only when its state allows
 it, writes who, when and why into ``ops.console_audit`` in the same statement, and asked
 again changes nothing (``unchanged``). Both the web console (POST /console/actions/<name>)
-and the CLI (``streams rows retry|cancel|resend|release|retry-key``) run it.
+and the CLI (``streams rows retry|cancel|reopen|resend|release|retry-key``) run it.
 """
 
 from __future__ import annotations

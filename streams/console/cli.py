@@ -1,5 +1,5 @@
 """``streams rows <command>``: the console's row commands, one group both parts add to
-(``list|show`` read rows; ``retry|cancel|resend|release|retry-key`` act on one:
+(``list|show`` read rows; ``retry|cancel|reopen|resend|release|retry-key`` act on one:
 streams/console/cli_actions.py)."""
 
 from __future__ import annotations

@@ -3,15 +3,18 @@
 The contract between the console's pages and its actions: a detail page calls
 ``action_forms(listing, row, csrf)`` and places the HTML it returns. Each form posts to
 ``/console/actions/<action>`` with the fields ``listing``, ``target`` (the row's id as text),
-``reason`` and ``csrf``. With no actions declared for the listing it returns ``""``; with
-``csrf`` None (actions are off: no ``WEB_ADMIN_TOKEN``, or not logged in) it says how to
-turn them on instead of offering forms.
+``reason``, ``csrf`` and ``request_id`` (made here, one per form and page view: the same
+form posted again — a double click, a browser's retry — is the same request and changes
+nothing). With no actions declared for the listing it returns ``""``; with ``csrf`` None
+(actions are off: no ``WEB_ADMIN_TOKEN``, or not logged in) it says how to turn them on
+instead of offering forms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from uuid import uuid4
 
 from streams.console.layout import esc
 
@@ -46,6 +49,7 @@ def action_forms(listing: str, row: Mapping[str, Any], csrf: str | None) -> str:
             f'<input type="hidden" name="listing" value="{esc(listing)}">'
             f'<input type="hidden" name="target" value="{esc(target)}">'
             f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+            f'<input type="hidden" name="request_id" value="web-{uuid4().hex}">'
             f'<input name="reason" required maxlength="1000" placeholder="reason" '
             f'aria-label="reason to {esc(a.name)}">'
             f'<button type="submit" data-action="{esc(a.name)}">{esc(a.label or a.name)}</button>'

@@ -128,6 +128,7 @@ def register(ctx: SliceContext) -> None:
                     verdict.actor,
                     fields.get("reason", ""),
                     runtime.clock.now(),
+                    request_id=fields.get("request_id", ""),
                 )
             except UnknownAction as exc:
                 return _answer(self, request, 404, str(exc))
@@ -143,6 +144,7 @@ def register(ctx: SliceContext) -> None:
                 state_before=done.result.state_before,
                 state_after=done.result.state_after,
                 audit_id=done.result.audit_id,
+                replayed=done.replayed,
                 listing=declared.listing,
                 target=done.target,
             )

@@ -76,7 +76,8 @@ class TableRetentionConfig:
             REMINDERS: f"with their event ({self.events.days} d past its start)",
             TOMBSTONES: f"{self.tombstones.days} d after the prune",
             SCHEDULER: (
-                f"Completed (dated triggers), Deactivated, Cancelled; scheduled and changed "
+                "Completed (dated triggers; their record stays in scheduler_history), "
+                "Deactivated, Cancelled by the system; scheduled and changed "
                 f"over {self.scheduler.days} d ago"
             ),
         }

@@ -22,6 +22,7 @@ from devkit.harness.automation import (
     scheduler_rows,
 )
 from streams.domain.automation.rules import (
+    MANUAL_CANCEL,
     ReminderDateInput,
     RowState,
     SchedulerCandidate,
@@ -227,7 +228,9 @@ async def test_same_key_different_hash_holds_the_row_and_never_overwrites(
 async def test_sql_agrees_with_the_pure_decision_table(pool: asyncpg.Pool) -> None:
     """Every (status, same/different hash, same/moved schedule) through both."""
     cases = []
-    for status in SchedulerStatus:
+    # Cancelled twice: by the system (no reason here) and by an operator (ManualCancel).
+    states = [(s, None) for s in SchedulerStatus] + [(SchedulerStatus.CANCELLED, MANUAL_CANCEL)]
+    for status, reason in states:
         for same_hash in (True, False):
             for moved in (False, True):
                 c = fresh()
@@ -238,12 +241,13 @@ async def test_sql_agrees_with_the_pure_decision_table(pool: asyncpg.Pool) -> No
                     pool,
                     c.key,
                     status_id=status.value,
+                    status_reason_code=reason,
                     input_hash=h,
                     processing_lease_expires_on=lease,
                 )
                 when = T0 + timedelta(hours=1) if moved else T0
                 candidate = SchedulerCandidate(c.input, when, T0.date(), "UTC")
-                state = RowState(status, h, T0, T0.date(), "UTC")
+                state = RowState(status, h, T0, T0.date(), "UTC", reason)
                 cases.append((candidate, ensure_decision(state, candidate).value))
     results = await ensure(pool, *(c for c, _ in cases))
     by_key = {r.scheduler_key: r.outcome for r in results}

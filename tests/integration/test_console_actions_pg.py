@@ -66,7 +66,15 @@ async def _scheduler(pool: asyncpg.Pool, status: str, *, hold: bool = False) -> 
 
 
 async def act(pool: asyncpg.Pool, listing: str, name: str, target: object) -> str:
-    done = await perform(pool, lookup(listing, name), str(target), "alice", "ticket 42", NOW)
+    done = await perform(
+        pool,
+        lookup(listing, name),
+        str(target),
+        "alice",
+        "ticket 42",
+        NOW,
+        request_id=f"t-{uuid.uuid4().hex}",  # each call a new request (asked again: unchanged)
+    )
     return f"{done.result.outcome}: {done.text}"
 
 

@@ -178,7 +178,12 @@ async def test_with_the_token_an_action_changes_its_row_audited(
     first, second = await _pending_reminder(pool), await _pending_reminder(pool)
     r = await client.post(
         "/console/actions/cancel",
-        json={"listing": "calendar/reminders", "target": str(first), "reason": "dup"},
+        json={
+            "listing": "calendar/reminders",
+            "target": str(first),
+            "reason": "dup",
+            "request_id": "r-1",
+        },
         headers={"Authorization": f"Bearer {TOKEN}", "X-Operator": "bob"},
     )
     body = await r.json()
@@ -199,6 +204,7 @@ async def test_with_the_token_an_action_changes_its_row_audited(
             "target": str(second),
             "reason": "customer asked",
             "csrf": auth.csrf_token(TOKEN, session),
+            "request_id": "web-2",
         },
         cookies={auth.COOKIE: session},
     )
@@ -206,7 +212,12 @@ async def test_with_the_token_an_action_changes_its_row_audited(
     assert "cancelled" in await r.text()
     r = await client.post(
         "/console/actions/cancel",
-        json={"listing": "calendar/reminders", "target": str(second), "reason": "again"},
+        json={
+            "listing": "calendar/reminders",
+            "target": str(second),
+            "reason": "again",
+            "request_id": "r-3",
+        },
         headers={"Authorization": f"Bearer {TOKEN}"},
     )
     assert r.status == 200 and (await r.json())["outcome"] == "unchanged"

@@ -231,6 +231,14 @@ async def test_finished_scheduler_rows_go_after_the_horizon_history_that_dedupes
         await _row(pool, "Completed", "DateBased", recent),
         await _row(pool, "Deactivated", "DateBased", recent),
     ]
+    # An operator's cancel is terminal until an operator reopens it: kept.
+    manual = await _row(pool, "Cancelled", "DateBased", old)
+    await pool.execute(
+        "UPDATE automation.scheduler SET status_reason_code = 'ManualCancel' "
+        "WHERE scheduler_id = $1",
+        manual,
+    )
+    kept.append(manual)
     # Scheduled long ago but changed recently (e.g. a support action): kept.
     touched = await _row(pool, "Completed", "DateBased", old)
     await pool.execute(
@@ -244,6 +252,12 @@ async def test_finished_scheduler_rows_go_after_the_horizon_history_that_dedupes
         r["scheduler_id"] for r in await pool.fetch("SELECT scheduler_id FROM automation.scheduler")
     }
     assert left == {*kept, touched}
+    # The Completed ones leave their record: Ensure never inserts their keys again.
+    history = {
+        r["scheduler_id"]
+        for r in await pool.fetch("SELECT scheduler_id FROM automation.scheduler_history")
+    }
+    assert history == set(doomed[:3])
 
 
 async def test_a_late_source_version_after_the_scheduler_prune_sends_nothing_again(

@@ -26,6 +26,7 @@ from streams.domain.automation.rules import (
     DEFAULT_BACKOFF,
     DEFAULT_INTERRUPTION_ALLOWANCE,
     DEFAULT_INTERRUPTION_DELAY,
+    MANUAL_CANCEL,
     REACTIVATABLE,
     EnsureOutcome,
     ReminderDateInput,
@@ -77,6 +78,16 @@ def test_no_row_inserts() -> None:
 )
 def test_compatible_inactive_row_is_reactivated(status: SchedulerStatus) -> None:
     assert ensure_decision(row(status), CANDIDATE) is EnsureOutcome.REACTIVATED
+
+
+@pytest.mark.parametrize("input_hash", [CANDIDATE.input_hash, "0" * 64])
+def test_an_operators_cancel_is_terminal_whatever_the_input(input_hash: str) -> None:
+    """A console cancel (ManualCancel) is neither reactivated nor held by an input; a
+    system cancellation (any other reason) is reactivated as before."""
+    cancelled = row(SchedulerStatus.CANCELLED, input_hash=input_hash, reason_code=MANUAL_CANCEL)
+    assert ensure_decision(cancelled, CANDIDATE) is EnsureOutcome.OPERATOR_CANCELLED
+    withdrawn = row(SchedulerStatus.CANCELLED, reason_code="Withdrawn")
+    assert ensure_decision(withdrawn, CANDIDATE) is EnsureOutcome.REACTIVATED
 
 
 def test_compatible_pending_row_is_updated_in_place_or_left_alone() -> None:

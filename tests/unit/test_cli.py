@@ -90,6 +90,7 @@ def test_the_tree_has_every_command_and_the_slices_their_own() -> None:
         ("rows", "cancel"),
         ("rows", "retry"),
         ("rows", "resend"),
+        ("rows", "reopen"),
         ("outbox", "parked"),
         ("outbox", "retry"),
         ("outbox", "drop"),

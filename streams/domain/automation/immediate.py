@@ -5,7 +5,9 @@ A DateBased setting with ImmediateNotification gets, for each source whose targe
 today or later (BU zone), one extra row due at once beside the scheduled reminders:
 ``reminder:{settingGuid}:{sourceType}:{sourceGuid}:{triggerKey}:{targetDate}:immediate``.
 It is an ordinary scheduler row: Ensure makes it once (an event, a replay and reconciliation
-give the same key; a Completed one is never re-sent), the runner is woken at once, revalidates
+give the same key; a Completed one is never re-sent, also after retention deleted its row:
+the key is named as long as the target date is ahead, and its record in
+automation.scheduler_history answers Ensure), the runner is woken at once, revalidates
 it and writes its DispatchRequested (``Immediate: true``) to the same outbox. A new target date
 is a new occurrence, so it gets its own immediate notification.
 

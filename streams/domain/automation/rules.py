@@ -108,13 +108,18 @@ def unique_by_key(candidates: list[SchedulerCandidate]) -> list[SchedulerCandida
 
 class EnsureOutcome(StrEnum):
     INSERTED = "Inserted"  # no row: insert
-    REACTIVATED = "Reactivated"  # Failed/Deactivated/Cancelled, same hash → Pending again
+    REACTIVATED = "Reactivated"  # Failed/Deactivated/system Cancelled, same hash → Pending
     UPDATED = "Updated"  # Pending, same hash, new ScheduledOn/local date/zone: in place
     UNCHANGED = "Unchanged"  # Pending, same hash, same schedule: nothing to write
     IN_FLIGHT = "InFlight"  # Processing, same hash: the current claim finishes it
-    ALREADY_COMPLETED = "AlreadyCompleted"  # Completed: coordinates returned, never re-sent
+    ALREADY_COMPLETED = "AlreadyCompleted"  # Completed (or its history): never re-sent
+    OPERATOR_CANCELLED = "OperatorCancelled"  # cancelled on the console: only it reopens
     CONFLICT = "Conflict"  # same key, different InputHash: support hold, never overwritten
 
+
+MANUAL_CANCEL = "ManualCancel"
+"""The ReasonCode of a console cancel: an operator's decision, terminal until an operator
+reopens it (system cancellations carry other reasons and are reactivated by inputs)."""
 
 REACTIVATABLE = frozenset(
     {SchedulerStatus.FAILED, SchedulerStatus.DEACTIVATED, SchedulerStatus.CANCELLED}
@@ -130,6 +135,7 @@ class RowState:
     scheduled_on: datetime
     scheduled_local_date: date | None
     time_zone_id: str | None
+    reason_code: str | None = None
 
 
 def ensure_decision(existing: RowState | None, candidate: SchedulerCandidate) -> EnsureOutcome:
@@ -141,6 +147,10 @@ def ensure_decision(existing: RowState | None, candidate: SchedulerCandidate) ->
     # (the seed's "Completed → never re-sent" wins); only a live row is held on a mismatch.
     if existing.status is SchedulerStatus.COMPLETED:
         return EnsureOutcome.ALREADY_COMPLETED
+    # An operator's cancel is terminal, whatever the input: a changed occurrence is a new key
+    # (a new row); the same key with another hash has nothing left to send, so nothing to hold.
+    if existing.status is SchedulerStatus.CANCELLED and existing.reason_code == MANUAL_CANCEL:
+        return EnsureOutcome.OPERATOR_CANCELLED
     if existing.input_hash != candidate.input_hash:
         return EnsureOutcome.CONFLICT
     if existing.status is SchedulerStatus.PROCESSING:
@@ -251,6 +261,7 @@ __all__ = [
     "DEFAULT_INTERRUPTION_ALLOWANCE",
     "DEFAULT_INTERRUPTION_DELAY",
     "HASH_VERSION",
+    "MANUAL_CANCEL",
     "MAX_KEY_LENGTH",
     "REACTIVATABLE",
     "AutomationInput",

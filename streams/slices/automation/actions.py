@@ -1,7 +1,7 @@
-"""The console's actions on scheduler rows: cancel a Pending or Failed row, re-send a
-Completed one through the support-retry key, and release / retry-key a row on support hold
-(the CLI's ``automation release|retry-key``, audited); statements in
-db/queries/scheduler_actions.sql."""
+"""The console's actions on scheduler rows: cancel a Pending or Failed row (an operator's
+decision: no input reopens it), reopen a row an operator cancelled, re-send a Completed one
+through the support-retry key, and release / retry-key a row on support hold (the CLI's
+``automation release|retry-key``, audited); statements in db/queries/scheduler_actions.sql."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from db import scheduler_actions
 from db.connector import Connection
 from db.console_audit import ActionOutcome
 from streams.console.actions import RowAction, state_of
+from streams.domain.automation.rules import MANUAL_CANCEL
 
 LISTING = "automation/scheduler"
 
@@ -47,6 +48,19 @@ ACTIONS = (
         statement=scheduler_actions.cancel,
         parse_target=int,
         offered=lambda row: state_of(row) in ("Pending", "Failed"),
+    ),
+    RowAction(
+        name="reopen",
+        listing=LISTING,
+        noun="scheduler row",
+        allowed="operator-cancelled",
+        done="reopened",
+        statement=scheduler_actions.reopen,
+        parse_target=int,
+        offered=lambda row: (
+            state_of(row) == "Cancelled" and row.get("status_reason_code") == MANUAL_CANCEL
+        ),
+        label="reopen (undo cancel)",
     ),
     RowAction(
         name="resend",

@@ -169,6 +169,11 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
         if args.command == "show":
             async with connection(pool) as conn:
                 row = await repo.get_by_key(conn, args.key)
+                record = None if row is not None else await repo.history_get(conn, args.key)
+            if record is not None:
+                # Completed, its row pruned: the record Ensure answers from (never re-sent).
+                print(json.dumps({"status_id": "Completed", "pruned": True, **record}, default=str))
+                return 0
             if row is None:
                 print(f"no row with SchedulerKey {args.key!r}", file=sys.stderr)
                 return 1

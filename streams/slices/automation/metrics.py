@@ -69,7 +69,7 @@ class AutomationMetrics:
         self.ensured = Counter(
             "automation_scheduler_ensure_total",
             "Ensure results per key, by outcome (Inserted, Reactivated, Updated, Unchanged, "
-            "InFlight, AlreadyCompleted, Conflict)",
+            "InFlight, AlreadyCompleted, OperatorCancelled, Conflict)",
             ["outcome"],
             registry=registry,
         )
