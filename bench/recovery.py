@@ -119,38 +119,55 @@ class Steps:
         return max(self.consumed.values()) if self.consumed else None
 
 
-def steps_after(
-    lines: list[LogLine], fault: Fault, until: float, input_topic: str, partitions: int
-) -> Steps:
-    window = [line for line in lines if fault.at <= line.at < until]
+def steps_after(lines: list[LogLine], fault: Fault, input_topic: str, partitions: int) -> Steps:
+    """The steps after ``fault`` up to the first generation in which every input partition
+    was consumed again (which may come after the next fault: then that fault's steps and
+    this one's overlap)."""
+    after = [line for line in lines if line.at >= fault.at]
 
     def rel(at: float | None) -> float | None:
         return None if at is None else at - fault.at
 
-    noticed = next((x.at for x in window if x.text.startswith("Revoking previously")), None)
-    joins = [x for x in window if x.text.startswith("Joined group")]
-    generation: int | None = None
-    joined = synced = ready = None
-    if joins:
-        generation = max(_generation(x.text) for x in joins)
-        joined = max(x.at for x in joins if _generation(x.text) == generation)
-        syncs = [
-            x.at
-            for x in window
-            if x.text.startswith("Successfully synced group")
-            and x.text.rstrip().endswith(f"generation {generation}")
-        ]
-        synced = max(syncs, default=None)
-        readies = [x.at for x in window if x.text.endswith("Worker ready") and x.at >= joined]
-        ready = max(readies, default=None)
-    consumed: dict[int, float] = {}
-    for x in window:
+    by_generation: dict[int, dict[int, float]] = {}
+    for x in after:
         f = x.fields
         if f.get("action") == "partition_first_record" and f.get("topic") == input_topic:
-            consumed[int(f["partition"])] = x.at - fault.at  # the last one in the window
-    if len(consumed) < partitions:
-        consumed[-1] = float("nan")  # a partition never consumed again in the window
-    return Steps(rel(noticed), rel(joined), rel(synced), rel(ready), consumed, generation)
+            gen = f.get("generation")
+            if isinstance(gen, int):
+                by_generation.setdefault(gen, {}).setdefault(int(f["partition"]), x.at)
+    complete = sorted(g for g, parts in by_generation.items() if len(parts) >= partitions)
+    noticed = next((x.at for x in after if x.text.startswith("Revoking previously")), None)
+    if not complete:
+        return Steps(rel(noticed), None, None, None, {}, None)
+    generation = complete[0]
+    consumed = {p: at - fault.at for p, at in by_generation[generation].items()}
+    last = fault.at + max(consumed.values())
+    window = [x for x in after if x.at <= last]
+    joins = [
+        x.at
+        for x in window
+        if x.text.startswith("Joined group") and _generation(x.text) == generation
+    ]
+    syncs = [
+        x.at
+        for x in window
+        if x.text.startswith("Successfully synced group")
+        and x.text.rstrip().endswith(f"generation {generation}")
+    ]
+    joined = max(joins, default=None)
+    readies = [
+        x.at
+        for x in window
+        if x.text.endswith("Worker ready") and (joined is None or x.at >= joined)
+    ]
+    return Steps(
+        rel(noticed),
+        rel(joined),
+        rel(max(syncs, default=None)),
+        rel(max(readies, default=None)),
+        consumed,
+        generation,
+    )
 
 
 def _generation(text: str) -> int:
@@ -218,16 +235,14 @@ class Load:
                 await producer.stop()
 
 
-async def committed_vs_end(group: str, topic: str) -> dict[int, tuple[int, int]]:
+async def committed_vs_end(group: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
     """Per partition of ``topic``: (the group's committed offset, the end offset)."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
     admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA_BOOTSTRAP)
     consumer = AIOKafkaConsumer(bootstrap_servers=KAFKA_BOOTSTRAP, group_id=None)
     await admin.start()
     await consumer.start()
     try:
-        await consumer.topics()  # fetches the cluster's metadata
-        parts = sorted(consumer.partitions_for_topic(topic) or ())
-        tps = [TopicPartition(topic, p) for p in parts]
         ends = await consumer.end_offsets(tps)
         committed = await admin.list_consumer_group_offsets(group, partitions=tps)
         return {
@@ -321,7 +336,7 @@ async def _run(
         wait = max(0.0, last_due - time.time()) + 20.0
         print(f"  load stopped ({len(load.expected)} reminders); waiting {wait:.0f} s for the last")
         await asyncio.sleep(wait)
-        offsets = await committed_vs_end(settings.app_id, input_topic)
+        offsets = await committed_vs_end(settings.app_id, input_topic, settings.topic_partitions)
         lines = read_logs(workers)
     finally:
         load.stop.set()
@@ -366,9 +381,8 @@ def report(
     print(f"  {'fault':<12} {'gen':>4} {'noticed':>7} {'joined':>6} {'synced':>6} "
           f"{'ready':>6} {'resumed':>7}  per partition")  # fmt: skip
     resume: dict[str, list[float]] = {"kill": [], "term": []}
-    for n, f in enumerate(faults):
-        until = faults[n + 1].at if n + 1 < len(faults) else f.at + 60.0
-        s = steps_after(lines, f, until, input_topic, partitions)
+    for f in faults:
+        s = steps_after(lines, f, input_topic, partitions)
         if s.resumed is not None:
             resume[f.kind].append(s.resumed)
         per = " ".join(f"p{p}={v:.1f}" for p, v in sorted(s.consumed.items()) if p >= 0)
