@@ -336,7 +336,7 @@ async def _run(
         wait = max(0.0, last_due - time.time()) + 20.0
         print(f"  load stopped ({len(load.expected)} reminders); waiting {wait:.0f} s for the last")
         await asyncio.sleep(wait)
-        offsets = await committed_vs_end(settings.app_id, input_topic, settings.topic_partitions)
+        offsets = await committed_vs_end(env["APP_ID"], input_topic, settings.topic_partitions)
         lines = read_logs(workers)
     finally:
         load.stop.set()
