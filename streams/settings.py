@@ -117,7 +117,7 @@ class Settings(BaseSettings):
     # is dropped from the group and its partitions go to the others; heartbeats go out this
     # often (and a rebalance is noticed within one); a rebalance waits this long for every
     # member to rejoin. docs/deploy.md, "Crashes and restarts", has the trade-off.
-    broker_session_timeout: float = Field(10.0, ge=1, le=90)
+    broker_session_timeout: float = Field(8.0, ge=1, le=90)
     broker_heartbeat_interval: float = Field(1.0, gt=0, le=30)
     broker_rebalance_timeout: float = Field(20.0, ge=1, le=600)
 
