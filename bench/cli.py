@@ -51,7 +51,13 @@ BENCHES: dict[str, tuple[str, str]] = {
     "expiry": ("bench.expiry", "document expiry run over 1,000,000 documents vs bare SQL"),
     "expiry-large": ("bench.expiry_large", "document expiry: 1,000,000 documents of one owner"),
     "retention": ("bench.retention", "rows/s retention deletes (outbox, calendar) vs 1,000/s made"),
+    "recovery": (
+        "bench.recovery",
+        "3 workers: SIGKILLs and a rolling restart (~7 min; named only)",
+    ),
 }
+# Run only when named: too long for the default set.
+NAMED_ONLY = {"recovery"}
 
 
 class UsageError(Exception):
@@ -63,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench",
         description="Benchmarks against the local stack; one summary table at the end.",
-        epilog=f"benches (default: all, in this order):\n{listing}\n\n"
+        epilog=f"benches (default: all but recovery, in this order):\n{listing}\n\n"
         "BENCH_CLAIM_LARGE=N changes the claim bench's large table (default 10,000,000).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -213,7 +219,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
-    names = args.names or list(BENCHES)
+    names = args.names or [name for name in BENCHES if name not in NAMED_ONLY]
     pg = pg_mode()
     refused = mode_mismatch(os.environ.get("BENCH_PG"), pg)
     if refused:

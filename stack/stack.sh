@@ -8,6 +8,7 @@
 #   stack/stack.sh env     print the connection settings as KEY=value lines
 #
 #   stack/stack.sh node-kill N / node-down N / node-up N   one Kafka node (fault tests)
+#   stack/stack.sh pg-up / pg-down   PostgreSQL alone (a private database, the shared Kafka)
 #
 # Settings (environment): DEV_DIR, KAFKA_PORT, KAFKA_CONTROLLER_PORT, PG_PORT,
 # KAFKA_VERSION (must match stack/kafka/pom.xml unless overridden), READY_TIMEOUT, and the
@@ -393,6 +394,8 @@ print_env() {
 case "${1:-}" in
   up) pg_up; kafka_up; log "ready: Kafka $(bootstrap_list) ($STACK_KAFKA_SECURITY), PostgreSQL 127.0.0.1:$PG_PORT ($(pg_mode)) (logs in $DEV_DIR)";;
   down) kafka_down; pg_down; log "stopped";;
+  pg-up) pg_up; log "ready: PostgreSQL 127.0.0.1:$PG_PORT ($(pg_mode))";;
+  pg-down) pg_down;;
   status)
     for ((n = 1; n <= STACK_KAFKA_BROKERS; n++)); do
       name=kafka; [ "$STACK_KAFKA_BROKERS" = 1 ] || name="kafka node $n"

@@ -110,6 +110,10 @@ def create_context(
         # Offsets are committed only for acked (= committed to PostgreSQL) messages.
         broker_commit_every=1000,
         broker_commit_interval=1.0,
+        # Group membership: how soon a dead worker's partitions move (docs/deploy.md).
+        broker_session_timeout=settings.broker_session_timeout,
+        broker_heartbeat_interval=settings.broker_heartbeat_interval,
+        broker_rebalance_timeout=settings.broker_rebalance_timeout,
         table_standby_replicas=0,
         # The one logging set-up (streams/logs.py), applied when Faust's worker sets up logging.
         logging_config=logs.dict_config(

@@ -64,7 +64,7 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         uvloop.install()  # before the app exists: Faust's loops come from the policy
     from streams import faust_compat
 
-    faust_compat.install()  # Faust's fetch loop without a task per record (fetch_loop.py)
+    faust_compat.install()  # Faust's fetch loop and commit bookkeeping, patched
     from streams.app import create_worker
     from streams.timers.schedule import RegistrationError
 

@@ -118,6 +118,15 @@ class Settings(BaseSettings):
     clock_sync_interval_seconds: float = Field(10.0, gt=0, le=600)
     clock_skew_max_seconds: float = Field(5.0, gt=0, le=86_400)
 
+    # The worker's membership of its consumer group (Faust's own variables, validated here):
+    # a worker silent this long (no heartbeat: killed, its host gone, its event loop blocked)
+    # is dropped from the group and its partitions go to the others; heartbeats go out this
+    # often (and a rebalance is noticed within one); a rebalance waits this long for every
+    # member to rejoin. docs/deploy.md, "Crashes and restarts", has the trade-off.
+    broker_session_timeout: float = Field(8.0, ge=1, le=90)
+    broker_heartbeat_interval: float = Field(1.0, gt=0, le=30)
+    broker_rebalance_timeout: float = Field(20.0, ge=1, le=600)
+
     # A partition with lag that made no progress for this long makes /health not ready.
     stream_stall_seconds: float = Field(120.0, gt=0)
 
@@ -224,6 +233,17 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"KAFKA_MIN_INSYNC_REPLICAS={self.kafka_min_insync_replicas} exceeds"
                 f" KAFKA_REPLICATION_FACTOR={self.kafka_replication_factor}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _group_timeouts(self) -> Settings:
+        # Kafka's rule: heartbeats well within the session, so one lost heartbeat does not
+        # end it.
+        if self.broker_heartbeat_interval * 3 > self.broker_session_timeout:
+            raise ValueError(
+                f"BROKER_HEARTBEAT_INTERVAL={self.broker_heartbeat_interval:g} must be at most a"
+                f" third of BROKER_SESSION_TIMEOUT={self.broker_session_timeout:g}"
             )
         return self
 

@@ -99,10 +99,12 @@ class PrivateStack:
             check=False,
         )
 
-    def up(self) -> PrivateStack:
+    def up(self, *, kafka: bool = True) -> PrivateStack:
+        """Start the stack; ``kafka=False``: PostgreSQL only (the test uses the shared
+        Kafka)."""
         self._up = True
         atexit.register(self.down)
-        out = self._stack("up")
+        out = self._stack("up" if kafka else "pg-up")
         if out.returncode != 0:
             raise AssertionError(f"private stack did not start:\n{out.stderr[-3000:]}")
         if self.durable:
@@ -199,6 +201,19 @@ class PrivateStack:
         return subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd="/"
         )
+
+    def stop_postgres(self) -> None:
+        """``pg_ctl -m fast stop``: the server ends every session and is gone until
+        ``start_postgres``."""
+        out = self.pg_ctl("-m", "fast", "-w", "-t", "60", "stop")
+        if out.returncode != 0 and self.pg_ctl("status").returncode != 3:  # 3: not running
+            raise AssertionError(f"pg_ctl stop failed ({out.returncode}): {out.stdout}{out.stderr}")
+
+    def start_postgres(self) -> None:
+        """Start the stopped server again (stack.sh pg-up: same port and mode)."""
+        out = self._stack("pg-up")
+        if out.returncode != 0:
+            raise AssertionError(f"PostgreSQL did not start again:\n{out.stderr[-3000:]}")
 
     def restart_postgres_immediate(self) -> None:
         """``pg_ctl -m immediate restart``: every session dies without a checkpoint (crash

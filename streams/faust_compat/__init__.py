@@ -17,7 +17,6 @@ from streams.faust_compat.errors import FaustCompatError
 
 if TYPE_CHECKING:
     from streams.faust_compat.consumer import committed_offsets, to_message
-    from streams.faust_compat.fetch_loop import install
     from streams.faust_compat.producer import abort, producer_closed, sender_task
     from streams.faust_compat.schema import RawBytes
     from streams.faust_compat.stores import (
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 _HOMES = {
     "committed_offsets": "consumer",
     "to_message": "consumer",
-    "install": "fetch_loop",
     "abort": "producer",
     "producer_closed": "producer",
     "sender_task": "producer",
@@ -50,7 +48,7 @@ _HOMES = {
     "in_event": "tables",
     "json_bytes": "tables",
 }
-CHECKED = ("consumer", "fetch_loop", "stores", "tables", "producer", "schema")
+CHECKED = ("consumer", "commits", "fetch_loop", "stores", "tables", "producer", "schema")
 
 
 def __getattr__(name: str) -> object:
@@ -58,6 +56,15 @@ def __getattr__(name: str) -> object:
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+
+
+def install() -> None:
+    """Faust's fetch loop without a task per record (fetch_loop.py) and its commit bookkeeping
+    without duplicate offsets (commits.py), in every Faust consumer of this process."""
+    from streams.faust_compat import commits, fetch_loop
+
+    fetch_loop.install()
+    commits.install()
 
 
 def check() -> None:

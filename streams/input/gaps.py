@@ -290,6 +290,8 @@ class GapHealer:
     async def admit(self, event: EventT[Any]) -> list[EventT[Any]]:
         message = event.message
         tp = message.tp
+        if self.guard.next_offset(tp) is None:
+            self._first_record(message, self._committed(tp))
         self.guard.expect(tp, self._committed(tp))
         gap = self.guard.admit(tp, message.offset)
         if gap is None:
@@ -327,6 +329,20 @@ class GapHealer:
         else:
             self._metrics.offset_holes.labels(self.label).inc()
         return [*self._events(tp, records), event]
+
+    def _first_record(self, message: Any, committed: int) -> None:
+        # The partition's first record in this generation (after an assignment): when a
+        # moved partition is consumed again (bench/recovery.py reads it from the log).
+        logs.event(
+            log,
+            logging.INFO,
+            "partition_first_record",
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            committed=committed,
+            generation=self._generation,
+        )
 
     def expected(self, tp: Any) -> int:
         """The next offset the stream should deliver on ``tp``."""

@@ -27,6 +27,10 @@ class RelayConfig:
     """How often the LISTEN connection is pinged to notice a silently dropped socket."""
     max_backoff: float = 30.0
     """Ceiling of the retry delay after failed passes and of a failing lane's cool-down."""
+    probe_interval: float = 1.0
+    """While the LISTEN connection is down it tries to reconnect this often (jittered), and
+    its reconnect ends a backoff after failed passes at once: the relay resumes within about
+    this long of the database's return, however long the outage and its backoff grew."""
     stop_timeout: float = 30.0
     """``stop()`` waits this long for the current pass, then cancels (rolls it back)."""
     publish_timeout: float = 10.0
@@ -64,6 +68,7 @@ class RelayConfig:
             "metrics_interval",
             "listener_check_interval",
             "max_backoff",
+            "probe_interval",
             "stop_timeout",
             "publish_timeout",
             "in_doubt_timeout",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -20,8 +21,10 @@ class NotifyListener:
     (NOTIFYs sent while nobody listened are gone: one pass catches up on them).
 
     A pooled connection would lose LISTEN on release, so this one is its own; it is pinged
-    every ``check_interval`` to notice a silently dropped socket, and reconnects with
-    ``backoff(failures)`` after a loss.
+    every ``check_interval`` (or at once after ``check_now``: a relay pass failed) to notice
+    a silently dropped socket, and after a loss it tries to reconnect every
+    ``backoff(failures)``, at most ``probe_interval``, jittered: a cheap probe of the
+    database. Each connect sets ``reconnected``, which ends the relay's backoff.
     """
 
     def __init__(
@@ -32,13 +35,17 @@ class NotifyListener:
         check_interval: float,
         backoff: Callable[[int], float],
         name: str,
+        probe_interval: float = 1.0,
     ) -> None:
         self._dsn = dsn
         self._wake = wake
         self._check_interval = check_interval
         self._backoff = backoff
+        self._probe_interval = probe_interval
         self._name = name
         self.listening = asyncio.Event()
+        self.reconnected = asyncio.Event()
+        self.check_now = asyncio.Event()
 
     def _on_notify(self, _conn: Connection, _pid: int, _channel: str, _payload: str) -> None:
         self._wake.set()
@@ -54,12 +61,14 @@ class NotifyListener:
                 await repo.listen(conn, self._on_notify)
                 failures = 0
                 self.listening.set()
+                self.reconnected.set()
                 self._wake.set()
                 logs.event(
                     log, logging.INFO, "outbox_listen", relay=self._name, channel=repo.CHANNEL
                 )
                 while not (stopping.is_set() or lost.is_set()):
-                    await wait_any(stopping, lost, within=self._check_interval)
+                    self.check_now.clear()
+                    await wait_any(stopping, lost, self.check_now, within=self._check_interval)
                     if not (stopping.is_set() or lost.is_set()):
                         await asyncio.wait_for(repo.listener_ping(conn), timeout=10)
                 if lost.is_set():
@@ -79,7 +88,14 @@ class NotifyListener:
                 if conn is not None:
                     await _close_quietly(conn)
             if not stopping.is_set():
-                await wait_any(stopping, within=self._backoff(failures))
+                delay = min(self._backoff(failures), self._probe_interval)
+                await wait_any(stopping, within=jittered(delay))
+
+
+def jittered(delay: float) -> float:
+    """``delay`` scaled by a random factor in [0.5, 1]: retries of several relays (and
+    workers) after one outage spread out instead of arriving together."""
+    return delay * random.uniform(0.5, 1.0)
 
 
 def _setter(event: asyncio.Event) -> Callable[[Any], None]:

@@ -25,7 +25,7 @@ from streams.outbox.config import RelayConfig, RelayNotOpen, RelayResult
 from streams.outbox.gauges import GaugeSchedule
 from streams.outbox.lanes import LaneCooldown
 from streams.outbox.limits import topics_below_limit
-from streams.outbox.listener import NotifyListener
+from streams.outbox.listener import NotifyListener, jittered
 from streams.outbox.parking import ParkPolicy
 from streams.outbox.producer import (
     ProducerFactory,
@@ -98,6 +98,7 @@ class OutboxRelay:
             check_interval=self.config.listener_check_interval,
             backoff=self._lanes.backoff,
             name=self.name,
+            probe_interval=self.config.probe_interval,
         )
         self._task: asyncio.Task[None] | None = None
         self._listener_task: asyncio.Task[None] | None = None
@@ -285,6 +286,7 @@ class OutboxRelay:
             # Cleared before the pass: a NOTIFY that lands during it triggers the next one.
             self._wake.clear()
             self._idle.clear()
+            self._listener.reconnected.clear()
             try:
                 result = await self.run_once()
             except Exception as exc:
@@ -298,11 +300,11 @@ class OutboxRelay:
                     attempt=failures,
                     error=describe(exc),
                 )
-                await wait_any(self._stopping, within=self._lanes.backoff(failures))
+                await self._back_off(failures)
                 continue
             if result.producer_replaced:
                 failures += 1
-                await wait_any(self._stopping, within=self._lanes.backoff(failures))
+                await self._back_off(failures)
                 continue
             failures = 0
             await self._refresh_metrics_if_due()
@@ -310,6 +312,15 @@ class OutboxRelay:
                 continue
             self._idle.set()
             await wait_any(self._wake, self._stopping, within=self.config.poll_interval)
+
+    async def _back_off(self, failures: int) -> None:
+        """Wait after the ``failures``-th failed pass in a row: the backoff (doubling, capped
+        at ``max_backoff``, jittered), cut short when the LISTEN connection reconnects - the
+        database is back. The listener checks its connection at once, so a database that
+        went away is noticed now, and from then on probed every ``probe_interval``."""
+        self._listener.check_now.set()
+        delay = jittered(self._lanes.backoff(failures))
+        await wait_any(self._stopping, self._listener.reconnected, within=delay)
 
     async def _refresh_metrics_if_due(self) -> None:
         started = self._clock.monotonic()

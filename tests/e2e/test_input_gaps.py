@@ -47,6 +47,7 @@ class GapWorker(WorkerProcess):
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # kill() signals its process group
         )
         log.close()
         return self

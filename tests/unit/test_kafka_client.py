@@ -112,3 +112,31 @@ def test_static_group_membership_stops_startup_naming_the_variable(
         load_settings()
     monkeypatch.setenv("CONSUMER_GROUP_INSTANCE_ID", "")
     assert load_settings().app_id
+
+
+def test_group_timeouts_are_validated_naming_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BROKER_SESSION_TIMEOUT", "6")
+    monkeypatch.setenv("BROKER_HEARTBEAT_INTERVAL", "3")
+    with pytest.raises(ConfigError, match="BROKER_HEARTBEAT_INTERVAL=3 must be at most a third"):
+        load_settings()
+    monkeypatch.setenv("BROKER_SESSION_TIMEOUT", "0.5")
+    with pytest.raises(ConfigError, match="BROKER_SESSION_TIMEOUT"):
+        load_settings()
+    monkeypatch.setenv("BROKER_SESSION_TIMEOUT", "9")
+    settings = load_settings()
+    assert (settings.broker_session_timeout, settings.broker_heartbeat_interval) == (9.0, 3.0)
+
+
+def test_the_worker_joins_its_group_with_the_validated_timeouts(tmp_path: Path) -> None:
+    from streams.app import create_context
+
+    settings = Settings(
+        worker_data_dir=tmp_path,
+        broker_session_timeout=7,
+        broker_heartbeat_interval=2,
+        broker_rebalance_timeout=15,
+    )
+    conf = create_context(settings).app.conf
+    assert conf.broker_session_timeout == 7.0
+    assert conf.broker_heartbeat_interval == 2.0
+    assert conf.broker_rebalance_timeout == 15.0
