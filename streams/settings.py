@@ -112,6 +112,10 @@ class Settings(BaseSettings):
     # worker), so its row and lane locks cannot hold the other workers.
     db_idle_in_transaction_timeout_seconds: float = Field(60.0, gt=0, le=3600)
 
+    # An input whose apply fails the same "database unavailable" way this many times in a row
+    # while PostgreSQL answers a probe is dead-lettered with that reason (0 = retry forever).
+    input_same_failure_attempts: int = Field(5, ge=0, le=1_000)
+
     # A partition with lag that made no progress for this long makes /health not ready.
     stream_stall_seconds: float = Field(120.0, gt=0)
 

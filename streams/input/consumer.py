@@ -20,6 +20,7 @@ from db.connector import classify, is_transient
 from streams import logs, tracing
 from streams.contracts import Contract, ContractError, TopicContract, decode
 from streams.dlq.send import DeadLetterFailed, send_to_dlq
+from streams.errors import SafeMessage, describe
 from streams.input.acks import InOrderAcks, Ticket
 from streams.input.batches import EventBatches
 from streams.input.gaps import GapGuard, GapHealer
@@ -41,6 +42,19 @@ TAIL_QUIET_SECONDS = 3.0
 UNACKED_MAX = 8
 RETRY_FIRST_SECONDS = 0.2
 RETRY_MAX_SECONDS = 10.0
+
+
+class RepeatedFailure(SafeMessage, Exception):
+    """The same "database unavailable" failure, attempt after attempt, while the database
+    answers: the input's own work fails (a statement that times out on it, a session ended
+    by its transaction's length), so it is dead-lettered with this reason, not retried
+    forever. Its message is value-free (counts and ``describe`` of the failure)."""
+
+    def __init__(self, attempts: int, exc: BaseException) -> None:
+        super().__init__(
+            f"the same failure {attempts} times in a row while the database answered: "
+            f"{describe(exc)}"
+        )
 
 
 @dataclass
@@ -69,13 +83,25 @@ class ContractConsumer(Generic[M]):
         pipeline_depth: int = 1,
         agent: str | None = None,
         now: Callable[[], float] = time.time,
+        same_failure_attempts: int = 0,
+        healthy: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """``pipeline_depth``: batches applied at once. With 2, the next batch is decoded and
         applied while one waits for PostgreSQL; only for an ``apply`` that any commit order
         leaves correct (Version-guarded state: an older state committing after a newer one
         changes nothing; the recipe's applier also writes a key only once no earlier batch
         in flight is writing it). Acks are given in admission order whatever order the batches
-        finish in (``streams/input/acks.py``)."""
+        finish in (``streams/input/acks.py``).
+
+        ``same_failure_attempts`` (0 = off) and ``healthy``: a "database unavailable" failure
+        that repeats identically (same kind, class and SQLSTATE) that many times in a row
+        while ``healthy()`` says the database answers is the input's own: the batch is
+        applied one by one and the message that keeps failing is dead-lettered with its
+        reason (``RepeatedFailure``). A database that is down fails the probe: retried."""
+        if same_failure_attempts < 0:
+            raise ValueError("same_failure_attempts must be >= 0")
+        self.same_failure_attempts = same_failure_attempts
+        self.healthy = healthy
         self.contract = contract
         self.apply = apply
         self.dlq = dlq
@@ -314,6 +340,8 @@ class ContractConsumer(Generic[M]):
         input is fine) until it passes or the worker stops; raises what says the input
         itself is bad."""
         delay = RETRY_FIRST_SECONDS
+        signature: tuple[str, str, str] | None = None
+        same = 0
         while True:
             try:
                 with self.metrics.batch_seconds.labels(self.label).time():
@@ -322,6 +350,11 @@ class ContractConsumer(Generic[M]):
                 cause = infrastructure(exc)
                 if cause is None:
                     raise
+                seen = (cause, type(exc).__name__, getattr(exc, "sqlstate", None) or "-")
+                same = same + 1 if seen == signature else 1
+                signature = seen
+                if await self._input_at_fault(cause, same):
+                    raise RepeatedFailure(same, exc) from exc
                 self.metrics.retries.labels(self.label).inc()
                 logs.event(
                     log,
@@ -336,6 +369,17 @@ class ContractConsumer(Generic[M]):
                 )
                 await self._sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+    async def _input_at_fault(self, cause: str, same: int) -> bool:
+        """The database answers, yet this work failed the same way ``same`` times."""
+        if cause != "database" or self.healthy is None:
+            return False
+        if not self.same_failure_attempts or same < self.same_failure_attempts:
+            return False
+        try:
+            return await self.healthy()
+        except Exception:  # a probe that fails says the database is unwell
+            return False
 
 
 def infrastructure(exc: BaseException) -> str | None:
@@ -359,6 +403,8 @@ def infrastructure(exc: BaseException) -> str | None:
 def processing_reason(exc: BaseException) -> str:
     """A value-free reason: driver messages can quote the offending value, so only the
     error type and SQLSTATE are kept."""
+    if isinstance(exc, RepeatedFailure):
+        return str(exc)
     if classify(exc) == "rejected":
         state = getattr(exc, "sqlstate", None) or "-"
         return f"database rejected the message (SQLSTATE {state})"
