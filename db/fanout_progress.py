@@ -71,3 +71,7 @@ async def counts(conn: Connection) -> tuple[int, int]:
     """(unfinished, parked) fan-outs."""
     r = await conn.fetchrow(sql("fanout_progress_counts"))
     return (r["unfinished"], r["parked"]) if r is not None else (0, 0)
+
+
+async def parked(conn: Connection, limit: int) -> list[Progress]:
+    return [Progress(*r) for r in await conn.fetch(sql("fanout_progress_parked"), limit)]

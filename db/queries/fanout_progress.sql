@@ -75,3 +75,12 @@ RETURNING setting_guid;
 SELECT count(*) FILTER (WHERE parked_on IS NULL) AS unfinished,
        count(*) FILTER (WHERE parked_on IS NOT NULL) AS parked
 FROM automation.fanout_progress;
+
+-- name: fanout_progress_parked
+-- Parked fan-outs with their reasons, oldest first, LIMIT $1 (the support command).
+SELECT setting_guid, after_guid, horizon, setting_version, chunks, failures, last_error,
+       parked_on
+FROM automation.fanout_progress
+WHERE parked_on IS NOT NULL
+ORDER BY parked_on, setting_guid
+LIMIT $1;

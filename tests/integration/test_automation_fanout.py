@@ -10,6 +10,8 @@ replaced by their place in the scenario.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -27,7 +29,9 @@ from streams import faults
 from streams.contracts.automation import SourceEntityChanged
 from streams.input.consumer import Decoded
 from streams.runtime import Runtime
+from streams.settings import Settings
 from streams.slices.automation import fanout as fanout_module
+from streams.slices.automation.cli import add_commands, run_automation
 from streams.slices.automation.fanout import FanOutDrainer
 from streams.slices.automation.planner import Planner
 from streams.timers.context import RunContext
@@ -230,8 +234,19 @@ async def test_a_newer_version_supersedes_an_unfinished_fanout_and_a_zone_change
     assert moved and all(r[3].hour == 2 for r in moved)  # 09:00 in Ho Chi Minh City
 
 
+def cli(settings: Settings, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="group"))
+    args = parser.parse_args(argv)
+    assert run_automation(settings, args) == 0
+    return capsys.readouterr().out
+
+
 async def test_a_chunk_that_fails_the_same_way_is_parked_with_its_reason_and_others_finish(
-    runtime: Runtime, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+    runtime: Runtime,
+    pool: asyncpg.Pool,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, chunked = twins(runtime)
     other = Twin(chunked.inputs)
@@ -260,11 +275,16 @@ async def test_a_chunk_that_fails_the_same_way_is_parked_with_its_reason_and_oth
     assert parked is not None and parked.parked_on is not None and parked.failures == 3
     assert parked.last_error == "DatabaseUnavailable [57014]: QueryCanceledError [57014]"
     assert parked.after_guid == sorted(chunked.sources)[CHUNK - 1]  # where it stopped
-    # Released by an operator, it goes on from there.
+    # Listed and released by an operator, it goes on from there.
     monkeypatch.setattr(Planner, "setting_chunk", real_chunk)
-    async with transaction(pool) as conn:
-        assert await progress_repo.release(conn, [chunked.setting], runtime.clock.now()) == [
-            chunked.setting
-        ]
+    settings = Settings(database_url=runtime.settings.database_url)
+    listed = await asyncio.to_thread(cli, settings, ["automation", "fanouts"], capsys)
+    assert f"parked {chunked.setting} chunks=1 failures=3" in listed
+    assert "reason=DatabaseUnavailable [57014]: QueryCanceledError [57014]" in listed
+    assert "0 fan-out(s) in progress, 1 parked" in listed
+    released = await asyncio.to_thread(
+        cli, settings, ["automation", "fanout-release", str(chunked.setting)], capsys
+    )
+    assert released.strip() == f"released    {chunked.setting}"
     assert await drain(runtime, chunked) == 5
     assert len(await outcome(pool, chunked)) == 2 * N
