@@ -122,7 +122,6 @@ class FanOutDrainer:
                 conn, progress[0], now, self.planner.chunk_sources
             )
             planned.unfinished = left is not None
-            faults.hit("automation_fanout.before_commit")
         self.longest_chunk_seconds = max(self.longest_chunk_seconds, clock.monotonic() - started)
         faults.hit("automation_fanout.after_chunk")
         return planned
