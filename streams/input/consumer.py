@@ -42,6 +42,9 @@ TAIL_QUIET_SECONDS = 3.0
 UNACKED_MAX = 8
 RETRY_FIRST_SECONDS = 0.2
 RETRY_MAX_SECONDS = 10.0
+# Another transaction in the way (lock not available, serialization failure, deadlock): never
+# counted as the input's own failure, however often it repeats.
+CONTENTION = frozenset({"55P03", "40001", "40P01"})
 
 
 class RepeatedFailure(SafeMessage, Exception):
@@ -97,7 +100,8 @@ class ContractConsumer(Generic[M]):
         that repeats identically (same kind, class and SQLSTATE) that many times in a row
         while ``healthy()`` says the database answers is the input's own: the batch is
         applied one by one and the message that keeps failing is dead-lettered with its
-        reason (``RepeatedFailure``). A database that is down fails the probe: retried."""
+        reason (``RepeatedFailure``). A database that is down fails the probe: retried.
+        Contention (``CONTENTION``: another transaction in the way) never counts."""
         if same_failure_attempts < 0:
             raise ValueError("same_failure_attempts must be >= 0")
         self.same_failure_attempts = same_failure_attempts
@@ -350,8 +354,9 @@ class ContractConsumer(Generic[M]):
                 cause = infrastructure(exc)
                 if cause is None:
                     raise
-                seen = (cause, type(exc).__name__, getattr(exc, "sqlstate", None) or "-")
-                same = same + 1 if seen == signature else 1
+                state = getattr(exc, "sqlstate", None) or "-"
+                seen = (cause, type(exc).__name__, state)
+                same = same + 1 if seen == signature and state not in CONTENTION else 1
                 signature = seen
                 if await self._input_at_fault(cause, same):
                     raise RepeatedFailure(same, exc) from exc
