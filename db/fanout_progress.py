@@ -42,7 +42,7 @@ async def get(conn: Connection, guids: Collection[UUID]) -> list[Progress]:
 
 async def next_due(conn: Connection, limit: int) -> list[tuple[UUID, UUID | None]]:
     """(SettingGuid, its BU now) of the fan-outs to advance next."""
-    rows = await conn.fetch(sql("fanout_progress_next"), limit)
+    rows = await conn.fetch(sql("fanout_progress_next_due"), limit)
     return [(r["setting_guid"], r["business_unit_id"]) for r in rows]
 
 

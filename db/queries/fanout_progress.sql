@@ -30,7 +30,7 @@ FROM automation.fanout_progress
 WHERE setting_guid = ANY($1::uuid[])
 ORDER BY setting_guid;
 
--- name: fanout_progress_next
+-- name: fanout_progress_next_due
 -- The drainer's next fan-outs (not parked), least recently advanced first, with the BU their
 -- setting is in now (the lock a chunk takes); LIMIT $1. ix_fanout_progress_due.
 SELECT p.setting_guid, s.business_unit_id
