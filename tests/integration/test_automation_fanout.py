@@ -33,7 +33,9 @@ from streams.settings import Settings
 from streams.slices.automation import fanout as fanout_module
 from streams.slices.automation.cli import add_commands, run_automation
 from streams.slices.automation.fanout import FanOutDrainer
+from streams.slices.automation.metrics import AutomationMetrics
 from streams.slices.automation.planner import Planner
+from streams.slices.automation.support import status_section
 from streams.timers.context import RunContext
 
 pytestmark = pytest.mark.integration
@@ -275,6 +277,8 @@ async def test_a_chunk_that_fails_the_same_way_is_parked_with_its_reason_and_oth
     assert parked is not None and parked.parked_on is not None and parked.failures == 3
     assert parked.last_error == "DatabaseUnavailable [57014]: QueryCanceledError [57014]"
     assert parked.after_guid == sorted(chunked.sources)[CHUNK - 1]  # where it stopped
+    status = await status_section(runtime, runtime.metrics.family(AutomationMetrics))()
+    assert (status["fanouts_in_progress"], status["fanouts_parked"]) == (0, 1)
     # Listed and released by an operator, it goes on from there.
     monkeypatch.setattr(Planner, "setting_chunk", real_chunk)
     settings = Settings(database_url=runtime.settings.database_url)
