@@ -20,11 +20,11 @@ from db.connector import classify, is_transient
 from streams import logs, tracing
 from streams.contracts import Contract, ContractError, TopicContract, decode
 from streams.dlq.send import DeadLetterFailed, send_to_dlq
-from streams.errors import SafeMessage, describe
 from streams.input.acks import InOrderAcks, Ticket
 from streams.input.batches import EventBatches
 from streams.input.gaps import GapGuard, GapHealer
 from streams.input.progress import PartitionProgress, ReasonCounts
+from streams.input.repeats import RepeatedFailure, SameFailures
 from streams.metrics import AgentMetrics
 from streams.tables.cache import LocalStorageError
 
@@ -42,22 +42,6 @@ TAIL_QUIET_SECONDS = 3.0
 UNACKED_MAX = 8
 RETRY_FIRST_SECONDS = 0.2
 RETRY_MAX_SECONDS = 10.0
-# Another transaction in the way (lock not available, serialization failure, deadlock): never
-# counted as the input's own failure, however often it repeats.
-CONTENTION = frozenset({"55P03", "40001", "40P01"})
-
-
-class RepeatedFailure(SafeMessage, Exception):
-    """The same "database unavailable" failure, attempt after attempt, while the database
-    answers: the input's own work fails (a statement that times out on it, a session ended
-    by its transaction's length), so it is dead-lettered with this reason, not retried
-    forever. Its message is value-free (counts and ``describe`` of the failure)."""
-
-    def __init__(self, attempts: int, exc: BaseException) -> None:
-        super().__init__(
-            f"the same failure {attempts} times in a row while the database answered: "
-            f"{describe(exc)}"
-        )
 
 
 @dataclass
@@ -101,7 +85,7 @@ class ContractConsumer(Generic[M]):
         while ``healthy()`` says the database answers is the input's own: the batch is
         applied one by one and the message that keeps failing is dead-lettered with its
         reason (``RepeatedFailure``). A database that is down fails the probe: retried.
-        Contention (``CONTENTION``: another transaction in the way) never counts."""
+        Contention (another transaction in the way) never counts (``streams/input/repeats.py``)."""
         if same_failure_attempts < 0:
             raise ValueError("same_failure_attempts must be >= 0")
         self.same_failure_attempts = same_failure_attempts
@@ -344,8 +328,7 @@ class ContractConsumer(Generic[M]):
         input is fine) until it passes or the worker stops; raises what says the input
         itself is bad."""
         delay = RETRY_FIRST_SECONDS
-        signature: tuple[str, str, str] | None = None
-        same = 0
+        same = SameFailures()
         while True:
             try:
                 with self.metrics.batch_seconds.labels(self.label).time():
@@ -354,12 +337,9 @@ class ContractConsumer(Generic[M]):
                 cause = infrastructure(exc)
                 if cause is None:
                     raise
-                state = getattr(exc, "sqlstate", None) or "-"
-                seen = (cause, type(exc).__name__, state)
-                same = same + 1 if seen == signature and state not in CONTENTION else 1
-                signature = seen
-                if await self._input_at_fault(cause, same):
-                    raise RepeatedFailure(same, exc) from exc
+                in_a_row = same.add(cause, exc)
+                if await self._input_at_fault(cause, in_a_row):
+                    raise RepeatedFailure(in_a_row, exc) from exc
                 self.metrics.retries.labels(self.label).inc()
                 logs.event(
                     log,
