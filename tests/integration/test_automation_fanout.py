@@ -292,3 +292,31 @@ async def test_a_chunk_that_fails_the_same_way_is_parked_with_its_reason_and_oth
     assert released.strip() == f"released    {chunked.setting}"
     assert await drain(runtime, chunked) == 5
     assert len(await outcome(pool, chunked)) == 2 * N
+
+
+async def test_small_fanouts_share_the_input_transaction_and_the_drainers(
+    runtime: Runtime, pool: asyncpg.Pool
+) -> None:
+    """30 settings of 30 BUs of 3 sources each in one batch: the input's transaction plans
+    what fits in one chunk's budget, the drainer the rest, several fan-outs a transaction."""
+    inputs = Inputs(runtime)
+    inputs.planner.chunk_sources = CHUNK
+    twins = [Twin(inputs, sources=[uuid.uuid4() for _ in range(3)]) for _ in range(30)]
+    for twin in twins:
+        await twin.start()
+    settings = [Decoded(None, twin.setting_msg(1, [30, 7])) for twin in twins]
+    await inputs.appliers[type(settings[0].message)](settings)
+    pool_ = await runtime.pool()
+    async with transaction(pool_) as conn:
+        left = await progress_repo.get(conn, [t.setting for t in twins])
+    assert len(left) == 30 - 3  # 3 + 3 + 3 sources finished, the fourth got one
+    result = await drainer(runtime, twins[0]).run_once(
+        RunContext.at(runtime.clock.now(), clock=runtime.clock)
+    )
+    # 80 sources left, 10 a transaction (a chunk ending exactly at its limit needs one more,
+    # empty, to know it is the last): about 9 transactions for 27 fan-outs, not 27.
+    assert result.chunks >= 27 and result.transactions <= 12
+    async with transaction(pool_) as conn:
+        assert await progress_repo.get(conn, [t.setting for t in twins]) == []
+    for twin in twins:
+        assert len(await outcome(pool, twin)) == 6

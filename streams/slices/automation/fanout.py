@@ -3,12 +3,15 @@ reminder settings' fan-outs that their input's transaction left (planner.py), on
 transaction, each committing its position, so the input partition moves on at once and a
 crash resumes at the last committed chunk.
 
-A chunk takes the lock of its setting's BU first (as every writer of the BU does), then
-reads the fan-out's position: two instances on one fan-out take turns, and an input that
-restarts it (a newer Version of the setting) waits for the chunk or goes first.
+A transaction takes the fan-outs least recently advanced (up to 16), locks their settings'
+BUs first (as every writer of a BU does), then reads their positions and plans chunks of
+them in that order up to ``chunk_sources`` sources (``Planner.advance``, as the input's own
+transaction does): many small fan-outs share a transaction, a large one gets one chunk and
+goes to the back. Two instances on one fan-out take turns; an input that restarts it (a
+newer Version of the setting) waits for the transaction or goes first.
 
-A chunk that fails is counted on its fan-out with its value-free reason, and the fan-out
-waits for the next run; ``park_after`` identical failures in a row park it (reason kept,
+A transaction that fails is done again one fan-out at a time; a chunk that fails is counted
+on its fan-out with its value-free reason, and the fan-out waits for the next run; ``park_after`` identical failures in a row park it (reason kept,
 ``automation_fanout_parked``), and the other fan-outs go on. A database that is down fails
 the count as well: the run fails and the timer tries again, nothing is parked.
 """
@@ -39,8 +42,8 @@ NEXT_BATCH = 16
 @dataclass
 class FanOutResult:
     run_id: str
+    transactions: int = 0
     chunks: int = 0
-    finished: int = 0
     failed: int = 0
     parked: int = 0
     ensured: int = 0
@@ -68,8 +71,10 @@ class FanOutDrainer:
         self.longest_chunk_seconds = 0.0
 
     async def run_once(self, ctx: RunContext) -> FanOutResult:
-        """Chunks until no fan-out is left, each failing one is set aside for this run, or
-        the run is asked to stop (then ``on_more``: run again right after)."""
+        """Transactions of up to ``chunk_sources`` sources over the fan-outs least recently
+        advanced, until none is left, each failing one is set aside for this run, or the run
+        is asked to stop (then ``on_more``: run again right after). A transaction that fails
+        is done again one fan-out at a time, so only the failing one is counted."""
         result = FanOutResult(run_id=ctx.run_id)
         pool = await self.runtime.pool()
         failed: set[UUID] = set()
@@ -80,48 +85,54 @@ class FanOutDrainer:
             due = [(g, u) for g, u in due if g not in failed]
             if not due:
                 break
-            for guid, unit in due:
+            if ctx.should_stop():
+                stopped = True
+                break
+            if len(due) > 1:
+                try:
+                    self._count(await self._advance(due), result)
+                    continue
+                except Exception:
+                    # One fan-out at a time, so that only the failing one is counted.
+                    logs.event(
+                        log, logging.WARNING, "automation_fanout_group_failed", size=len(due)
+                    )
+            for one in due:
                 if ctx.should_stop():
                     stopped = True
                     break
                 try:
-                    planned = await self._chunk(guid, unit)
+                    self._count(await self._advance([one]), result)
                 except Exception as exc:
-                    failed.add(guid)
-                    await self._failed(guid, exc, result)
-                    continue
-                result.chunks += planned.chunks
-                if planned.chunks and not planned.unfinished:
-                    result.finished += 1
-                result.ensured += len(planned.ensured)
-                result.deactivated += planned.deactivated
-                if self.on_planned is not None:
-                    self.on_planned(planned)
+                    failed.add(one[0])
+                    await self._failed(one[0], exc, result)
         if stopped and self.on_more is not None:
             self.on_more()
         if result.chunks or result.failed:
             logs.event(log, logging.INFO, "automation_fanout", **result.summary())
         return result
 
-    async def _chunk(self, guid: UUID, unit: UUID | None) -> Planned:
+    def _count(self, planned: Planned, result: FanOutResult) -> None:
+        result.transactions += 1
+        result.chunks += planned.chunks
+        result.ensured += len(planned.ensured)
+        result.deactivated += planned.deactivated
+        if self.on_planned is not None:
+            self.on_planned(planned)
+
+    async def _advance(self, due: list[tuple[UUID, UUID | None]]) -> Planned:
+        """One transaction: the BUs of ``due`` locked (in BU order, one statement), then
+        chunks of those fan-outs in ``due``'s order up to ``chunk_sources`` sources."""
         pool = await self.runtime.pool()
         clock = self.runtime.clock
         started = clock.monotonic()
         async with transaction(pool, plan_for_parameters=True) as conn:
-            if unit is not None:
-                await units_repo.lock(conn, [unit])
+            await units_repo.lock(conn, {u for _, u in due if u is not None})
             now = clock.now()
-            current = await settings_repo.changes_get(conn, [guid])
-            moved = guid in current and current[guid].business_unit_id != unit
-            if moved:
-                return Planned(unfinished=1)  # its BU changed meanwhile: the next pass locks it
-            progress = await progress_repo.get(conn, [guid])
-            if not progress or progress[0].parked_on is not None:
-                return Planned()  # finished or restarted by another instance, or parked
-            planned, _, left = await self.planner.setting_chunk(
-                conn, progress[0], now, self.planner.chunk_sources
-            )
-            planned.unfinished = left is not None
+            current = await settings_repo.changes_get(conn, [g for g, _ in due])
+            # A setting whose BU changed since ``due`` was read waits for the next pass.
+            here = [g for g, u in due if g not in current or current[g].business_unit_id == u]
+            planned = await self.planner.advance(conn, here, now, self.planner.chunk_sources)
         self.longest_chunk_seconds = max(self.longest_chunk_seconds, clock.monotonic() - started)
         faults.hit("automation_fanout.after_chunk")
         return planned

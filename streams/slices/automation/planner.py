@@ -159,10 +159,16 @@ class Planner:
     async def advance(
         self, conn: Connection, guids: Collection[UUID], as_of: datetime, budget: int
     ) -> Planned:
-        """Chunks of the unfinished fan-outs of ``guids`` (SettingGuid order) until
-        ``budget`` sources are planned; the caller holds their BUs' locks."""
+        """Chunks of the unfinished, unparked fan-outs of ``guids`` (in the order of a list,
+        else SettingGuid order) until ``budget`` sources are planned; the caller holds their
+        BUs' locks."""
         planned = Planned()
-        for progress in await progress_repo.get(conn, guids):
+        order = {g: i for i, g in enumerate(guids)} if isinstance(guids, list) else {}
+        found = await progress_repo.get(conn, guids)
+        found.sort(key=lambda p: order.get(p.setting_guid, 0))
+        for progress in found:
+            if progress.parked_on is not None:
+                continue
             current: Progress | None = progress
             while current is not None and budget > 0:
                 done, used, current = await self.setting_chunk(conn, current, as_of, budget)
