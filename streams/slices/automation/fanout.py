@@ -1,7 +1,7 @@
 """The fan-out drainer (timer ``automation-fanout``, every instance): the chunks of the
-reminder settings' fan-outs that their input's transaction left (planner.py), one chunk per
-transaction, each committing its position, so the input partition moves on at once and a
-crash resumes at the last committed chunk.
+reminder settings' fan-outs that their input's transaction left (planner.py), at most
+``chunk_sources`` sources per transaction, each committing its positions, so the input
+partition moves on at once and a crash resumes at the last committed chunk.
 
 A transaction takes the fan-outs least recently advanced (up to 16), locks their settings'
 BUs first (as every writer of a BU does), then reads their positions and plans chunks of

@@ -15,7 +15,7 @@ in SourceGuid order, each chunk with the open rows of the setting in the same So
 range, and the position committed with it. A chunk is the one-transaction plan restricted to
 its sources (every key names its source), so the chunks together plan the same rows. The
 caller's transaction does the first chunks (``chunk_sources`` in all); the fan-out drainer
-(fanout.py) does the rest, a transaction each.
+(fanout.py) does the rest, ``chunk_sources`` sources a transaction.
 
 Lookups read the PostgreSQL projections after taking a transaction-scoped lock per BU: the
 writers of one BU are serialized, so whichever of a source, its setting or its BU arrives
