@@ -356,6 +356,19 @@ async def open_of_settings(conn: Connection, guids: Collection[UUID]) -> list[Op
     return [OpenRow(*r) for r in rows]
 
 
+async def open_of_setting_range(
+    conn: Connection, guid: UUID, first: UUID, last: UUID
+) -> list[OpenRow]:
+    """Open rows of one setting whose SourceGuid is in [first, last]."""
+    rows = await conn.fetch(sql("scheduler_open_of_setting_range"), guid, first, last)
+    return [OpenRow(*r) for r in rows]
+
+
+async def open_of_setting_unsourced(conn: Connection, guid: UUID) -> list[OpenRow]:
+    rows = await conn.fetch(sql("scheduler_open_of_setting_unsourced"), guid)
+    return [OpenRow(*r) for r in rows]
+
+
 async def open_of_subscriptions(conn: Connection, guids: Collection[UUID]) -> dict[UUID, set[str]]:
     out: dict[UUID, set[str]] = {g: set() for g in guids}
     if guids:

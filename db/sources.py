@@ -102,6 +102,15 @@ async def of_units(
     return [_source(r) for r in rows]
 
 
+async def of_unit_range(
+    conn: Connection, unit: UUID, source_type: str, start: UUID, limit: int
+) -> list[SourceEntityChanged]:
+    """Active sources of one (BU, SourceType) from SourceGuid ``start`` on (inclusive), in
+    SourceGuid order: one chunk of a setting's fan-out."""
+    rows = await conn.fetch(sql("sources_of_unit_range"), unit, source_type, start, limit)
+    return [_source(r) for r in rows]
+
+
 @dataclass(frozen=True)
 class ChangedSource:
     source: SourceEntityChanged

@@ -25,6 +25,9 @@ POINTS = frozenset(
         # The document-expiry owner worker committed one chunk of owners' markers and outbox
         # rows and has not yet claimed the next (nor sent a continuation, nor acked).
         "expiry_owners.after_chunk",
+        # The automation fan-out drainer committed one chunk of a setting's fan-out (its rows
+        # and its saved position) and has not yet started the next.
+        "automation_fanout.after_chunk",
         # The document-expiry run is about to hand a batch of owners to the fan-out.
         "expiry_run.fanout",
         # A cache is about to write the worker's local store (RocksDB): raising here is the

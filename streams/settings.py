@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     broker_heartbeat_interval: float = Field(1.0, gt=0, le=30)
     broker_rebalance_timeout: float = Field(20.0, ge=1, le=600)
 
+    # An input whose apply fails the same "database unavailable" way this many times in a row
+    # while PostgreSQL answers a probe is dead-lettered with that reason (0 = retry forever).
+    input_same_failure_attempts: int = Field(5, ge=0, le=1_000)
+
     # A partition with lag that made no progress for this long makes /health not ready.
     stream_stall_seconds: float = Field(120.0, gt=0)
 

@@ -340,7 +340,7 @@ JOIN unnest($1::text[], $2::uuid[]) AS k(source_type, source_guid)
 WHERE s.status_id IN ('Pending', 'Failed');
 
 -- name: scheduler_open_of_settings
--- Open (Pending/Failed) rows of settings; ix_scheduler_open_setting.
+-- Open (Pending/Failed) rows of settings; ix_scheduler_open_setting_source.
 SELECT scheduler_key, setting_guid, source_type, source_guid
 FROM automation.scheduler
 WHERE setting_guid = ANY($1::uuid[]) AND status_id IN ('Pending', 'Failed');
@@ -401,3 +401,17 @@ SELECT count(*) FROM deleted;
 SELECT scheduler_key, scheduler_id, scheduled_on, completed_on, dispatch_result_json
 FROM automation.scheduler_history
 WHERE scheduler_key = $1;
+
+-- name: scheduler_open_of_setting_range
+-- Open (Pending/Failed) rows of a setting ($1) whose SourceGuid is in [$2, $3]: one chunk of
+-- its fan-out; ix_scheduler_open_setting_source.
+SELECT scheduler_key, setting_guid, source_type, source_guid
+FROM automation.scheduler
+WHERE setting_guid = $1 AND status_id IN ('Pending', 'Failed')
+  AND source_guid >= $2 AND source_guid <= $3;
+
+-- name: scheduler_open_of_setting_unsourced
+-- Open rows of a setting ($1) that name no source (planned with its fan-out's first chunk).
+SELECT scheduler_key, setting_guid, source_type, source_guid
+FROM automation.scheduler
+WHERE setting_guid = $1 AND status_id IN ('Pending', 'Failed') AND source_guid IS NULL;

@@ -30,7 +30,7 @@ JOIN unnest($1::text[], $2::uuid[]) AS k(source_type, source_guid)
   ON s.source_type = k.source_type AND s.source_guid = k.source_guid;
 
 -- name: sources_of_units
--- Active sources of (BU, SourceType) pairs; ix_sources_bu. $1 BUs, $2 types (parallel).
+-- Active sources of (BU, SourceType) pairs; ix_sources_bu_guid. $1 BUs, $2 types (parallel).
 SELECT s.source_type, s.source_guid, s.business_unit_id, s.is_active, s.attributes, s.version,
        s.occurred_at
 FROM automation.sources s
@@ -52,3 +52,13 @@ WHERE s.is_active
   AND s.updated_on <= $5
 ORDER BY s.updated_on, s.source_type, s.source_guid
 LIMIT $6;
+
+-- name: sources_of_unit_range
+-- One chunk of a setting's fan-out: active sources of a (BU $1, SourceType $2) from SourceGuid
+-- $3 on (inclusive), in SourceGuid order, LIMIT $4; ix_sources_bu_guid.
+SELECT s.source_type, s.source_guid, s.business_unit_id, s.is_active, s.attributes, s.version,
+       s.occurred_at
+FROM automation.sources s
+WHERE s.business_unit_id = $1 AND s.source_type = $2 AND s.is_active AND s.source_guid >= $3
+ORDER BY s.source_guid
+LIMIT $4;

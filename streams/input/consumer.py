@@ -24,6 +24,7 @@ from streams.input.acks import InOrderAcks, Ticket
 from streams.input.batches import EventBatches
 from streams.input.gaps import GapGuard, GapHealer
 from streams.input.progress import PartitionProgress, ReasonCounts
+from streams.input.repeats import RepeatedFailure, SameFailures
 from streams.metrics import AgentMetrics
 from streams.tables.cache import LocalStorageError
 
@@ -69,13 +70,26 @@ class ContractConsumer(Generic[M]):
         pipeline_depth: int = 1,
         agent: str | None = None,
         now: Callable[[], float] = time.time,
+        same_failure_attempts: int = 0,
+        healthy: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """``pipeline_depth``: batches applied at once. With 2, the next batch is decoded and
         applied while one waits for PostgreSQL; only for an ``apply`` that any commit order
         leaves correct (Version-guarded state: an older state committing after a newer one
         changes nothing; the recipe's applier also writes a key only once no earlier batch
         in flight is writing it). Acks are given in admission order whatever order the batches
-        finish in (``streams/input/acks.py``)."""
+        finish in (``streams/input/acks.py``).
+
+        ``same_failure_attempts`` (0 = off) and ``healthy``: a "database unavailable" failure
+        that repeats identically (same kind, class and SQLSTATE) that many times in a row
+        while ``healthy()`` says the database answers is the input's own: the batch is
+        applied one by one and the message that keeps failing is dead-lettered with its
+        reason (``RepeatedFailure``). A database that is down fails the probe: retried.
+        Contention (another transaction in the way) never counts (``streams/input/repeats.py``)."""
+        if same_failure_attempts < 0:
+            raise ValueError("same_failure_attempts must be >= 0")
+        self.same_failure_attempts = same_failure_attempts
+        self.healthy = healthy
         self.contract = contract
         self.apply = apply
         self.dlq = dlq
@@ -314,6 +328,7 @@ class ContractConsumer(Generic[M]):
         input is fine) until it passes or the worker stops; raises what says the input
         itself is bad."""
         delay = RETRY_FIRST_SECONDS
+        same = SameFailures()
         while True:
             try:
                 with self.metrics.batch_seconds.labels(self.label).time():
@@ -322,6 +337,9 @@ class ContractConsumer(Generic[M]):
                 cause = infrastructure(exc)
                 if cause is None:
                     raise
+                in_a_row = same.add(cause, exc)
+                if await self._input_at_fault(cause, in_a_row):
+                    raise RepeatedFailure(in_a_row, exc) from exc
                 self.metrics.retries.labels(self.label).inc()
                 logs.event(
                     log,
@@ -336,6 +354,17 @@ class ContractConsumer(Generic[M]):
                 )
                 await self._sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+    async def _input_at_fault(self, cause: str, same: int) -> bool:
+        """The database answers, yet this work failed the same way ``same`` times."""
+        if cause != "database" or self.healthy is None:
+            return False
+        if not self.same_failure_attempts or same < self.same_failure_attempts:
+            return False
+        try:
+            return await self.healthy()
+        except Exception:  # a probe that fails says the database is unwell
+            return False
 
 
 def infrastructure(exc: BaseException) -> str | None:
@@ -359,6 +388,8 @@ def infrastructure(exc: BaseException) -> str | None:
 def processing_reason(exc: BaseException) -> str:
     """A value-free reason: driver messages can quote the offending value, so only the
     error type and SQLSTATE are kept."""
+    if isinstance(exc, RepeatedFailure):
+        return str(exc)
     if classify(exc) == "rejected":
         state = getattr(exc, "sqlstate", None) or "-"
         return f"database rejected the message (SQLSTATE {state})"

@@ -5,6 +5,7 @@ a page or a status section the same way every time. Its timers get ``TimerContex
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -13,6 +14,7 @@ import faust
 from faust.types import StreamT
 from faust.web import Request, Response, View
 
+from db.connector import connection, ping
 from streams.contracts import Contract, TopicContract
 from streams.input.consumer import ContractConsumer, Decoded
 from streams.kafka_client import topic_config
@@ -80,6 +82,8 @@ class SliceContext:
             self.runtime.metrics.agents,
             pipeline_depth=pipeline_depth,
             agent=agent_name,
+            same_failure_attempts=self.runtime.settings.input_same_failure_attempts,
+            healthy=self._database_answers,
         )
 
         async def run(stream: StreamT[Any]) -> None:
@@ -96,6 +100,16 @@ class SliceContext:
         self.app.on_partitions_revoked.connect(forget_revoked)
         self.consumers[agent_name] = consumer
         return consumer
+
+    async def _database_answers(self) -> bool:
+        """PostgreSQL answers a statement now (an input's repeated failure is its own)."""
+        try:
+            pool = await asyncio.wait_for(self.runtime.pool(), timeout=5)
+            async with connection(pool, timeout=5) as conn:
+                await ping(conn, timeout=5)
+        except Exception:
+            return False
+        return True
 
     def status(self, name: str, section: Callable[[], Any]) -> None:
         self.status_sections[name] = section

@@ -78,7 +78,16 @@ def test_the_tree_has_every_command_and_the_slices_their_own() -> None:
     ]
     assert top == {(c,) for c in commands}
     subs = {p[1] for p in PATHS if len(p) == 2 and p[0] == "automation"}
-    assert subs == {"ensure", "deactivate", "show", "hold", "release", "retry-key"}
+    assert subs == {
+        "ensure",
+        "deactivate",
+        "show",
+        "hold",
+        "release",
+        "retry-key",
+        "fanouts",
+        "fanout-release",
+    }
     assert {tuple(p) for p in PATHS if len(p) == 2} >= {
         ("dlq", "replay"),
         ("rows", "list"),

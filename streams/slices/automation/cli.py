@@ -8,6 +8,8 @@ show KEY                             one row (identifiers, status, diagnostics)
 hold [--limit N]                     rows on support hold
 release KEY                          lift a hold: one more attempt, attempts kept
 retry-key KEY                        lift a hold: retry the key from a fresh ladder
+fanouts [--limit N]                  unfinished setting fan-outs; parked ones with reasons
+fanout-release SETTING_GUID...       parked fan-outs go on from where they stopped
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from uuid import UUID
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_pascal
 
+from db import fanout_progress as fanout_repo
 from db import scheduler as repo
 from db.connector import DatabaseUnavailable, InputRejected, connection, create_pool, transaction
 from streams.contracts.automation import FiringPolicy, TriggerType
@@ -140,6 +143,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         r.add_argument("key", metavar="KEY")
         r.add_argument("--reason", default="", help="why (audited)")
         r.add_argument("--actor", default=None, help="who (default: $USER)")
+    f = commands.add_parser("fanouts", help="unfinished and parked setting fan-outs")
+    f.add_argument("--limit", type=int, default=100, metavar="N")
+    fr = commands.add_parser("fanout-release", help="parked fan-outs go on where they stopped")
+    fr.add_argument("guids", nargs="+", type=UUID, metavar="SETTING_GUID")
     p.set_defaults(run=run_automation)
 
 
@@ -190,6 +197,8 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 )
             print(f"{len(held)} row(s) on hold")
             return 0
+        if args.command in ("fanouts", "fanout-release"):
+            return await _fanouts(pool, args, now)
         from streams.timers.control import actor_default
 
         action = SupportAction(args.command)
@@ -206,6 +215,25 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     finally:
         await pool.close()
+
+
+async def _fanouts(pool: Any, args: argparse.Namespace, now: datetime) -> int:
+    if args.command == "fanout-release":
+        async with transaction(pool) as conn:
+            released = set(await fanout_repo.release(conn, args.guids, now))
+        for guid in args.guids:
+            print(f"{'released' if guid in released else 'not parked':<11} {guid}")
+        return 0 if len(released) == len(set(args.guids)) else 1
+    async with connection(pool) as conn:
+        unfinished, parked = await fanout_repo.counts(conn)
+        rows = await fanout_repo.parked(conn, args.limit)
+    for p in rows:
+        print(
+            f"parked {p.setting_guid} chunks={p.chunks} failures={p.failures} "
+            f"after={p.after_guid or '-'} reason={p.last_error or '-'}"
+        )
+    print(f"{unfinished} fan-out(s) in progress, {parked} parked")
+    return 0
 
 
 def _ensured(r: repo.EnsuredRow) -> dict[str, Any]:

@@ -9,6 +9,14 @@ and every (active setting, active source) pair of the scope's (BU, SourceType) i
 by the trigger provider its TriggerType names. The agents (sources, settings, BUs) and the
 bounded reconciliation all come through here, so they build the same keys.
 
+A setting's scope (every active source of its BU and SourceType) is a fan-out: it is saved
+(``automation.fanout_progress``) and planned in chunks of at most ``chunk_sources`` sources
+in SourceGuid order, each chunk with the open rows of the setting in the same SourceGuid
+range, and the position committed with it. A chunk is the one-transaction plan restricted to
+its sources (every key names its source), so the chunks together plan the same rows. The
+caller's transaction does the first chunks (``chunk_sources`` in all); the fan-out drainer
+(fanout.py) does the rest, ``chunk_sources`` sources a transaction.
+
 Lookups read the PostgreSQL projections after taking a transaction-scoped lock per BU: the
 writers of one BU are serialized, so whichever of a source, its setting or its BU arrives
 last sees the other two and ensures the rows (out-of-order arrival converges).
@@ -23,12 +31,14 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from db import business_units as units_repo
+from db import fanout_progress as progress_repo
 from db import reminder_settings as settings_repo
 from db import report_subscriptions as subscriptions_repo
 from db import scheduler as scheduler_repo
 from db import sources as sources_repo
 from db import threshold_states as thresholds_repo
 from db.connector import Connection
+from db.fanout_progress import Progress
 from db.scheduler import EnsuredRow
 from streams import logs
 from streams.contracts.automation import (
@@ -59,6 +69,10 @@ SourceRef = tuple[str, UUID]
 
 log = logging.getLogger("streams.slices.automation.planner")
 
+# The SourceGuid range a fan-out covers, both ends included.
+FIRST_GUID = UUID(int=0)
+LAST_GUID = UUID(int=(1 << 128) - 1)
+
 
 @dataclass
 class Planned:
@@ -67,11 +81,16 @@ class Planned:
     candidates: list[SchedulerCandidate] = field(default_factory=list)
     ensured: list[EnsuredRow] = field(default_factory=list)
     deactivated: int = 0
+    unfinished: int = 0
+    """Fan-outs this pass left for the drainer (after commit: wake it)."""
+    chunks: int = 0
 
     def merge(self, other: Planned) -> Planned:
         self.candidates += other.candidates
         self.ensured += other.ensured
         self.deactivated += other.deactivated
+        self.unfinished += other.unfinished
+        self.chunks += other.chunks
         return self
 
 
@@ -94,7 +113,11 @@ class Planner:
         providers: ProviderRegistry,
         report_window: timedelta = timedelta(days=7),
         immediate: Mapping[str, ImmediateNotificationProvider] | None = None,
+        chunk_sources: int = 1000,
     ) -> None:
+        if chunk_sources < 1:
+            raise ValueError("chunk_sources must be >= 1")
+        self.chunk_sources = chunk_sources
         self.rows = rows
         self.providers = providers
         self.report_window = report_window
@@ -126,13 +149,75 @@ class Planner:
         as_of: datetime,
         horizon: datetime | None = None,
     ) -> Planned:
-        """A setting changed: its sources are the active ones of its (BU, SourceType)."""
-        settings = list((await settings_repo.changes_get(conn, guids)).values())
-        sources = await sources_repo.of_units(
-            conn, {(s.business_unit_id, norm_text(s.source_type)) for s in settings}
+        """A setting changed: its sources are the active ones of its (BU, SourceType). Its
+        fan-out starts again from the first source (superseding an unfinished one); this
+        transaction plans up to ``chunk_sources`` sources of the settings, the drainer the
+        rest (``Planned.unfinished``)."""
+        await progress_repo.request(conn, guids, horizon, as_of)
+        return await self.advance(conn, guids, as_of, self.chunk_sources)
+
+    async def advance(
+        self, conn: Connection, guids: Collection[UUID], as_of: datetime, budget: int
+    ) -> Planned:
+        """Chunks of the unfinished, unparked fan-outs of ``guids`` (in the order of a list,
+        else SettingGuid order) until ``budget`` sources are planned; the caller holds their
+        BUs' locks."""
+        planned = Planned()
+        order = {g: i for i, g in enumerate(guids)} if isinstance(guids, list) else {}
+        found = await progress_repo.get(conn, guids)
+        found.sort(key=lambda p: order.get(p.setting_guid, 0))
+        for progress in found:
+            if progress.parked_on is not None:
+                continue
+            current: Progress | None = progress
+            while current is not None and budget > 0:
+                done, used, current = await self.setting_chunk(conn, current, as_of, budget)
+                planned.merge(done)
+                budget -= used
+            planned.unfinished += current is not None
+        return planned
+
+    async def setting_chunk(
+        self, conn: Connection, progress: Progress, as_of: datetime, limit: int
+    ) -> tuple[Planned, int, Progress | None]:
+        """One chunk of a setting's fan-out: up to ``limit`` of its sources after the saved
+        position and its open rows in the same SourceGuid range, planned as
+        ``_reminders`` plans the whole scope; the position is saved (or the fan-out ended)
+        in the same transaction. Returns what it planned, the sources it counted (at least
+        1) and the progress left (None when finished)."""
+        guid = progress.setting_guid
+        settings = await settings_repo.changes_get(conn, [guid])
+        setting = settings.get(guid)
+        after = progress.after_guid
+        first = FIRST_GUID if after is None else UUID(int=after.int + 1)
+        sources: list[SourceEntityChanged] = []
+        if setting is not None:
+            sources = await sources_repo.of_unit_range(
+                conn, setting.business_unit_id, norm_text(setting.source_type), first, limit
+            )
+        last = sources[-1].source_guid if len(sources) >= limit else LAST_GUID
+        open_rows = await scheduler_repo.open_of_setting_range(conn, guid, first, last)
+        if after is None:
+            open_rows += await scheduler_repo.open_of_setting_unsourced(conn, guid)
+        planned = await self._reminders(
+            conn, sources, settings.values(), open_rows, as_of, progress.horizon
         )
-        open_rows = await scheduler_repo.open_of_settings(conn, guids)
-        return await self._reminders(conn, sources, settings, open_rows, as_of, horizon)
+        planned.chunks = 1
+        if last == LAST_GUID:
+            await progress_repo.done(conn, guid)
+            return planned, max(1, len(sources)), None
+        await progress_repo.advance(conn, guid, last, as_of)
+        following = Progress(
+            guid,
+            last,
+            progress.horizon,
+            progress.setting_version,
+            progress.chunks + 1,
+            0,
+            None,
+            None,
+        )
+        return planned, max(1, len(sources)), following
 
     async def for_units(
         self,

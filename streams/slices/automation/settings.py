@@ -33,3 +33,8 @@ class AutomationSettings(BaseSettings):
     automation_reconcile_batch_size: int = Field(500, ge=1, le=10_000)
     automation_reconcile_window_days: int = Field(30, ge=1, le=366)
     automation_reconcile_settle_seconds: float = Field(60.0, ge=0, le=86_400)
+    # A setting's (or its BU's) fan-out over the sources of its (BU, SourceType): sources per
+    # transaction (the input's own and each of the drainer's, timer automation-fanout), and the
+    # identical chunk failures in a row that park a fan-out.
+    automation_fanout_chunk_sources: int = Field(1000, ge=1, le=100_000)
+    automation_fanout_park_after: int = Field(5, ge=1, le=1_000)

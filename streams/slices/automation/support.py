@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from db import console_audit
+from db import fanout_progress as fanout_repo
 from db import scheduler as repo
 from db.connector import DatabaseUnavailable, InputRejected, Pool, connection, transaction
 from db.scheduler import SchedulerRow
@@ -134,6 +135,7 @@ def status_section(
             async with connection(pool) as conn:
                 stats = await repo.backlog_stats(conn, now)
                 held = [row_view(r) for r in await repo.list_held(conn, STATUS_HOLD_ROWS)]
+                fanouts, parked = await fanout_repo.counts(conn)
         except (DatabaseUnavailable, InputRejected) as exc:
             return {
                 "error": f"database unavailable ({type(exc).__name__})",
@@ -152,6 +154,10 @@ def status_section(
             **interrupted,
             "held": held,
             "hold_view": "/automation/hold",
+            # Setting fan-outs the drainer has yet to finish, and those parked with a reason
+            # (`python -m streams automation fanouts`).
+            "fanouts_in_progress": fanouts,
+            "fanouts_parked": parked,
             "activity": await activity(),
         }
 

@@ -11,6 +11,7 @@ from streams.domain.automation.triggers import default_providers
 from streams.slices.automation.cleanup import CleanupConfig, StaleCleanup
 from streams.slices.automation.config import AutomationConfig
 from streams.slices.automation.execution_inputs import AutomationInputs, PgAutomationInputs
+from streams.slices.automation.fanout import FanOutDrainer
 from streams.slices.automation.handlers import HandlerRegistry, default_handlers
 from streams.slices.automation.metrics import AutomationMetrics
 from streams.slices.automation.planner import Planned, Planner
@@ -33,6 +34,7 @@ AUTOMATION_SCHEDULER = "automation-scheduler"
 AUTOMATION_STALE_CLEANUP = "automation-stale-cleanup"
 AUTOMATION_RECONCILE_REMINDERS = "automation-reconcile-reminders"
 AUTOMATION_RECONCILE_REPORTS = "automation-reconcile-reports"
+AUTOMATION_FANOUT = "automation-fanout"
 
 
 @dataclass
@@ -56,9 +58,12 @@ class AutomationTimers:
 
     core: AutomationCore
     planner: Planner
+    wake_fanout: Callable[[], None] = lambda: None
 
     def wake_for(self, planned: Planned) -> None:
         self.core.rows.wake_for(planned.candidates, planned.ensured)
+        if planned.unfinished:
+            self.wake_fanout()  # the rest of a fan-out, in the drainer's transactions
 
 
 def install_core(ctx: TimerContext) -> AutomationCore:
@@ -136,8 +141,29 @@ def install_reconciliation(ctx: TimerContext, core: AutomationCore) -> Automatio
         core.rows,
         default_providers(),
         timedelta(days=settings.automation_report_window_days),
+        chunk_sources=settings.automation_fanout_chunk_sources,
     )
-    timers = AutomationTimers(core, planner)
+
+    def wake_fanout() -> None:
+        registry.wake(AUTOMATION_FANOUT)
+
+    timers = AutomationTimers(core, planner, wake_fanout)
+    registry.register(
+        Schedule(
+            name=AUTOMATION_FANOUT,
+            interval=timedelta(seconds=30),
+            handler=FanOutDrainer(
+                runtime,
+                planner,
+                park_after=settings.automation_fanout_park_after,
+                on_planned=timers.wake_for,
+                on_more=wake_fanout,
+            ),
+            max_duration=timedelta(seconds=20),
+            mode=Mode.EVERY_INSTANCE,
+            settings_prefix="TIMER_AUTOMATION_FANOUT_",
+        )
+    )
     config = ReconcileConfig(
         units=ReconcileConfig.parse_units(settings.automation_reconcile_units),
         batch_size=settings.automation_reconcile_batch_size,
