@@ -360,3 +360,31 @@ async def test_a_second_cancellation_does_not_abandon_the_hand_back(
         what="the shielded hand-back to land",
     )
     assert (r["status_id"], r["retry_count"], r["interrupted_count"]) == ("Pending", 0, 1)
+
+
+async def test_a_run_cancelled_while_its_batch_commits_counts_what_it_committed(
+    pool: asyncpg.Pool, runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The max duration or a stop cancels a run just as its batch's transaction commits: the
+    batch ends (committed) before the run stops, so the rows it completed are counted
+    (automation_scheduler_outcomes_total, the run's result) as they are on the topic."""
+    await seed(pool, 3)
+    run = make_runner(runtime)
+    task: asyncio.Task[Any] | None = None
+    last_write = repo.retry  # the last statement of the execution transaction
+
+    async def then_cancel(*args: Any, **kwargs: Any) -> Any:
+        out = await last_write(*args, **kwargs)
+        assert task is not None
+        task.cancel()  # delivered at the next await: the transaction's COMMIT
+        return out
+
+    monkeypatch.setattr(repo, "retry", then_cancel)
+    task = asyncio.create_task(run.run_once(RunContext.at(T0, clock=runtime.clock)))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    completed = await pool.fetchval(
+        "SELECT count(*) FROM automation.scheduler WHERE status_id = 'Completed'"
+    )
+    counted = metric(runtime, "automation_scheduler_outcomes_total", outcome="completed", reason="")
+    assert (completed, counted, len(await outbox(pool))) == (3, 3, 3)

@@ -50,7 +50,8 @@ class RunnerConfig:
     """The run's budget is its schedule's max duration (the run context's deadline): no batch
     starts that could not finish inside it. A batch interrupted by a transient database error
     or a cancellation is handed back (``interruption_plan``) on a fresh connection within
-    ``hand_back_timeout``. Once a batch comes back full (a backlog), up to ``lanes`` batches
+    ``hand_back_timeout``; a cancellation first gives the batch in flight ``finish_timeout``
+    to end, since it may be committing. Once a batch comes back full (a backlog), up to ``lanes`` batches
     run side by side (claims are committed leases, so lanes never share a row), and one
     batch's Python overlaps another's database work."""
 
@@ -62,6 +63,8 @@ class RunnerConfig:
     interruption_allowance: int = DEFAULT_INTERRUPTION_ALLOWANCE
     interruption_delay: timedelta = DEFAULT_INTERRUPTION_DELAY
     hand_back_timeout: timedelta = timedelta(seconds=5)
+    # How long a cancelled run waits for the batch in flight to commit or roll back.
+    finish_timeout: timedelta = timedelta(seconds=2)
 
     def __post_init__(self) -> None:
         if not 0 < self.batch_size <= 10_000:
@@ -183,10 +186,24 @@ class AutomationRunner:
         transient error) or the run was cancelled (stop, max duration), its rows are handed
         back before the error goes on: the execution transaction rolled back, so nothing of
         the batch was written, and an interruption is not the rows' failure."""
+        execution = asyncio.ensure_future(self.execute(pool, rows, now, result))
+        # Left behind by a second cancellation, its outcome is still retrieved (and dropped).
+        execution.add_done_callback(lambda t: t.cancelled() or t.exception())
         try:
-            await self.execute(pool, rows, now, result)
+            await asyncio.shield(execution)
         except asyncio.CancelledError:
-            await self.hand_back(pool, rows, now, "Cancelled", result)
+            # Cancelled (a stop, the max duration) while the batch's transaction may be
+            # committing: a cancellation landing on the COMMIT would leave rows Completed and
+            # on the topic but uncounted. The batch gets a moment to end, so its outcome is
+            # known; one that does not end in time is cancelled (rolled back) and handed back.
+            if not execution.done():
+                await asyncio.wait({execution}, timeout=self.config.finish_timeout.total_seconds())
+            if not execution.done():
+                execution.cancel()
+                await asyncio.gather(execution, return_exceptions=True)
+            failed = execution.cancelled() or execution.exception() is not None
+            if failed:
+                await self.hand_back(pool, rows, now, "Cancelled", result)
             raise
         except Exception as exc:
             if is_transient(exc):
