@@ -32,29 +32,86 @@ def version() -> str:
 
 
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
+    from db.connector import DatabaseUnavailable
     from db.migrate import MigrationError, migrate
+    from streams.startup_wait import postgres_dependency
+
+    async def run() -> list[str]:
+        # A refused login, an unknown database, an untrusted certificate: named at once
+        # (exit 2); a server not up yet is waited for as the worker waits.
+        await _wait(settings, postgres_dependency(settings.database_url))
+        return await migrate(
+            settings.database_url,
+            lock_wait_seconds=settings.db_migrate_lock_wait_seconds,
+            lock_timeout_seconds=settings.db_migrate_lock_timeout_seconds,
+        )
 
     try:
-        applied = asyncio.run(
-            migrate(
-                settings.database_url,
-                lock_wait_seconds=settings.db_migrate_lock_wait_seconds,
-                lock_timeout_seconds=settings.db_migrate_lock_timeout_seconds,
-            )
-        )
+        applied = _run_checked(run())
     except MigrationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except DatabaseUnavailable as exc:
+        print(f"error: setting DATABASE_URL: {exc}", file=sys.stderr)
+        return 1
+    except _Exit as done:
+        return done.code
     print(f"migrations applied: {', '.join(applied) if applied else 'none (up to date)'}")
     return 0
 
 
 def _topics(settings: Settings, args: argparse.Namespace) -> int:
-    from streams.kafka_admin import ensure_topics
+    from aiokafka.errors import KafkaError
 
-    created = asyncio.run(ensure_topics(settings))
+    from streams.errors import describe
+    from streams.kafka_admin import ensure_topics
+    from streams.kafka_client import security_options
+    from streams.startup_wait import kafka_dependency
+
+    async def run() -> list[str]:
+        # A refused login or an untrusted CA named at once, as the worker does; a missing
+        # ACL comes out of ensure_topics as AccessDenied naming it.
+        await _wait(
+            settings, kafka_dependency(settings.kafka_bootstrap, options=security_options(settings))
+        )
+        return await ensure_topics(settings)
+
+    try:
+        created = _run_checked(run())
+    except _Exit as done:
+        return done.code
+    except (KafkaError, TimeoutError) as exc:
+        print(f"error: Kafka at KAFKA_BOOTSTRAP: {describe(exc)}", file=sys.stderr)
+        return 1
     print(f"topics created: {', '.join(created) if created else 'none (all exist)'}")
     return 0
+
+
+class _Exit(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+async def _wait(settings: Settings, dependency: Any) -> None:
+    from streams.startup_wait import wait_for
+
+    await wait_for([dependency], limit_s=settings.startup_wait_seconds)
+
+
+def _run_checked(coro: Any) -> Any:
+    """``asyncio.run(coro)``; a configuration error (the message names the setting) exits 2,
+    STARTUP_WAIT_SECONDS running out exits 1: printed as one line, no traceback."""
+    from streams.startup_wait import DependencyConfigError, DependencyTimeout
+
+    try:
+        return asyncio.run(coro)
+    except DependencyConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise _Exit(2) from None
+    except DependencyTimeout as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise _Exit(1) from None
 
 
 def _worker(settings: Settings, args: argparse.Namespace) -> int:
@@ -75,6 +132,8 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     app, timer_process = ctx.app, ctx.timer_process
+    from streams.kafka_access import check_worker_access, faust_internal_topics
+    from streams.kafka_admin import service_topic_names
     from streams.startup_gate import startup_gate
     from streams.web.startup import startup_health
 
@@ -86,6 +145,10 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         app.loop,
         settings,
         after_postgres=timer_process.start if timer_process is not None else None,
+        # A missing ACL named before Faust starts (it would fail deep in a client).
+        after_kafka=lambda: check_worker_access(
+            settings, service_topic_names(settings), faust_internal_topics(app), settings.app_id
+        ),
         health=lambda status: startup_health(
             settings.web_host, settings.web_port, status, timer_process
         ),

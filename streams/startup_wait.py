@@ -29,6 +29,9 @@ _PG_CONFIG_ERRORS: tuple[tuple[type[BaseException], str], ...] = (
     (asyncpg.InvalidAuthorizationSpecificationError, "PostgreSQL refused the login"),
     (asyncpg.InvalidCatalogNameError, "the database does not exist"),
     (asyncpg.InsufficientPrivilegeError, "the role may not connect to the database"),
+    # Before ValueError, which it also is: sslmode=verify-ca/verify-full and a server
+    # certificate the sslrootcert (or PGSSLROOTCERT) file does not vouch for.
+    (ssl.SSLCertVerificationError, "PostgreSQL's TLS certificate is not trusted (sslrootcert)"),
     (ValueError, "malformed URL"),  # includes asyncpg's ClientConfigurationError
 )
 # Errors that mean "not there yet / not ready yet": wait and retry.

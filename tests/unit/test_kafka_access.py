@@ -1,0 +1,75 @@
+"""A broker's authorization error codes become AccessDenied: the setting that picks the principal,
+the operation and the resource to grant (docs/deploy.md, "Kafka ACLs")."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from streams.kafka_access import (
+    AccessDenied,
+    denied,
+    faust_internal_topics,
+    principal_setting,
+    raise_denied,
+)
+from streams.settings import Settings
+from streams.startup_wait import DependencyConfigError
+
+
+def sasl(**extra: Any) -> Settings:
+    return Settings(
+        kafka_security_protocol="SASL_PLAINTEXT",
+        kafka_sasl_username="reminders",
+        kafka_sasl_password="s3cret-pw",
+        **extra,
+    )
+
+
+def test_a_topic_authorization_error_names_the_principal_setting_operation_and_topic() -> None:
+    found = denied(sasl(), 29, "Create", "reminders-table-changelog")
+    assert isinstance(found, AccessDenied) and isinstance(found, DependencyConfigError)
+    text = str(found)
+    assert text.startswith("setting KAFKA_SASL_USERNAME: ")
+    assert "User:reminders" in text and "Create on Topic 'reminders-table-changelog'" in text
+    assert "s3cret-pw" not in text
+    assert found.setting == "KAFKA_SASL_USERNAME"
+
+
+def test_group_and_cluster_codes_and_others_are_not_denials() -> None:
+    group = denied(sasl(), 30, "Read", "reminders")
+    assert group is not None and "Read on Group 'reminders'" in str(group)
+    assert denied(sasl(), 31, "Create", "x") is not None
+    for code in (0, 3, 36, 7):  # none, unknown topic, already exists, request timed out
+        assert denied(sasl(), code, "Create", "x") is None
+
+
+def test_raise_denied_raises_for_the_first_refused_resource_only() -> None:
+    raise_denied(sasl(), [("a", 0), ("b", 36)], "Create")
+    with pytest.raises(AccessDenied) as raised:
+        raise_denied(sasl(), [("a", 0), ("b", 29), ("c", 29)], "DescribeConfigs")
+    assert raised.value.name == "b" and raised.value.operation == "DescribeConfigs"
+
+
+def test_the_principal_is_the_sasl_user_or_the_client_certificate() -> None:
+    assert principal_setting(sasl()) == "KAFKA_SASL_USERNAME"
+    assert principal_setting(Settings()) == "KAFKA_SECURITY_PROTOCOL"
+
+
+def test_faust_internal_topics_are_the_changelogs_and_the_leader_topic() -> None:
+    def table(name: str) -> Any:
+        return SimpleNamespace(changelog_topic=SimpleNamespace(get_topic_name=lambda: name))
+
+    app = SimpleNamespace(
+        tables={"a": table("reminders-a-changelog"), "b": table("reminders-b-changelog")},
+        conf=SimpleNamespace(id="reminders", topic_disable_leader=False),
+    )
+    assert faust_internal_topics(app) == [
+        "reminders-__assignor-__leader",
+        "reminders-a-changelog",
+        "reminders-b-changelog",
+    ]
+    app.conf.topic_disable_leader = True
+    assert "reminders-__assignor-__leader" not in faust_internal_topics(app)
