@@ -13,7 +13,9 @@
 # KAFKA_VERSION (must match stack/kafka/pom.xml unless overridden), READY_TIMEOUT, and the
 # stack's shape: STACK_KAFKA_BROKERS (1 or 3), STACK_KAFKA_SECURITY (plaintext or sasl_ssl:
 # a CA and certificates made with openssl, SCRAM users), STACK_PG_DURABLE (0 or 1),
-# STACK_KAFKA_AUTO_CREATE (true or false: the brokers' auto.create.topics.enable).
+# STACK_KAFKA_AUTO_CREATE (true or false: the brokers' auto.create.topics.enable),
+# STACK_KAFKA_ACLS (true or false, sasl_ssl only: KRaft's StandardAuthorizer on, the admin
+# user a super user, every other principal refused what no ACL allows).
 # `env` prints the client settings of the shape (KAFKA_SECURITY_PROTOCOL, ...).
 set -euo pipefail
 
@@ -182,6 +184,9 @@ STACK_KAFKA_AUTO_CREATE="${STACK_KAFKA_AUTO_CREATE:-true}"
 case "$STACK_KAFKA_AUTO_CREATE" in true|false) ;; *) die "STACK_KAFKA_AUTO_CREATE must be true or false, got '$STACK_KAFKA_AUTO_CREATE'";; esac
 case "$STACK_KAFKA_BROKERS" in 1|3) ;; *) die "STACK_KAFKA_BROKERS must be 1 or 3, got '$STACK_KAFKA_BROKERS'";; esac
 case "$STACK_KAFKA_SECURITY" in plaintext|sasl_ssl) ;; *) die "STACK_KAFKA_SECURITY must be plaintext or sasl_ssl, got '$STACK_KAFKA_SECURITY'";; esac
+STACK_KAFKA_ACLS="${STACK_KAFKA_ACLS:-false}"
+case "$STACK_KAFKA_ACLS" in true|false) ;; *) die "STACK_KAFKA_ACLS must be true or false, got '$STACK_KAFKA_ACLS'";; esac
+[ "$STACK_KAFKA_ACLS" = false ] || [ "$STACK_KAFKA_SECURITY" = sasl_ssl ] || die "STACK_KAFKA_ACLS=true needs STACK_KAFKA_SECURITY=sasl_ssl (a principal to authorize)"
 # SCRAM users of the secured stack: the brokers' own, and the service's.
 KAFKA_ADMIN_USER=admin
 KAFKA_ADMIN_PASSWORD="${KAFKA_ADMIN_PASSWORD:-admin-secret}"
@@ -280,6 +285,15 @@ ssl.truststore.type=PEM
 ssl.truststore.location=$TLS_DIR/ca.pem
 ssl.endpoint.identification.algorithm=https
 ssl.client.auth=none
+EOF
+  fi
+  if [ "$STACK_KAFKA_ACLS" = true ]; then
+    # The brokers authenticate as the admin; the controller listener (PLAINTEXT, loopback
+    # only) is ANONYMOUS. Nobody else gets anything no ACL allows.
+    cat <<EOF
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:$KAFKA_ADMIN_USER;User:ANONYMOUS
+allow.everyone.if.no.acl.found=false
 EOF
   fi
 }
@@ -383,6 +397,11 @@ print_env() {
     echo "KAFKA_SASL_USERNAME=$KAFKA_APP_USER"
     echo "KAFKA_SASL_PASSWORD=$KAFKA_APP_PASSWORD"
     echo "KAFKA_SSL_CAFILE=$TLS_DIR/ca.pem"
+  fi
+  if [ "$STACK_KAFKA_ACLS" = true ]; then
+    # Not the service's: the super user that grants the service's ACLs (devkit/kafka_acls.py).
+    echo "STACK_KAFKA_ADMIN_USERNAME=$KAFKA_ADMIN_USER"
+    echo "STACK_KAFKA_ADMIN_PASSWORD=$KAFKA_ADMIN_PASSWORD"
   fi
   if [ "$STACK_KAFKA_BROKERS" -ge 3 ]; then
     echo "KAFKA_REPLICATION_FACTOR=3"

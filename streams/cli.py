@@ -132,8 +132,9 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     app, timer_process = ctx.app, ctx.timer_process
+    from streams.contracts import DLQ_SUFFIX
     from streams.kafka_access import check_worker_access, faust_internal_topics
-    from streams.kafka_admin import service_topic_names
+    from streams.kafka_admin import internal_topic_names, service_topic_names
     from streams.startup_gate import startup_gate
     from streams.web.startup import startup_health
 
@@ -147,7 +148,11 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         after_postgres=timer_process.start if timer_process is not None else None,
         # A missing ACL named before Faust starts (it would fail deep in a client).
         after_kafka=lambda: check_worker_access(
-            settings, service_topic_names(settings), faust_internal_topics(app), settings.app_id
+            settings,
+            service_topic_names(settings),
+            faust_internal_topics(app),
+            settings.app_id,
+            configs=[n for n in internal_topic_names(settings) if n.endswith(DLQ_SUFFIX)],
         ),
         health=lambda status: startup_health(
             settings.web_host, settings.web_port, status, timer_process

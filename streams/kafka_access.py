@@ -16,10 +16,17 @@ start, existing or not (a CreateTopics with ``validate_only`` asks without creat
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import GroupAuthorizationFailedError
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    GroupAuthorizationFailedError,
+    GroupCoordinatorNotAvailableError,
+)
 from aiokafka.protocol.metadata import MetadataRequest
 
 from streams.kafka_client import client_options
@@ -34,6 +41,40 @@ _RESOURCE = {
     GROUP_AUTHORIZATION_FAILED: "Group",
     CLUSTER_AUTHORIZATION_FAILED: "Cluster",
 }
+
+
+@dataclass(frozen=True)
+class AclRule:
+    """One row of docs/deploy.md's "Kafka ACLs": who needs ``operations`` on a resource
+    pattern (the tests grant exactly these on a broker with an authorizer)."""
+
+    who: str  # "worker" or "topics" (the hook)
+    resource: str  # "Topic" or "Group"
+    pattern: str  # "prefixed" or "literal"
+    name: str
+    operations: tuple[str, ...]
+
+
+def required_acls(settings: Settings) -> list[AclRule]:
+    """Every ACL the worker (agents, timers, relay) and the ``topics`` hook need."""
+    p, app = settings.topic_prefix, settings.app_id
+    hook = ("Describe", "Create", "DescribeConfigs", "AlterConfigs")
+    return [
+        AclRule("worker", "Topic", "prefixed", f"{p}pin.", ("Describe", "Read", "Write")),
+        # The owner-work topic and its DLQ, whose retention the worker checks at start.
+        AclRule(
+            "worker",
+            "Topic",
+            "prefixed",
+            f"{p}profile.",
+            ("Describe", "Read", "Write", "DescribeConfigs"),
+        ),
+        # Faust's table changelogs and leader topic: CreateTopics at every start.
+        AclRule("worker", "Topic", "prefixed", f"{app}-", ("Describe", "Read", "Write", "Create")),
+        AclRule("worker", "Group", "literal", app, ("Describe", "Read")),
+        AclRule("topics", "Topic", "prefixed", f"{p}pin.", hook),
+        AclRule("topics", "Topic", "prefixed", f"{p}profile.", hook),
+    ]
 
 
 def principal_setting(settings: Settings) -> str:
@@ -95,10 +136,15 @@ def faust_internal_topics(app: object) -> list[str]:
 
 
 async def check_worker_access(
-    settings: Settings, topics: list[str], declared: list[str], group: str
+    settings: Settings,
+    topics: list[str],
+    declared: list[str],
+    group: str,
+    configs: list[str] | None = None,
 ) -> None:
     """AccessDenied unless the principal may describe ``topics``, find ``group``'s
-    coordinator and create ``declared`` (validate only)."""
+    coordinator, create ``declared`` (validate only) and read the configuration of
+    ``configs`` (the DLQs whose retention the worker checks itself)."""
     admin = AIOKafkaAdminClient(**client_options(settings), request_timeout_ms=10_000)
     await admin.start()
     try:
@@ -113,9 +159,26 @@ async def check_worker_access(
             ]
             response = await admin.create_topics(new, validate_only=True)
             raise_denied(settings, ((e[0], e[1]) for e in response.topic_errors), "Create")
-        try:
-            await admin.find_coordinator(group)
-        except GroupAuthorizationFailedError:
-            raise AccessDenied(settings, "Read", "Group", group) from None
+        if configs:
+            resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in configs]
+            for response in await admin.describe_configs(resources):
+                found = response.to_object()["resources"]
+                pairs = ((r["resource_name"], r["error_code"]) for r in found)
+                raise_denied(settings, pairs, "DescribeConfigs")
+        await _group_described(settings, admin, group)
     finally:
         await admin.close()
+
+
+async def _group_described(settings: Settings, admin: AIOKafkaAdminClient, group: str) -> None:
+    """FindCoordinator for ``group`` (Describe on the group). Only a refusal matters here: a
+    coordinator not there yet (a new cluster makes __consumer_offsets on the first request)
+    is the consumer's to wait for."""
+    for _ in range(20):
+        try:
+            await admin.find_coordinator(group)
+            return
+        except GroupAuthorizationFailedError:
+            raise AccessDenied(settings, "Read", "Group", group) from None
+        except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError):
+            await asyncio.sleep(0.5)

@@ -73,3 +73,15 @@ def test_faust_internal_topics_are_the_changelogs_and_the_leader_topic() -> None
     ]
     app.conf.topic_disable_leader = True
     assert "reminders-__assignor-__leader" not in faust_internal_topics(app)
+
+
+def test_docs_list_every_acl_row_the_code_requires() -> None:
+    from pathlib import Path
+
+    from streams.kafka_access import required_acls
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    rows = [line for line in docs.splitlines() if line.startswith("| worker") or "(hook)" in line]
+    for rule in required_acls(Settings()):
+        expected = f"{rule.resource} {rule.pattern} `{rule.name}` | {', '.join(rule.operations)} |"
+        assert any(expected in row for row in rows), expected
