@@ -63,10 +63,16 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 def _topics(settings: Settings, args: argparse.Namespace) -> int:
     from aiokafka.errors import KafkaError
 
+    from streams.app import create_app
     from streams.errors import describe
+    from streams.kafka_access import faust_changelog_configs
     from streams.kafka_admin import ensure_topics
     from streams.kafka_client import security_options
     from streams.startup_wait import kafka_dependency
+
+    # Faust's table changelogs too: a worker with KAFKA_DECLARE_INTERNAL_TOPICS=false does
+    # not make them (the app is built, not started, for their names and configuration).
+    changelogs = faust_changelog_configs(create_app(settings))
 
     async def run() -> list[str]:
         # A refused login or an untrusted CA named at once, as the worker does; a missing
@@ -74,7 +80,7 @@ def _topics(settings: Settings, args: argparse.Namespace) -> int:
         await _wait(
             settings, kafka_dependency(settings.kafka_bootstrap, options=security_options(settings))
         )
-        return await ensure_topics(settings)
+        return await ensure_topics(settings, configs=changelogs)
 
     try:
         created = _run_checked(run())
@@ -150,7 +156,7 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         after_kafka=lambda: check_worker_access(
             settings,
             service_topic_names(settings),
-            faust_internal_topics(app),
+            faust_internal_topics(app) if settings.kafka_declare_internal_topics else [],
             settings.app_id,
             configs=[n for n in internal_topic_names(settings) if n.endswith(DLQ_SUFFIX)],
         ),

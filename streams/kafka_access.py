@@ -59,6 +59,9 @@ def required_acls(settings: Settings) -> list[AclRule]:
     """Every ACL the worker (agents, timers, relay) and the ``topics`` hook need."""
     p, app = settings.topic_prefix, settings.app_id
     hook = ("Describe", "Create", "DescribeConfigs", "AlterConfigs")
+    faust: tuple[str, ...] = ("Describe", "Read", "Write")
+    if settings.kafka_declare_internal_topics:
+        faust += ("Create",)
     return [
         AclRule("worker", "Topic", "prefixed", f"{p}pin.", ("Describe", "Read", "Write")),
         # The owner-work topic and its DLQ, whose retention the worker checks at start.
@@ -69,11 +72,14 @@ def required_acls(settings: Settings) -> list[AclRule]:
             f"{p}profile.",
             ("Describe", "Read", "Write", "DescribeConfigs"),
         ),
-        # Faust's table changelogs and leader topic: CreateTopics at every start.
-        AclRule("worker", "Topic", "prefixed", f"{app}-", ("Describe", "Read", "Write", "Create")),
+        # Faust's table changelogs and leader topic: CreateTopics at every start, unless
+        # KAFKA_DECLARE_INTERNAL_TOPICS=false.
+        AclRule("worker", "Topic", "prefixed", f"{app}-", faust),
         AclRule("worker", "Group", "literal", app, ("Describe", "Read")),
         AclRule("topics", "Topic", "prefixed", f"{p}pin.", hook),
         AclRule("topics", "Topic", "prefixed", f"{p}profile.", hook),
+        # Faust's table changelogs, made by the hook too.
+        AclRule("topics", "Topic", "prefixed", f"{app}-", ("Describe", "Create")),
     ]
 
 
@@ -123,6 +129,24 @@ def raise_denied(settings: Settings, results: Iterable[tuple[str, int]], operati
         found = denied(settings, code, operation, name)
         if found is not None:
             raise found
+
+
+def faust_changelog_configs(app: object) -> dict[str, dict[str, str]]:
+    """Each table changelog's topic configuration as Faust would create it (cleanup policy,
+    retention, the table's extra configs), for ``streams topics`` to make them itself."""
+    out: dict[str, dict[str, str]] = {}
+    for table in app.tables.values():  # type: ignore[attr-defined]
+        topic = table.changelog_topic
+        policy = [
+            name for name, on in (("compact", topic.compacting), ("delete", topic.deleting)) if on
+        ]
+        config = {str(k): str(v) for k, v in (topic.config or {}).items()}
+        if policy:
+            config["cleanup.policy"] = ",".join(policy)
+        if topic.retention:
+            config["retention.ms"] = str(int(topic.retention * 1000))
+        out[topic.get_topic_name()] = config
+    return out
 
 
 def faust_internal_topics(app: object) -> list[str]:

@@ -62,7 +62,11 @@ def service_topic_names(settings: Settings) -> list[str]:
 
 
 async def ensure_topics(
-    settings: Settings, names: list[str] | None = None, *, timeout: float = 60.0
+    settings: Settings,
+    names: list[str] | None = None,
+    *,
+    timeout: float = 60.0,
+    configs: dict[str, dict[str, str]] | None = None,
 ) -> list[str]:
     """Create whichever of ``names`` (default: every topic of the service) does not exist, and
     return once every partition of each has a leader.
@@ -71,10 +75,14 @@ async def ensure_topics(
     partitions and, with no later change, keeps none until its metadata refresh (minutes):
     so a worker started right after this call must find the topics ready.
 
+    ``configs``: more topics to make, each with its topic-level configuration (Faust's table
+    changelogs, ``faust_changelog_configs``).
+
     Every DLQ among ``names`` ends with ``retention.ms`` of KAFKA_DLQ_RETENTION_HOURS, one that
     had another too (made by the broker's auto-create, or before the setting changed).
     """
-    wanted = names if names is not None else service_topic_names(settings)
+    configs = configs or {}
+    wanted = (names if names is not None else service_topic_names(settings)) + list(configs)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     admin = AIOKafkaAdminClient(**client_options(settings))
@@ -85,7 +93,12 @@ async def ensure_topics(
         if missing:
             rf = settings.kafka_replication_factor
             new = [
-                NewTopic(n, settings.topic_partitions, rf, topic_configs=topic_config(settings, n))
+                NewTopic(
+                    n,
+                    settings.topic_partitions,
+                    rf,
+                    topic_configs={**topic_config(settings, n), **configs.get(n, {})},
+                )
                 for n in missing
             ]
             response = await _retrying(lambda: admin.create_topics(new), deadline)

@@ -60,13 +60,15 @@ def admin(client: dict[str, str]) -> dict[str, Any]:
     )
 
 
-def rules(client: dict[str, str], prefix: str, who: str) -> list[AclRule]:
-    return [r for r in required_acls(settings_of(client, prefix)) if r.who == who]
+def rules(client: dict[str, str], prefix: str, who: str, declare: str = "true") -> list[AclRule]:
+    settings = settings_of(client, prefix, kafka_declare_internal_topics=declare)
+    return [r for r in required_acls(settings) if r.who == who]
 
 
-def env_of(client: dict[str, str], prefix: str) -> dict[str, str]:
+def env_of(client: dict[str, str], prefix: str, declare: str = "true") -> dict[str, str]:
     extra = {k: v for k, v in client.items() if k.startswith("STACK_")}
-    return {k: v for k, v in service_env(client, prefix).items() if k not in extra}
+    env = {k: v for k, v in service_env(client, prefix).items() if k not in extra}
+    return {**env, "KAFKA_DECLARE_INTERNAL_TOPICS": declare}
 
 
 def assert_names(done: Any, rule: AclRule) -> None:
@@ -80,12 +82,14 @@ def assert_names(done: Any, rule: AclRule) -> None:
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.parametrize("declare", ["true", "false"])
 async def test_the_hook_and_the_worker_each_with_exactly_their_acls(
-    acl_stack: dict[str, str], tmp_path: Path
+    acl_stack: dict[str, str], tmp_path: Path, declare: str
 ) -> None:
+    """KAFKA_DECLARE_INTERNAL_TOPICS=false: the worker's ACLs have no Create at all."""
     client = acl_stack
     prefix = f"t{uuid.uuid4().hex[:8]}."
-    env = env_of(client, prefix)
+    env = env_of(client, prefix, declare)
     denied = streams_cli(env, "topics", timeout=120)  # no ACL at all
     assert denied.returncode == 2 and "Kafka denied User:reminders" in denied.stderr, denied
     await grant(admin(client), PRINCIPAL, rules(client, prefix, "topics"))
@@ -95,7 +99,9 @@ async def test_the_hook_and_the_worker_each_with_exactly_their_acls(
     # The worker's ACLs only: no Create, DescribeConfigs or AlterConfigs on the contract
     # topics, which the hook made.
     await revoke(admin(client), PRINCIPAL, rules(client, prefix, "topics"))
-    await grant(admin(client), PRINCIPAL, rules(client, prefix, "worker"))
+    worker_rules = rules(client, prefix, "worker", declare)
+    assert any("Create" in r.operations for r in worker_rules) == (declare == "true")
+    await grant(admin(client), PRINCIPAL, worker_rules)
     worker = WorkerProcess(env, tmp_path, "acl").start()
     try:
         await worker.wait_ready(timeout=150)
@@ -109,7 +115,8 @@ async def test_the_hook_and_the_worker_each_with_exactly_their_acls(
         await eventually(
             lambda: scalar(
                 client["DATABASE_URL"],
-                "SELECT count(*) FROM ops.outbox WHERE published_at IS NOT NULL",
+                "SELECT count(*) FROM ops.outbox WHERE published_at IS NOT NULL"
+                f" AND topic = '{prefix}pin.calendar.reminder-due.v1'",
             ),
             until=lambda n: n >= 1,
             timeout=90,

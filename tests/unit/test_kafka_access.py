@@ -85,3 +85,38 @@ def test_docs_list_every_acl_row_the_code_requires() -> None:
     for rule in required_acls(Settings()):
         expected = f"{rule.resource} {rule.pattern} `{rule.name}` | {', '.join(rule.operations)} |"
         assert any(expected in row for row in rows), expected
+
+
+def test_changelog_configs_are_those_faust_would_create() -> None:
+    from streams.kafka_access import faust_changelog_configs
+
+    def table(name: str, **kw: Any) -> Any:
+        topic = SimpleNamespace(get_topic_name=lambda: name, config=None, retention=None, **kw)
+        return SimpleNamespace(changelog_topic=topic)
+
+    app = SimpleNamespace(
+        tables={
+            "a": table("r-a-changelog", compacting=True, deleting=None),
+            "b": table("r-b-changelog", compacting=True, deleting=True),
+        }
+    )
+    app.tables["b"].changelog_topic.retention = 3600.0
+    app.tables["b"].changelog_topic.config = {"min.insync.replicas": 2}
+    assert faust_changelog_configs(app) == {
+        "r-a-changelog": {"cleanup.policy": "compact"},
+        "r-b-changelog": {
+            "cleanup.policy": "compact,delete",
+            "retention.ms": "3600000",
+            "min.insync.replicas": "2",
+        },
+    }
+
+
+def test_without_declaring_the_worker_needs_no_create() -> None:
+    from streams.kafka_access import required_acls
+
+    def worker_ops(declare: bool) -> set[str]:
+        rules = required_acls(Settings(kafka_declare_internal_topics=declare))
+        return {op for r in rules if r.who == "worker" for op in r.operations}
+
+    assert "Create" in worker_ops(True) and "Create" not in worker_ops(False)

@@ -110,6 +110,8 @@ checkov.io/skip{{ $i }}: {{ printf "%s=%s" $id $why | quote }}
   value: {{ .Values.kafka.minInsyncReplicas | quote }}
 - name: KAFKA_DLQ_RETENTION_HOURS
   value: {{ .Values.kafka.dlqRetentionHours | quote }}
+- name: KAFKA_DECLARE_INTERNAL_TOPICS
+  value: {{ .Values.kafka.declareInternalTopics | quote }}
 {{- if include "rs.sasl" . }}
 - name: KAFKA_SASL_MECHANISM
   value: {{ .Values.kafka.saslMechanism | quote }}
