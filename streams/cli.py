@@ -275,5 +275,55 @@ def main(argv: Sequence[str] | None = None, *, settings: Settings | None = None)
     logs.configure_from(settings)
     tracing.configure(process="worker" if args.run is _worker else "cli")
     run: Any = args.run
-    code: int = run(settings, args)
+    if run is _worker:
+        code: int = run(settings, args)  # its startup gate names what is refused
+        return code
+    try:
+        code = run(settings, args)
+    except Exception as exc:
+        refused = _refusal(settings, exc)
+        if refused is None:
+            raise
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     return code
+
+
+def _refusal(settings: Settings, exc: BaseException) -> str | None:
+    """What any command says, instead of a traceback, when PostgreSQL or Kafka refuses its
+    configuration (a login, a database, a certificate, an ACL): the setting to fix."""
+    import ssl
+
+    import asyncpg
+    from aiokafka.errors import (
+        ClusterAuthorizationFailedError,
+        GroupAuthorizationFailedError,
+        TopicAuthorizationFailedError,
+    )
+
+    from streams.kafka_access import principal_setting
+    from streams.startup_wait import DependencyConfigError, postgres_dependency
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DependencyConfigError):
+            return str(current)
+        if isinstance(current, asyncpg.PostgresError | ssl.SSLCertVerificationError):
+            problem = postgres_dependency(settings.database_url).config_problem(current)
+            if problem is not None:
+                return f"setting DATABASE_URL: {problem}"
+        if isinstance(
+            current,
+            TopicAuthorizationFailedError
+            | GroupAuthorizationFailedError
+            | ClusterAuthorizationFailedError,
+        ):
+            return (
+                f"setting {principal_setting(settings)}: Kafka refused the principal"
+                f" ({type(current).__name__}): grant the ACLs docs/deploy.md lists under"
+                ' "Kafka ACLs"'
+            )
+        current = current.__cause__ or current.__context__
+    return None

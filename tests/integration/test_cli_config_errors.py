@@ -50,3 +50,18 @@ def test_topics_waits_at_most_startup_wait_seconds_for_kafka_and_says_so() -> No
     assert done.returncode == 1, output[-3000:]
     assert "STARTUP_WAIT_SECONDS=2" in output and "KAFKA_BOOTSTRAP" in output, output[-3000:]
     assert "Traceback" not in output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["outbox", "parked"], ["explain", "00000000-0000-0000-0000-000000000001"]],
+)
+def test_an_operators_command_names_database_url_when_postgresql_refuses(
+    command: list[str],
+) -> None:
+    env = {**os.environ, "DATABASE_URL": with_url(user="no_such_role_x")}
+    done = streams_cli(env, *command, timeout=60)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-3000:]
+    assert "setting DATABASE_URL: PostgreSQL refused the login" in output, output[-3000:]
+    assert "Traceback" not in output and "p4ss-w0rd" not in output

@@ -120,3 +120,20 @@ def test_without_declaring_the_worker_needs_no_create() -> None:
         return {op for r in rules if r.who == "worker" for op in r.operations}
 
     assert "Create" in worker_ops(True) and "Create" not in worker_ops(False)
+
+
+def test_any_command_refused_by_an_acl_names_the_principal_setting() -> None:
+    from aiokafka.errors import TopicAuthorizationFailedError
+
+    from streams.cli import _refusal
+
+    try:
+        try:
+            raise TopicAuthorizationFailedError("pin.x")
+        except TopicAuthorizationFailedError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as exc:
+        text = _refusal(sasl(), exc)
+    assert text is not None and text.startswith("setting KAFKA_SASL_USERNAME: Kafka refused")
+    assert "s3cret-pw" not in text
+    assert _refusal(sasl(), RuntimeError("a bug")) is None
