@@ -230,10 +230,16 @@ tls_make() {
   mkdir -p "$TLS_DIR"
   (
     cd "$TLS_DIR"
+    # The extensions a strict verifier (Python 3.13's default VERIFY_X509_STRICT) requires:
+    # a critical CA basic constraint and key usage on the CA, key identifiers, and the
+    # server's key usages on the broker's certificate.
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=reminders local stack CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
       -keyout ca.key -out ca.pem
     openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout broker.key -out broker.csr
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >broker.ext
+    printf '%s\n' 'subjectAltName=IP:127.0.0.1,DNS:localhost' 'basicConstraints=critical,CA:FALSE' \
+      'keyUsage=critical,digitalSignature,keyEncipherment' 'extendedKeyUsage=serverAuth' \
+      'subjectKeyIdentifier=hash' 'authorityKeyIdentifier=keyid,issuer' >broker.ext
     openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
       -extfile broker.ext -out broker.crt
     # Kafka's PEM key store: the private key (PKCS#8) followed by the certificate chain.
