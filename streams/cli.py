@@ -69,10 +69,15 @@ def _topics(settings: Settings, args: argparse.Namespace) -> int:
     from streams.kafka_admin import ensure_topics
     from streams.kafka_client import security_options
     from streams.startup_wait import kafka_dependency
+    from streams.timers.schedule import RegistrationError
 
     # Faust's table changelogs too: a worker with KAFKA_DECLARE_INTERNAL_TOPICS=false does
     # not make them (the app is built, not started, for their names and configuration).
-    changelogs = faust_changelog_configs(create_app(settings))
+    try:
+        changelogs = faust_changelog_configs(create_app(settings))
+    except (ConfigError, RegistrationError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)  # as the worker: the message names the setting
+        return 2
 
     async def run() -> list[str]:
         # A refused login or an untrusted CA named at once, as the worker does; a missing
