@@ -297,9 +297,6 @@ def main(argv: Sequence[str] | None = None, *, settings: Settings | None = None)
 def _refusal(settings: Settings, exc: BaseException) -> str | None:
     """What any command says, instead of a traceback, when PostgreSQL or Kafka refuses its
     configuration (a login, a database, a certificate, an ACL): the setting to fix."""
-    import ssl
-
-    import asyncpg
     from aiokafka.errors import (
         ClusterAuthorizationFailedError,
         GroupAuthorizationFailedError,
@@ -307,7 +304,7 @@ def _refusal(settings: Settings, exc: BaseException) -> str | None:
     )
 
     from streams.kafka_access import principal_setting
-    from streams.startup_wait import DependencyConfigError, postgres_dependency
+    from streams.startup_wait import DependencyConfigError, postgres_refusal
 
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -315,10 +312,9 @@ def _refusal(settings: Settings, exc: BaseException) -> str | None:
         seen.add(id(current))
         if isinstance(current, DependencyConfigError):
             return str(current)
-        if isinstance(current, asyncpg.PostgresError | ssl.SSLCertVerificationError):
-            problem = postgres_dependency(settings.database_url).config_problem(current)
-            if problem is not None:
-                return f"setting DATABASE_URL: {problem}"
+        problem = postgres_refusal(current, settings.database_url)
+        if problem is not None:
+            return f"setting DATABASE_URL: {problem}"
         if isinstance(
             current,
             TopicAuthorizationFailedError

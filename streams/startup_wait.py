@@ -104,6 +104,14 @@ def postgres_dependency(database_url: str, timeout: float = 10.0) -> Dependency:
     return Dependency("postgres", "DATABASE_URL", probe, config_problem)
 
 
+def postgres_refusal(exc: BaseException, database_url: str) -> str | None:
+    """The problem a refusal by PostgreSQL (a login, a database, a certificate) is, named for
+    DATABASE_URL; None for anything else (a bug's ValueError is not a malformed URL here)."""
+    if not isinstance(exc, asyncpg.PostgresError | ssl.SSLCertVerificationError):
+        return None
+    return postgres_dependency(database_url).config_problem(exc)
+
+
 class KafkaRefused(Exception):
     """Kafka answered, and said no to this configuration; ``setting`` names what to fix."""
 
