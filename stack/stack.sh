@@ -14,7 +14,9 @@
 # KAFKA_VERSION (must match stack/kafka/pom.xml unless overridden), READY_TIMEOUT, and the
 # stack's shape: STACK_KAFKA_BROKERS (1 or 3), STACK_KAFKA_SECURITY (plaintext or sasl_ssl:
 # a CA and certificates made with openssl, SCRAM users), STACK_PG_DURABLE (0 or 1),
-# STACK_KAFKA_AUTO_CREATE (true or false: the brokers' auto.create.topics.enable).
+# STACK_KAFKA_AUTO_CREATE (true or false: the brokers' auto.create.topics.enable),
+# STACK_KAFKA_ACLS (true or false, sasl_ssl only: KRaft's StandardAuthorizer on, the admin
+# user a super user, every other principal refused what no ACL allows).
 # `env` prints the client settings of the shape (KAFKA_SECURITY_PROTOCOL, ...).
 set -euo pipefail
 
@@ -183,6 +185,9 @@ STACK_KAFKA_AUTO_CREATE="${STACK_KAFKA_AUTO_CREATE:-true}"
 case "$STACK_KAFKA_AUTO_CREATE" in true|false) ;; *) die "STACK_KAFKA_AUTO_CREATE must be true or false, got '$STACK_KAFKA_AUTO_CREATE'";; esac
 case "$STACK_KAFKA_BROKERS" in 1|3) ;; *) die "STACK_KAFKA_BROKERS must be 1 or 3, got '$STACK_KAFKA_BROKERS'";; esac
 case "$STACK_KAFKA_SECURITY" in plaintext|sasl_ssl) ;; *) die "STACK_KAFKA_SECURITY must be plaintext or sasl_ssl, got '$STACK_KAFKA_SECURITY'";; esac
+STACK_KAFKA_ACLS="${STACK_KAFKA_ACLS:-false}"
+case "$STACK_KAFKA_ACLS" in true|false) ;; *) die "STACK_KAFKA_ACLS must be true or false, got '$STACK_KAFKA_ACLS'";; esac
+[ "$STACK_KAFKA_ACLS" = false ] || [ "$STACK_KAFKA_SECURITY" = sasl_ssl ] || die "STACK_KAFKA_ACLS=true needs STACK_KAFKA_SECURITY=sasl_ssl (a principal to authorize)"
 # SCRAM users of the secured stack: the brokers' own, and the service's.
 KAFKA_ADMIN_USER=admin
 KAFKA_ADMIN_PASSWORD="${KAFKA_ADMIN_PASSWORD:-admin-secret}"
@@ -226,10 +231,16 @@ tls_make() {
   mkdir -p "$TLS_DIR"
   (
     cd "$TLS_DIR"
+    # The extensions a strict verifier (Python 3.13's default VERIFY_X509_STRICT) requires:
+    # a critical CA basic constraint and key usage on the CA, key identifiers, and the
+    # server's key usages on the broker's certificate.
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=reminders local stack CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
       -keyout ca.key -out ca.pem
     openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout broker.key -out broker.csr
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >broker.ext
+    printf '%s\n' 'subjectAltName=IP:127.0.0.1,DNS:localhost' 'basicConstraints=critical,CA:FALSE' \
+      'keyUsage=critical,digitalSignature,keyEncipherment' 'extendedKeyUsage=serverAuth' \
+      'subjectKeyIdentifier=hash' 'authorityKeyIdentifier=keyid,issuer' >broker.ext
     openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
       -extfile broker.ext -out broker.crt
     # Kafka's PEM key store: the private key (PKCS#8) followed by the certificate chain.
@@ -281,6 +292,15 @@ ssl.truststore.type=PEM
 ssl.truststore.location=$TLS_DIR/ca.pem
 ssl.endpoint.identification.algorithm=https
 ssl.client.auth=none
+EOF
+  fi
+  if [ "$STACK_KAFKA_ACLS" = true ]; then
+    # The brokers authenticate as the admin; the controller listener (PLAINTEXT, loopback
+    # only) is ANONYMOUS. Nobody else gets anything no ACL allows.
+    cat <<EOF
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:$KAFKA_ADMIN_USER;User:ANONYMOUS
+allow.everyone.if.no.acl.found=false
 EOF
   fi
 }
@@ -384,6 +404,11 @@ print_env() {
     echo "KAFKA_SASL_USERNAME=$KAFKA_APP_USER"
     echo "KAFKA_SASL_PASSWORD=$KAFKA_APP_PASSWORD"
     echo "KAFKA_SSL_CAFILE=$TLS_DIR/ca.pem"
+  fi
+  if [ "$STACK_KAFKA_ACLS" = true ]; then
+    # Not the service's: the super user that grants the service's ACLs (devkit/kafka_acls.py).
+    echo "STACK_KAFKA_ADMIN_USERNAME=$KAFKA_ADMIN_USER"
+    echo "STACK_KAFKA_ADMIN_PASSWORD=$KAFKA_ADMIN_PASSWORD"
   fi
   if [ "$STACK_KAFKA_BROKERS" -ge 3 ]; then
     echo "KAFKA_REPLICATION_FACTOR=3"

@@ -98,6 +98,10 @@ def create_context(
         web_bind=settings.web_host,
         topic_partitions=settings.topic_partitions,
         topic_replication_factor=settings.kafka_replication_factor,
+        # KAFKA_DECLARE_INTERNAL_TOPICS=false: no CreateTopics from the worker (no Create ACL);
+        # the changelogs come from `streams topics`, the leader topic is unused (no on_leader).
+        topic_allow_declare=settings.kafka_declare_internal_topics,
+        topic_disable_leader=not settings.kafka_declare_internal_topics,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         # Table changelog records come in bursts (a cache write per key after each commit):

@@ -32,29 +32,97 @@ def version() -> str:
 
 
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
+    from db.connector import DatabaseUnavailable
     from db.migrate import MigrationError, migrate
+    from streams.startup_wait import postgres_dependency
+
+    async def run() -> list[str]:
+        # A refused login, an unknown database, an untrusted certificate: named at once
+        # (exit 2); a server not up yet is waited for as the worker waits.
+        await _wait(settings, postgres_dependency(settings.database_url))
+        return await migrate(
+            settings.database_url,
+            lock_wait_seconds=settings.db_migrate_lock_wait_seconds,
+            lock_timeout_seconds=settings.db_migrate_lock_timeout_seconds,
+        )
 
     try:
-        applied = asyncio.run(
-            migrate(
-                settings.database_url,
-                lock_wait_seconds=settings.db_migrate_lock_wait_seconds,
-                lock_timeout_seconds=settings.db_migrate_lock_timeout_seconds,
-            )
-        )
+        applied = _run_checked(run())
     except MigrationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except DatabaseUnavailable as exc:
+        print(f"error: setting DATABASE_URL: {exc}", file=sys.stderr)
+        return 1
+    except _Exit as done:
+        return done.code
     print(f"migrations applied: {', '.join(applied) if applied else 'none (up to date)'}")
     return 0
 
 
 def _topics(settings: Settings, args: argparse.Namespace) -> int:
-    from streams.kafka_admin import ensure_topics
+    from aiokafka.errors import KafkaError
 
-    created = asyncio.run(ensure_topics(settings))
+    from streams.app import create_app
+    from streams.errors import describe
+    from streams.kafka_access import faust_changelog_configs
+    from streams.kafka_admin import ensure_topics
+    from streams.kafka_client import security_options
+    from streams.startup_wait import kafka_dependency
+    from streams.timers.schedule import RegistrationError
+
+    # Faust's table changelogs too: a worker with KAFKA_DECLARE_INTERNAL_TOPICS=false does
+    # not make them (the app is built, not started, for their names and configuration).
+    try:
+        changelogs = faust_changelog_configs(create_app(settings))
+    except (ConfigError, RegistrationError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)  # as the worker: the message names the setting
+        return 2
+
+    async def run() -> list[str]:
+        # A refused login or an untrusted CA named at once, as the worker does; a missing
+        # ACL comes out of ensure_topics as AccessDenied naming it.
+        await _wait(
+            settings, kafka_dependency(settings.kafka_bootstrap, options=security_options(settings))
+        )
+        return await ensure_topics(settings, configs=changelogs)
+
+    try:
+        created = _run_checked(run())
+    except _Exit as done:
+        return done.code
+    except (KafkaError, TimeoutError) as exc:
+        print(f"error: Kafka at KAFKA_BOOTSTRAP: {describe(exc)}", file=sys.stderr)
+        return 1
     print(f"topics created: {', '.join(created) if created else 'none (all exist)'}")
     return 0
+
+
+class _Exit(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+async def _wait(settings: Settings, dependency: Any) -> None:
+    from streams.startup_wait import wait_for
+
+    await wait_for([dependency], limit_s=settings.startup_wait_seconds)
+
+
+def _run_checked(coro: Any) -> Any:
+    """``asyncio.run(coro)``; a configuration error (the message names the setting) exits 2,
+    STARTUP_WAIT_SECONDS running out exits 1: printed as one line, no traceback."""
+    from streams.startup_wait import DependencyConfigError, DependencyTimeout
+
+    try:
+        return asyncio.run(coro)
+    except DependencyConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise _Exit(2) from None
+    except DependencyTimeout as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise _Exit(1) from None
 
 
 def _worker(settings: Settings, args: argparse.Namespace) -> int:
@@ -75,6 +143,9 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     app, timer_process = ctx.app, ctx.timer_process
+    from streams.contracts import DLQ_SUFFIX
+    from streams.kafka_access import check_worker_access, faust_internal_topics
+    from streams.kafka_admin import internal_topic_names, service_topic_names
     from streams.startup_gate import startup_gate
     from streams.web.startup import startup_health
 
@@ -86,6 +157,14 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         app.loop,
         settings,
         after_postgres=timer_process.start if timer_process is not None else None,
+        # A missing ACL named before Faust starts (it would fail deep in a client).
+        after_kafka=lambda: check_worker_access(
+            settings,
+            service_topic_names(settings),
+            faust_internal_topics(app) if settings.kafka_declare_internal_topics else [],
+            settings.app_id,
+            configs=[n for n in internal_topic_names(settings) if n.endswith(DLQ_SUFFIX)],
+        ),
         health=lambda status: startup_health(
             settings.web_host, settings.web_port, status, timer_process
         ),
@@ -201,5 +280,51 @@ def main(argv: Sequence[str] | None = None, *, settings: Settings | None = None)
     logs.configure_from(settings)
     tracing.configure(process="worker" if args.run is _worker else "cli")
     run: Any = args.run
-    code: int = run(settings, args)
+    if run is _worker:
+        code: int = run(settings, args)  # its startup gate names what is refused
+        return code
+    try:
+        code = run(settings, args)
+    except Exception as exc:
+        refused = _refusal(settings, exc)
+        if refused is None:
+            raise
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     return code
+
+
+def _refusal(settings: Settings, exc: BaseException) -> str | None:
+    """What any command says, instead of a traceback, when PostgreSQL or Kafka refuses its
+    configuration (a login, a database, a certificate, an ACL): the setting to fix."""
+    from aiokafka.errors import (
+        ClusterAuthorizationFailedError,
+        GroupAuthorizationFailedError,
+        TopicAuthorizationFailedError,
+    )
+
+    from streams.kafka_access import principal_setting
+    from streams.startup_wait import DependencyConfigError, postgres_refusal
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DependencyConfigError):
+            return str(current)
+        problem = postgres_refusal(current, settings.database_url)
+        if problem is not None:
+            return f"setting DATABASE_URL: {problem}"
+        if isinstance(
+            current,
+            TopicAuthorizationFailedError
+            | GroupAuthorizationFailedError
+            | ClusterAuthorizationFailedError,
+        ):
+            return (
+                f"setting {principal_setting(settings)}: Kafka refused the principal"
+                f" ({type(current).__name__}): grant the ACLs docs/deploy.md lists under"
+                ' "Kafka ACLs"'
+            )
+        current = current.__cause__ or current.__context__
+    return None

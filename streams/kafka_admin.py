@@ -1,5 +1,6 @@
 """Create the contract topics, their DLQs and the slices' internal topics when missing (local
-stack, demo, tests), and keep the DLQs' retention at KAFKA_DLQ_RETENTION_HOURS."""
+stack, demo, tests), and keep the DLQs' retention at KAFKA_DLQ_RETENTION_HOURS. A request the
+broker refuses for want of an ACL raises ``AccessDenied`` naming the operation and topic."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from aiokafka.errors import (
 
 from streams import logs
 from streams.contracts import DLQ_SUFFIX
+from streams.kafka_access import raise_denied
 from streams.kafka_client import client_options, topic_config
 from streams.settings import Settings
 
@@ -60,7 +62,11 @@ def service_topic_names(settings: Settings) -> list[str]:
 
 
 async def ensure_topics(
-    settings: Settings, names: list[str] | None = None, *, timeout: float = 60.0
+    settings: Settings,
+    names: list[str] | None = None,
+    *,
+    timeout: float = 60.0,
+    configs: dict[str, dict[str, str]] | None = None,
 ) -> list[str]:
     """Create whichever of ``names`` (default: every topic of the service) does not exist, and
     return once every partition of each has a leader.
@@ -69,10 +75,14 @@ async def ensure_topics(
     partitions and, with no later change, keeps none until its metadata refresh (minutes):
     so a worker started right after this call must find the topics ready.
 
+    ``configs``: more topics to make, each with its topic-level configuration (Faust's table
+    changelogs, ``faust_changelog_configs``).
+
     Every DLQ among ``names`` ends with ``retention.ms`` of KAFKA_DLQ_RETENTION_HOURS, one that
     had another too (made by the broker's auto-create, or before the setting changed).
     """
-    wanted = names if names is not None else service_topic_names(settings)
+    configs = configs or {}
+    wanted = (names if names is not None else service_topic_names(settings)) + list(configs)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     admin = AIOKafkaAdminClient(**client_options(settings))
@@ -83,11 +93,17 @@ async def ensure_topics(
         if missing:
             rf = settings.kafka_replication_factor
             new = [
-                NewTopic(n, settings.topic_partitions, rf, topic_configs=topic_config(settings, n))
+                NewTopic(
+                    n,
+                    settings.topic_partitions,
+                    rf,
+                    topic_configs={**topic_config(settings, n), **configs.get(n, {})},
+                )
                 for n in missing
             ]
-            await _retrying(lambda: admin.create_topics(new), deadline)
-            await _leaders_elected(admin, missing, timeout)
+            response = await _retrying(lambda: admin.create_topics(new), deadline)
+            raise_denied(settings, ((e[0], e[1]) for e in response.topic_errors), "Create")
+            await _leaders_elected(admin, missing, timeout, settings)
         # Every DLQ, the ones just created too: a topic made by someone else between the
         # listing and the create (an auto-create, a parallel run) has the broker's retention.
         dlqs = [n for n in wanted if n.endswith(DLQ_SUFFIX)]
@@ -115,6 +131,7 @@ async def _align_dlq_retention(
         for res in await _describe(admin, pending, deadline):
             entries: list[dict[str, Any]] = res["config_entries"]
             current = {e["config_names"]: e["config_value"] for e in entries}
+            raise_denied(settings, [(res["resource_name"], res["error_code"])], "DescribeConfigs")
             if res["error_code"] != 0:
                 unknown.append(res["resource_name"])
                 continue
@@ -142,6 +159,8 @@ async def _align_dlq_retention(
             # Sent again while the broker still reports the old value: the same change.
             for response in await _retrying(lambda c=changes: admin.alter_configs(c), deadline):  # type: ignore[misc]
                 for res in response.to_object()["resources"]:
+                    found = [(res["resource_name"], res["error_code"])]
+                    raise_denied(settings, found, "AlterConfigs")
                     if res["error_code"] != 0:
                         raise for_code(res["error_code"])(
                             f"retention.ms of {res['resource_name']} not set"
@@ -182,12 +201,15 @@ async def _retrying(call: Callable[[], Awaitable[T]], deadline: float) -> T:
             delay = min(delay * 2, 2.0)
 
 
-async def _leaders_elected(admin: AIOKafkaAdminClient, names: list[str], timeout: float) -> None:
+async def _leaders_elected(
+    admin: AIOKafkaAdminClient, names: list[str], timeout: float, settings: Settings
+) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     pending = list(names)
     while True:
         described = await _retrying(lambda p=pending: admin.describe_topics(p), deadline)  # type: ignore[misc]
+        raise_denied(settings, ((t["topic"], t["error_code"]) for t in described), "Describe")
         pending = [
             t["topic"]
             for t in described

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     # How long the DLQ topics keep a record (retention.ms, set by `streams topics`): long
     # enough for someone to notice, fix and replay; the broker's default is often a day.
     kafka_dlq_retention_hours: float = Field(168.0, ge=1, le=100 * 8760)
+    # false: the worker sends no CreateTopics (Faust's topic_allow_declare off, its unused
+    # leader topic off); `streams topics` makes Faust's table changelogs as it always does.
+    kafka_declare_internal_topics: bool = True
     database_url: str = "postgresql://reminders@127.0.0.1:55432/reminders"
     # Prefix for every topic name; empty in production (topic names are the contract),
     # set by tests so that each test run has topics of its own.

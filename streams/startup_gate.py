@@ -59,6 +59,7 @@ async def wait_for_dependencies(
     settings: Settings,
     *,
     after_postgres: Callable[[], Awaitable[None]] | None = None,
+    after_kafka: Callable[[], Awaitable[None]] | None = None,
     status: dict[str, str] | None = None,
 ) -> float:
     """The worker's startup gate: PostgreSQL first (the ledger) and the connection budget
@@ -80,7 +81,10 @@ async def wait_for_dependencies(
         replication_factor=settings.kafka_replication_factor,
     )
     # The limit is for the whole wait.
-    return await wait_for([kafka], limit_s=limit, status=status, waited_before=waited)
+    waited = await wait_for([kafka], limit_s=limit, status=status, waited_before=waited)
+    if after_kafka is not None:
+        await after_kafka()  # a missing ACL: DependencyConfigError naming it
+    return waited
 
 
 @contextlib.contextmanager
@@ -107,20 +111,22 @@ def startup_gate(
     settings: Settings,
     *,
     after_postgres: Callable[[], Awaitable[None]] | None = None,
+    after_kafka: Callable[[], Awaitable[None]] | None = None,
     health: Callable[[dict[str, str]], contextlib.AbstractAsyncContextManager[object]]
     | None = None,
 ) -> int:
     """Wait for the dependencies on ``loop``. Returns 0 to start the worker, else the exit
     code after printing why: 2 bad configuration, 1 STARTUP_WAIT_SECONDS ran out, 143/130
     stopped by SIGTERM/SIGINT while waiting (the container's PID 1 has no default handler).
-    ``after_postgres`` runs once PostgreSQL answers; within ``health(status)`` (the startup
+    ``after_postgres`` runs once PostgreSQL answers, ``after_kafka`` once Kafka does (the
+    worker's ACL check); within ``health(status)`` (the startup
     /health) the wait's status is served until the worker serves its own."""
     status: dict[str, str] = {}
 
     async def gate() -> float:
         async with health(status) if health is not None else contextlib.nullcontext():
             return await wait_for_dependencies(
-                settings, after_postgres=after_postgres, status=status
+                settings, after_postgres=after_postgres, after_kafka=after_kafka, status=status
             )
 
     task = loop.create_task(gate())

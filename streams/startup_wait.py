@@ -29,6 +29,9 @@ _PG_CONFIG_ERRORS: tuple[tuple[type[BaseException], str], ...] = (
     (asyncpg.InvalidAuthorizationSpecificationError, "PostgreSQL refused the login"),
     (asyncpg.InvalidCatalogNameError, "the database does not exist"),
     (asyncpg.InsufficientPrivilegeError, "the role may not connect to the database"),
+    # Before ValueError, which it also is: sslmode=verify-ca/verify-full and a server
+    # certificate the sslrootcert (or PGSSLROOTCERT) file does not vouch for.
+    (ssl.SSLCertVerificationError, "PostgreSQL's TLS certificate is not trusted (sslrootcert)"),
     (ValueError, "malformed URL"),  # includes asyncpg's ClientConfigurationError
 )
 # Errors that mean "not there yet / not ready yet": wait and retry.
@@ -99,6 +102,14 @@ def postgres_dependency(database_url: str, timeout: float = 10.0) -> Dependency:
         return None
 
     return Dependency("postgres", "DATABASE_URL", probe, config_problem)
+
+
+def postgres_refusal(exc: BaseException, database_url: str) -> str | None:
+    """The problem a refusal by PostgreSQL (a login, a database, a certificate) is, named for
+    DATABASE_URL; None for anything else (a bug's ValueError is not a malformed URL here)."""
+    if not isinstance(exc, asyncpg.PostgresError | ssl.SSLCertVerificationError):
+        return None
+    return postgres_dependency(database_url).config_problem(exc)
 
 
 class KafkaRefused(Exception):

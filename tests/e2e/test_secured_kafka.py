@@ -116,3 +116,25 @@ def test_a_refused_login_an_untrusted_ca_or_too_few_brokers_stop_startup_naming_
     assert f"setting {setting}" in output, output[-3000:]
     assert time.monotonic() - started < 60, "a refused configuration is not waited for"
     assert "not-the-password" not in output
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("change", "setting"),
+    [
+        ({"KAFKA_SASL_PASSWORD": "not-the-password"}, "KAFKA_SASL_PASSWORD"),
+        ({"KAFKA_SSL_CAFILE": ""}, "KAFKA_SSL_CAFILE"),
+    ],
+)
+def test_the_topics_hook_names_a_refused_login_or_an_untrusted_ca(
+    secured: tuple[PrivateStack, dict[str, str]], change: dict[str, str], setting: str
+) -> None:
+    _, client = secured
+    env = service_env(client, f"t{uuid.uuid4().hex[:8]}.", **change)
+    started = time.monotonic()
+    done = streams_cli(env, "topics", timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-3000:]
+    assert f"setting {setting}" in output and "Traceback" not in output, output[-3000:]
+    assert time.monotonic() - started < 60, "a refused configuration is not waited for"
+    assert "not-the-password" not in output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Iterator
 
 import asyncpg
@@ -109,6 +110,13 @@ def test_postgres_config_errors_are_classified_and_the_password_masked() -> None
     assert masked is not None and "hunter2" not in masked and "malformed URL" in masked
     assert dep.config_problem(ConnectionRefusedError()) is None
     assert dep.config_problem(asyncpg.CannotConnectNowError("starting up")) is None
+
+
+def test_an_untrusted_postgres_certificate_names_sslrootcert_not_a_malformed_url() -> None:
+    dep = postgres_dependency("postgresql://u@db:5432/db?sslmode=verify-full")
+    exc = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    problem = dep.config_problem(exc)
+    assert problem is not None and "TLS certificate is not trusted (sslrootcert)" in problem
 
 
 async def test_unexpected_exception_is_a_bug_and_propagates() -> None:
