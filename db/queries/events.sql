@@ -11,7 +11,9 @@
 -- Skipped with the reason the domain gives for that event ($16, one per event of $1), and
 -- the reminders it wants and may create ($18..$21, already filtered by the domain) are
 -- inserted, a Skipped one wanted again (e.g. rescheduled back) becoming Pending again; Sent
--- rows are history and never change. Wanted = $18 plus $17 (wanted, but already due when
+-- rows are history and never change, nor does a row an operator cancelled (skip_reason
+-- 'ManualCancel': a reminder's meaning is its identity, so an input wanting the same row
+-- again does not undo the operator's decision; only the console's reopen does). Wanted = $18 plus $17 (wanted, but already due when
 -- the change happened: kept if they exist, never created). The two reminder changes touch
 -- disjoint rows (wanted vs not wanted).
 -- The input message (partition, offset, Version) is kept for explain, on the event and on
@@ -91,13 +93,20 @@ WITH up AS (
     FROM unnest($18::uuid[], $19::uuid[], $20::int[], $21::timestamptz[])
          AS w(reminder_id, event_id, offset_minutes, due_at)
     JOIN up ON up.event_id = w.event_id
+    -- A pruned event's rows are gone, not its history: a reminder due before the prune is
+    -- never made again (a newer Version that happened before a deleted row's DueAt would
+    -- re-send a Sent row or revive an operator's cancel).
+    WHERE NOT EXISTS (
+        SELECT 1 FROM calendar.event_tombstones t
+        WHERE t.event_id = w.event_id AND w.due_at < t.pruned_at)
     ON CONFLICT (reminder_id) DO UPDATE SET
         status = 'Pending', skip_reason = NULL, updated_at = EXCLUDED.updated_at,
         source_partition = EXCLUDED.source_partition, source_offset = EXCLUDED.source_offset,
         source_version = EXCLUDED.source_version,
         -- wanted again = a new reminder: an earlier poison backoff does not carry over
         attempts = 0, next_attempt_at = '-infinity', last_error_code = NULL
-    WHERE r.status = 'Skipped'
+    -- An operator's cancel is terminal: only the console's reopen undoes it.
+    WHERE r.status = 'Skipped' AND r.skip_reason IS DISTINCT FROM 'ManualCancel'
     RETURNING r.due_at
 )
 SELECT (SELECT array_agg(event_id::text) FROM up) AS applied,
