@@ -11,21 +11,27 @@ through ``perform``."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 from typing import Any
 
 import asyncpg
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from devkit.harness.calendar import apply, make_runtime, outbox, reminders
 from devkit.harness.calendar_dispatch import AFTER_DUE, DUE, START, dispatcher
 from devkit.messages.factories import T0, calendar_event
+from streams import cli
+from streams.app import create_worker
 from streams.clock import SystemClock
+from streams.console import auth
 from streams.console.forms import action_forms
 from streams.console.perform import Done, lookup, perform
 from streams.maintenance import RetentionMetrics, TableRetention, TableRetentionConfig
 from streams.metrics import Metrics
+from streams.settings import Settings
 from streams.slices.calendar.events import CalendarEventsApplier
 from streams.tables.cache import KeyCache
 from streams.timers.context import RunContext
@@ -251,3 +257,73 @@ def test_the_pages_offer_reopen_only_for_an_operators_cancel() -> None:
     assert "reopen (undo cancel)" in action_forms(
         LISTING, {"reminder_id": "r1", "status": "Skipped", "skip_reason": "ManualCancel"}, "t"
     )
+
+
+TOKEN = "t0ken-" + "z" * 40
+
+
+async def test_reopen_from_the_detail_page_and_the_cli(
+    applier: CalendarEventsApplier,
+    database_url: str,
+    pool: asyncpg.Pool,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = Settings(
+        database_url=database_url, web_admin_token=TOKEN, worker_timer_process=False
+    )
+    client = TestClient(TestServer(create_worker(settings).app.web.web_app))
+    await client.start_server()
+    try:
+        e = await cancelled(applier, pool)
+        rid = str(e["_reminder_id"])
+        login = await client.post(
+            "/console/login", data={"token": TOKEN, "actor": "carol"}, allow_redirects=False
+        )
+        session = login.cookies[auth.COOKIE].value
+        page = await (
+            await client.get(f"/console/rows/{LISTING}/{rid}", cookies={auth.COOKIE: session})
+        ).text()
+        assert 'action="/console/actions/reopen"' in page
+        assert 'action="/console/actions/cancel"' not in page
+        form = {"listing": LISTING, "target": rid, "reason": "asked by mistake"}
+        headers = {"Authorization": f"Bearer {TOKEN}", "X-Operator": "bob"}
+        answers = []
+        for _ in range(2):  # a browser's retry: the same request id
+            r = await client.post(
+                "/console/actions/reopen", json={**form, "request_id": "web-r1"}, headers=headers
+            )
+            assert r.status == 200
+            answers.append(await r.json())
+        assert [a["outcome"] for a in answers] == ["changed", "changed"]
+        assert answers[0]["audit_id"] == answers[1]["audit_id"]
+        assert answers[0]["state_after"] == "Pending"
+        page = await (
+            await client.get(f"/console/rows/{LISTING}/{rid}", cookies={auth.COOKIE: session})
+        ).text()
+        assert 'action="/console/actions/reopen"' not in page
+        assert 'action="/console/actions/cancel"' in page
+    finally:
+        await client.close()
+
+    # The CLI: cancel again, reopen; the same command again is the same request.
+    monkeypatch.setenv("USER", "oncall")
+    plain = Settings(database_url=database_url)
+    cancel = ["rows", "cancel", LISTING, rid, "--reason", "duplicate event"]
+    assert await asyncio.to_thread(cli.main, cancel, settings=plain) == 0
+    reopen = ["rows", "reopen", LISTING, rid, "--reason", "not a duplicate"]
+    assert await asyncio.to_thread(cli.main, reopen, settings=plain) == 0
+    assert "reopened: Skipped (ManualCancel) -> Pending" in capsys.readouterr().out
+    assert await asyncio.to_thread(cli.main, reopen, settings=plain) == 0
+    assert "already done" in capsys.readouterr().out
+    sent = ["rows", "reopen", LISTING, str(uuid.uuid4()), "--reason", "x"]
+    assert await asyncio.to_thread(cli.main, sent, settings=plain) == 1
+    audit = await pool.fetch(
+        "SELECT action, outcome FROM ops.console_audit WHERE target = $1 ORDER BY id", rid
+    )
+    assert [tuple(a) for a in audit] == [
+        ("cancel", "changed"),
+        ("reopen", "changed"),
+        ("cancel", "changed"),
+        ("reopen", "changed"),
+    ]
