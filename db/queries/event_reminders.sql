@@ -263,29 +263,38 @@ FROM res CROSS JOIN aud;
 -- DueAt, at once when that is past, with no earlier backoff), else Skipped with the reason
 -- the event gives ($6 closed statuses, $7 their reasons, $8 the reason of an open event's
 -- unwanted row; streams/domain/calendar.py), and from then on it follows its event's inputs
--- as any row. The event row is read FOR SHARE: a change of the event in flight commits
--- first and is what the row is handed back to. A row whose last changed console action is
--- a reopen (and not Sent since) is unchanged (asked twice); every other row is refused.
--- Audited in the same statement. $1 reminder id, $2 actor, $3 reason, $4 now, $5 listing.
-WITH cur AS (
-    SELECT reminder_id, event_id, offset_minutes, due_at, status, skip_reason
-    FROM calendar.event_reminders
-    WHERE reminder_id = $1::uuid
-    FOR NO KEY UPDATE
-), ev AS (
-    SELECT CASE WHEN e.status = ANY ($6::text[]) THEN ($7::text[])[array_position($6, e.status)]
-                WHEN cur.offset_minutes = ANY (e.reminder_offsets_minutes)
-                     AND e.start_at - make_interval(mins => cur.offset_minutes) = cur.due_at
+-- as any row. The event row is locked (FOR SHARE) before the reminder, in the order
+-- events_apply locks them (no deadlock): a change of the event in flight commits first and
+-- is what the row is handed back to; one that starts while this holds the event waits, and
+-- its skip re-reads the row this made Pending (events_apply). A row whose last changed
+-- console action is a reopen (and not Sent since) is unchanged (asked twice); every other
+-- row is refused. Audited in the same statement. $1 reminder id, $2 actor, $3 reason,
+-- $4 now, $5 listing.
+WITH ev AS MATERIALIZED (
+    SELECT e.event_id, e.status, e.start_at, e.reminder_offsets_minutes
+    FROM calendar.events e
+    WHERE e.event_id = (SELECT event_id FROM calendar.event_reminders
+                        WHERE reminder_id = $1::uuid)
+    FOR SHARE
+), cur AS (
+    -- The event's lock first: the scalar subquery runs before the reminder row is locked.
+    SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.skip_reason,
+           CASE WHEN (SELECT status FROM ev) = ANY ($6::text[])
+                    THEN ($7::text[])[array_position($6, (SELECT status FROM ev))]
+                WHEN r.offset_minutes = ANY ((SELECT reminder_offsets_minutes FROM ev)::int[])
+                     AND (SELECT start_at FROM ev) - make_interval(mins => r.offset_minutes)
+                         = r.due_at
                     THEN NULL
                 ELSE $8::text END AS unwanted
-    FROM cur JOIN calendar.events e ON e.event_id = cur.event_id
-    FOR SHARE OF e
+    FROM calendar.event_reminders r
+    WHERE r.reminder_id = $1::uuid AND r.event_id = (SELECT event_id FROM ev)
+    FOR NO KEY UPDATE
 ), upd AS (
     UPDATE calendar.event_reminders r
-    SET status = CASE WHEN ev.unwanted IS NULL THEN 'Pending' ELSE 'Skipped' END,
-        skip_reason = ev.unwanted,
+    SET status = CASE WHEN cur.unwanted IS NULL THEN 'Pending' ELSE 'Skipped' END,
+        skip_reason = cur.unwanted,
         attempts = 0, next_attempt_at = '-infinity', last_error_code = NULL, updated_at = $4
-    FROM cur CROSS JOIN ev
+    FROM cur
     WHERE r.reminder_id = cur.reminder_id AND cur.status = 'Skipped'
       AND cur.skip_reason = 'ManualCancel'
     RETURNING r.status, r.skip_reason

@@ -74,15 +74,21 @@ WITH up AS (
     RETURNING e.event_id, e.version, e.source_partition, e.source_offset,
               e.xmax = 0 AS inserted
 ), skipped AS (
+    -- Operator-cancelled rows are scanned too, and left as they are: a console reopen that
+    -- held the event (FOR SHARE) when this statement began commits a Pending row this
+    -- statement's snapshot still sees cancelled; the update re-reads the row it waited for
+    -- and skips it if the new state does not want it (else it would be sent).
     UPDATE calendar.event_reminders r
-    SET status = 'Skipped', skip_reason = c.reason, updated_at = $13
+    SET status = 'Skipped',
+        skip_reason = CASE WHEN r.status = 'Pending' THEN c.reason ELSE r.skip_reason END,
+        updated_at = CASE WHEN r.status = 'Pending' THEN $13 ELSE r.updated_at END
     FROM unnest($1::uuid[], $16::text[]) AS c(event_id, reason)
-    WHERE r.status = 'Pending'
+    WHERE (r.status = 'Pending' OR (r.status = 'Skipped' AND r.skip_reason = 'ManualCancel'))
       AND r.event_id = c.event_id
       AND c.event_id IN (SELECT event_id FROM up WHERE NOT inserted)
       AND r.reminder_id <> ALL($17::uuid[])
       AND r.reminder_id <> ALL($18::uuid[])
-    RETURNING r.reminder_id
+    RETURNING r.reminder_id, r.skip_reason
 ), made AS (
     INSERT INTO calendar.event_reminders AS r (
         reminder_id, event_id, offset_minutes, due_at, status, created_at, updated_at,
@@ -110,7 +116,8 @@ WITH up AS (
     RETURNING r.due_at
 )
 SELECT (SELECT array_agg(event_id::text) FROM up) AS applied,
-       m.made, m.earliest_due, (SELECT count(*) FROM skipped) AS skipped
+       m.made, m.earliest_due,
+       (SELECT count(*) FROM skipped WHERE skip_reason <> 'ManualCancel') AS skipped
 FROM (SELECT count(*) AS made, min(due_at) AS earliest_due FROM made) AS m;
 
 -- name: events_version_advance

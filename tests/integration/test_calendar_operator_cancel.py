@@ -20,9 +20,11 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from db import event_reminders
 from devkit.harness.calendar import apply, make_runtime, outbox, reminders
 from devkit.harness.calendar_dispatch import AFTER_DUE, DUE, START, dispatcher
 from devkit.messages.factories import T0, calendar_event
+from devkit.wait import eventually
 from streams import cli
 from streams.app import create_worker
 from streams.clock import SystemClock
@@ -326,4 +328,32 @@ async def test_reopen_from_the_detail_page_and_the_cli(
         ("reopen", "changed"),
         ("cancel", "changed"),
         ("reopen", "changed"),
+    ]
+
+
+async def test_a_change_of_the_event_racing_reopen_is_what_the_row_follows(
+    applier: CalendarEventsApplier, pool: asyncpg.Pool
+) -> None:
+    """The reopen's transaction holds the event (FOR SHARE) when a reschedule's batch
+    statement starts: the batch waits, and after the reopen commits it skips the row the
+    reopen made Pending (the new state no longer wants it) instead of leaving it to be sent."""
+    e = await cancelled(applier, pool)
+    rid = e["_reminder_id"]
+    async with pool.acquire() as conn, conn.transaction():
+        out = await event_reminders.console_reopen(conn, rid, "alice", "r", T0, LISTING)
+        assert out.state_after == "Pending"
+        later = (START + timedelta(hours=1)).isoformat()
+        moved = asyncio.create_task(apply(applier, msg(e, Version=2, StartAt=later)))
+        await eventually(
+            lambda: pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query ILIKE '%One batch of event states%'"
+            ),
+            timeout=30,
+            what="the batch waiting for the event",
+        )
+    assert (await moved).applied == 1
+    assert await reminders(pool, e["EventId"]) == [
+        (60, DUE, "Skipped", "NoLongerScheduled"),
+        (60, START, "Pending", None),
     ]
