@@ -13,6 +13,7 @@ from db.connector import Connection, Executor
 from db.console_audit import ActionOutcome, outcome_of
 from db.outbox import OutboxColumns
 from db.queries import sql
+from streams.domain.calendar import CLOSED_EVENT_REASONS, NO_LONGER_SCHEDULED
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +218,24 @@ async def console_cancel(
 ) -> ActionOutcome:
     row = await conn.fetchrow(
         sql("event_reminders_console_cancel"), reminder_id, actor, reason, now, listing
+    )
+    return outcome_of(row)
+
+
+async def console_reopen(
+    conn: Connection, reminder_id: UUID, actor: str, reason: str, now: datetime, listing: str
+) -> ActionOutcome:
+    closed = list(CLOSED_EVENT_REASONS)
+    row = await conn.fetchrow(
+        sql("event_reminders_console_reopen"),
+        reminder_id,
+        actor,
+        reason,
+        now,
+        listing,
+        [s.value for s in closed],
+        [CLOSED_EVENT_REASONS[s] for s in closed],
+        NO_LONGER_SCHEDULED,
     )
     return outcome_of(row)
 

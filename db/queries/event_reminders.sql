@@ -221,11 +221,11 @@ SELECT res.outcome, res.state_before, res.state_after, aud.id AS audit_id
 FROM res CROSS JOIN aud;
 
 -- name: event_reminders_console_cancel
--- The console's cancel of a Pending reminder: Skipped with skip_reason 'ManualCancel' (a
--- newer Version of its event that still wants it makes it Pending again, as for any
--- Skipped row). A row cancelled already is unchanged; Sent and otherwise Skipped rows are
--- refused. Audited in the same statement. $1 reminder id, $2 actor, $3 reason, $4 now,
--- $5 listing.
+-- The console's cancel of a Pending reminder: Skipped with skip_reason 'ManualCancel', an
+-- operator's decision that no input undoes (events_apply never makes such a row Pending
+-- again; only event_reminders_console_reopen does). A row cancelled already is unchanged;
+-- Sent and otherwise Skipped rows are refused. Audited in the same statement. $1 reminder
+-- id, $2 actor, $3 reason, $4 now, $5 listing.
 WITH cur AS (
     SELECT reminder_id, status, skip_reason FROM calendar.event_reminders
     WHERE reminder_id = $1::uuid
@@ -250,6 +250,71 @@ WITH cur AS (
     INSERT INTO ops.console_audit (at, actor, action, listing, target, reason, outcome,
                                    state_before, state_after)
     SELECT $4, $2, 'cancel', $5, $1::uuid::text, $3, outcome, state_before, state_after
+    FROM res
+    RETURNING id
+)
+SELECT res.outcome, res.state_before, res.state_after, aud.id AS audit_id
+FROM res CROSS JOIN aud;
+
+-- name: event_reminders_console_reopen
+-- The console's undo of its own cancel: a row Skipped with 'ManualCancel' is handed back to
+-- its event, becoming what the event's current state makes it: Pending when that state
+-- still wants it (open, its offset among the event's, DueAt = StartAt - offset; due at its
+-- DueAt, at once when that is past, with no earlier backoff), else Skipped with the reason
+-- the event gives ($6 closed statuses, $7 their reasons, $8 the reason of an open event's
+-- unwanted row; streams/domain/calendar.py), and from then on it follows its event's inputs
+-- as any row. The event row is locked (FOR SHARE) before the reminder, in the order
+-- events_apply locks them (no deadlock): a change of the event in flight commits first and
+-- is what the row is handed back to; one that starts while this holds the event waits, and
+-- its skip re-reads the row this made Pending (events_apply). A row whose last changed
+-- console action is a reopen (and not Sent since) is unchanged (asked twice); every other
+-- row is refused. Audited in the same statement. $1 reminder id, $2 actor, $3 reason,
+-- $4 now, $5 listing.
+WITH ev AS MATERIALIZED (
+    SELECT e.event_id, e.status, e.start_at, e.reminder_offsets_minutes
+    FROM calendar.events e
+    WHERE e.event_id = (SELECT event_id FROM calendar.event_reminders
+                        WHERE reminder_id = $1::uuid)
+    FOR SHARE
+), cur AS (
+    -- The event's lock first: the scalar subquery runs before the reminder row is locked.
+    SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.skip_reason,
+           CASE WHEN (SELECT status FROM ev) = ANY ($6::text[])
+                    THEN ($7::text[])[array_position($6, (SELECT status FROM ev))]
+                WHEN r.offset_minutes = ANY ((SELECT reminder_offsets_minutes FROM ev)::int[])
+                     AND (SELECT start_at FROM ev) - make_interval(mins => r.offset_minutes)
+                         = r.due_at
+                    THEN NULL
+                ELSE $8::text END AS unwanted
+    FROM calendar.event_reminders r
+    WHERE r.reminder_id = $1::uuid AND r.event_id = (SELECT event_id FROM ev)
+    FOR NO KEY UPDATE
+), upd AS (
+    UPDATE calendar.event_reminders r
+    SET status = CASE WHEN cur.unwanted IS NULL THEN 'Pending' ELSE 'Skipped' END,
+        skip_reason = cur.unwanted,
+        attempts = 0, next_attempt_at = '-infinity', last_error_code = NULL, updated_at = $4
+    FROM cur
+    WHERE r.reminder_id = cur.reminder_id AND cur.status = 'Skipped'
+      AND cur.skip_reason = 'ManualCancel'
+    RETURNING r.status, r.skip_reason
+), res AS (
+    SELECT CASE WHEN cur.reminder_id IS NULL THEN 'not_found'
+                WHEN EXISTS (SELECT 1 FROM upd) THEN 'changed'
+                WHEN cur.status <> 'Sent' AND (
+                    SELECT a.action FROM ops.console_audit a
+                    WHERE a.listing = $5 AND a.target = $1::uuid::text AND a.outcome = 'changed'
+                    ORDER BY a.at DESC, a.id DESC LIMIT 1) = 'reopen'
+                    THEN 'unchanged'
+                ELSE 'refused' END AS outcome,
+           cur.status || coalesce(' (' || cur.skip_reason || ')', '') AS state_before,
+           coalesce((SELECT status || coalesce(' (' || skip_reason || ')', '') FROM upd),
+                    cur.status || coalesce(' (' || cur.skip_reason || ')', '')) AS state_after
+    FROM (SELECT 1) one LEFT JOIN cur ON true
+), aud AS (
+    INSERT INTO ops.console_audit (at, actor, action, listing, target, reason, outcome,
+                                   state_before, state_after)
+    SELECT $4, $2, 'reopen', $5, $1::uuid::text, $3, outcome, state_before, state_after
     FROM res
     RETURNING id
 )

@@ -11,7 +11,9 @@
 -- Skipped with the reason the domain gives for that event ($16, one per event of $1), and
 -- the reminders it wants and may create ($18..$21, already filtered by the domain) are
 -- inserted, a Skipped one wanted again (e.g. rescheduled back) becoming Pending again; Sent
--- rows are history and never change. Wanted = $18 plus $17 (wanted, but already due when
+-- rows are history and never change, nor does a row an operator cancelled (skip_reason
+-- 'ManualCancel': a reminder's meaning is its identity, so an input wanting the same row
+-- again does not undo the operator's decision; only the console's reopen does). Wanted = $18 plus $17 (wanted, but already due when
 -- the change happened: kept if they exist, never created). The two reminder changes touch
 -- disjoint rows (wanted vs not wanted).
 -- The input message (partition, offset, Version) is kept for explain, on the event and on
@@ -72,15 +74,21 @@ WITH up AS (
     RETURNING e.event_id, e.version, e.source_partition, e.source_offset,
               e.xmax = 0 AS inserted
 ), skipped AS (
+    -- Operator-cancelled rows are scanned too, and left as they are: a console reopen that
+    -- held the event (FOR SHARE) when this statement began commits a Pending row this
+    -- statement's snapshot still sees cancelled; the update re-reads the row it waited for
+    -- and skips it if the new state does not want it (else it would be sent).
     UPDATE calendar.event_reminders r
-    SET status = 'Skipped', skip_reason = c.reason, updated_at = $13
+    SET status = 'Skipped',
+        skip_reason = CASE WHEN r.status = 'Pending' THEN c.reason ELSE r.skip_reason END,
+        updated_at = CASE WHEN r.status = 'Pending' THEN $13 ELSE r.updated_at END
     FROM unnest($1::uuid[], $16::text[]) AS c(event_id, reason)
-    WHERE r.status = 'Pending'
+    WHERE (r.status = 'Pending' OR (r.status = 'Skipped' AND r.skip_reason = 'ManualCancel'))
       AND r.event_id = c.event_id
       AND c.event_id IN (SELECT event_id FROM up WHERE NOT inserted)
       AND r.reminder_id <> ALL($17::uuid[])
       AND r.reminder_id <> ALL($18::uuid[])
-    RETURNING r.reminder_id
+    RETURNING r.reminder_id, r.skip_reason
 ), made AS (
     INSERT INTO calendar.event_reminders AS r (
         reminder_id, event_id, offset_minutes, due_at, status, created_at, updated_at,
@@ -91,17 +99,25 @@ WITH up AS (
     FROM unnest($18::uuid[], $19::uuid[], $20::int[], $21::timestamptz[])
          AS w(reminder_id, event_id, offset_minutes, due_at)
     JOIN up ON up.event_id = w.event_id
+    -- A pruned event's rows are gone, not its history: a reminder due before the prune is
+    -- never made again (a newer Version that happened before a deleted row's DueAt would
+    -- re-send a Sent row or revive an operator's cancel).
+    WHERE NOT EXISTS (
+        SELECT 1 FROM calendar.event_tombstones t
+        WHERE t.event_id = w.event_id AND w.due_at < t.pruned_at)
     ON CONFLICT (reminder_id) DO UPDATE SET
         status = 'Pending', skip_reason = NULL, updated_at = EXCLUDED.updated_at,
         source_partition = EXCLUDED.source_partition, source_offset = EXCLUDED.source_offset,
         source_version = EXCLUDED.source_version,
         -- wanted again = a new reminder: an earlier poison backoff does not carry over
         attempts = 0, next_attempt_at = '-infinity', last_error_code = NULL
-    WHERE r.status = 'Skipped'
+    -- An operator's cancel is terminal: only the console's reopen undoes it.
+    WHERE r.status = 'Skipped' AND r.skip_reason IS DISTINCT FROM 'ManualCancel'
     RETURNING r.due_at
 )
 SELECT (SELECT array_agg(event_id::text) FROM up) AS applied,
-       m.made, m.earliest_due, (SELECT count(*) FROM skipped) AS skipped
+       m.made, m.earliest_due,
+       (SELECT count(*) FROM skipped WHERE skip_reason <> 'ManualCancel') AS skipped
 FROM (SELECT count(*) AS made, min(due_at) AS earliest_due FROM made) AS m;
 
 -- name: events_version_advance

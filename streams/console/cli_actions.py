@@ -24,7 +24,7 @@ from streams.settings import Settings
 VERBS = {
     "retry": "retry a poison or failed row now",
     "cancel": "cancel a Pending reminder or a Pending/Failed scheduler row",
-    "reopen": "reopen a scheduler row an operator cancelled (undo its cancel)",
+    "reopen": "reopen a reminder or scheduler row an operator cancelled (undo its cancel)",
     "resend": "re-send a Completed scheduler row through the support-retry key",
     "release": "put a scheduler row on support hold back, its attempts kept",
     "retry-key": "retry a held scheduler row's key from a fresh ladder",

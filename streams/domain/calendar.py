@@ -23,6 +23,13 @@ CLOSED_EVENT_REASONS = {
     EventStatus.COMPLETED: "EventCompleted",
 }
 NO_LONGER_SCHEDULED = "NoLongerScheduled"
+MANUAL_CANCEL = "ManualCancel"
+"""The skip reason of a console cancel: an operator's decision, terminal until an operator
+reopens it. No input makes such a row Pending again: a reminder's meaning is its identity
+(EventId, OffsetMinutes, DueAt), so an input that wants the same row again (a replay, a
+change of Kind or owner, the event cancelled and planned again, rescheduled away and back)
+has not changed what the operator cancelled; a reschedule or another offset is another
+identity, a new row."""
 
 
 def dispatch_skip_reason(status: EventStatus) -> str | None:

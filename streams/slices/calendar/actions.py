@@ -1,5 +1,6 @@
 """The console's actions on calendar reminder rows: retry a poison row at once, cancel a
-Pending one (statements in db/queries/event_reminders.sql)."""
+Pending one (an operator's decision: no input makes it Pending again), reopen one an
+operator cancelled (statements in db/queries/event_reminders.sql)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from uuid import UUID
 
 from db import event_reminders
 from streams.console.actions import RowAction, state_of
+from streams.domain.calendar import MANUAL_CANCEL
 
 LISTING = "calendar/reminders"
 
@@ -38,5 +40,16 @@ ACTIONS = (
         statement=event_reminders.console_cancel,
         parse_target=UUID,
         offered=lambda row: state_of(row) == "Pending",
+    ),
+    RowAction(
+        name="reopen",
+        listing=LISTING,
+        noun="reminder",
+        allowed="operator-cancelled",
+        done="reopened",
+        statement=event_reminders.console_reopen,
+        parse_target=UUID,
+        offered=lambda row: state_of(row) == "Skipped" and row.get("skip_reason") == MANUAL_CANCEL,
+        label="reopen (undo cancel)",
     ),
 )
