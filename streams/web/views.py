@@ -8,6 +8,7 @@ from faust.web import Request, Response, View
 from prometheus_client import generate_latest
 
 from streams.console import rows_web
+from streams.console.layout import STATIC_DIR, STYLESHEET
 from streams.explain import explain
 from streams.input.lag import FaustStreamSource, refresh
 from streams.slices.context import SliceContext
@@ -24,6 +25,14 @@ def register(ctx: SliceContext) -> None:
     rates = Rates()
     source = FaustStreamSource(app, ctx.consumers)
     rows_web.register(ctx)  # /console/rows: rows by slice and state, a row's detail
+
+    stylesheet = (STATIC_DIR / "console.css").read_bytes()
+
+    @app.page(STYLESHEET)
+    async def style(web: View, request: Request) -> Response:
+        return web.bytes(
+            stylesheet, content_type="text/css", headers={"Cache-Control": "max-age=3600"}
+        )
 
     @app.page("/health/live")
     async def live(web: View, request: Request) -> Response:
