@@ -188,13 +188,17 @@ def middleware(runtime: Runtime) -> Any:
             if why is not None:
                 auth_failed(runtime, "action", request, why)
                 status = 403 if why == "wrong token" or request.cookies.get(auth.COOKIE) else 401
-                return _json(status, why)
+                refused = _json(status, why)
+                refused.force_close()  # its body is never read: the connection goes
+                return refused
         if request.method not in SAFE and request.can_read_body:
             try:
                 await asyncio.wait_for(request.read(), settings.web_body_timeout_seconds)
             except TimeoutError:
                 metrics.refused.labels("body_timeout").inc()
-                return _json(408, "the request body did not arrive in time")
+                late = _json(408, "the request body did not arrive in time")
+                late.force_close()
+                return late
         return await handler(request)
 
     @web.middleware
@@ -218,5 +222,9 @@ def application_options(runtime: Runtime) -> dict[str, Any]:
     return {
         "middlewares": [middleware(runtime)],
         "client_max_size": settings.web_max_body_bytes,
-        "handler_args": {"keepalive_timeout": settings.web_header_timeout_seconds},
+        "handler_args": {
+            "keepalive_timeout": settings.web_header_timeout_seconds,
+            # What is left of a refused request's body is drained for this long at most.
+            "lingering_time": min(settings.web_body_timeout_seconds, 2.0),
+        },
     }
