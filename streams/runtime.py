@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -32,6 +32,11 @@ class Runtime:
         self._pool_lock = asyncio.Lock()
         self._read_pool: Pool | None = None
         self._read_lock = asyncio.Lock()
+        self._closing: list[Callable[[], Awaitable[None]]] = []
+
+    def on_close(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Call ``close`` when the runtime closes, before its pools (kept clients of a page)."""
+        self._closing.append(close)
 
     async def pool(self) -> Pool:
         """The pool for this context: the read pages' inside ``reading()``, else the worker's."""
@@ -93,6 +98,8 @@ class Runtime:
         )
 
     async def close(self) -> None:
+        for close in self._closing:
+            await close()
         if self._read_pool is not None:
             read, self._read_pool = self._read_pool, None
             await read.close()
