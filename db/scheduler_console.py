@@ -14,18 +14,38 @@ Bound = tuple[datetime, int]
 """The keyset bound (scheduled_on, scheduler_id): a page starts after it."""
 
 
+KeyRange = tuple[str, str]
+"""[first, past): the SchedulerKeys that start with a prefix, in byte order (collation "C")."""
+
+
 async def page(
     db: Executor,
     status: str,
     bound: Bound,
     before: datetime,
     limit: int,
-    key_prefix: str | None = None,
+    key_range: KeyRange | None = None,
     business_unit: Any = None,
 ) -> list[dict[str, Any]]:
-    rows = await db.fetch(
-        sql("scheduler_console_page"), *bound, before, limit, status, key_prefix, business_unit
-    )
+    """Rows of ``status``; of one business unit and/or a key range, each on its own index."""
+    if business_unit is not None:
+        first, past = key_range or (None, None)
+        rows = await db.fetch(
+            sql("scheduler_console_page_by_business_unit"),
+            *bound,
+            before,
+            limit,
+            status,
+            business_unit,
+            first,
+            past,
+        )
+    elif key_range is not None:
+        rows = await db.fetch(
+            sql("scheduler_console_page_by_key_prefix"), *bound, before, limit, status, *key_range
+        )
+    else:
+        rows = await db.fetch(sql("scheduler_console_page"), *bound, before, limit, status)
     return [dict(r) for r in rows]
 
 
