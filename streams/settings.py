@@ -89,9 +89,9 @@ class Settings(BaseSettings):
     # The read pages' own PostgreSQL pool (never the worker's): its size, the server-side
     # statement_timeout of its sessions (read-only sessions), and how many read requests may
     # run at once; one more gets 503 with Retry-After at once, it never queues.
-    web_read_pool_size: int = Field(2, ge=1, le=20)
+    web_read_pool_size: int = Field(1, ge=1, le=20)
     web_read_statement_timeout_seconds: float = Field(5.0, gt=0, le=300)
-    web_read_concurrency: int = Field(8, ge=1, le=1000)
+    web_read_concurrency: int = Field(4, ge=1, le=1000)
     # Slow clients: a connection whose request headers have not all arrived this long after
     # it opened (or after its last response) is closed; a request body not read within
     # WEB_BODY_TIMEOUT_SECONDS gets 408; bodies over WEB_MAX_BODY_BYTES get 413.
@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     # Every PostgreSQL connection one worker may open, both processes together (the two pools
     # and the relay's LISTEN connection); each pool gets (this - 1) // processes, at most
     # DB_POOL_MAX_SIZE. Checked at start-up against the server (streams/connection_budget.py).
-    db_max_connections_per_worker: int = Field(23, ge=2, le=10_000)
+    db_max_connections_per_worker: int = Field(22, ge=2, le=10_000)
     # Migrations: how long a migrator waits for another's lock (saying who holds it), and how
     # long one of its statements waits for a table lock before the migration fails.
     db_migrate_lock_wait_seconds: float = Field(300.0, gt=0, le=3_600)

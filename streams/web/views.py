@@ -7,6 +7,7 @@ import time
 from faust.web import Request, Response, View
 from prometheus_client import generate_latest
 
+from streams.asynctools import Shared
 from streams.console import rows_web
 from streams.console.layout import STATIC_DIR, STYLESHEET
 from streams.explain import explain
@@ -38,10 +39,19 @@ def register(ctx: SliceContext) -> None:
     async def live(web: View, request: Request) -> Response:
         return web.json({"status": "alive"})
 
-    async def peer() -> None:
-        """The timer process's latest timers and metrics (they join this process's own)."""
+    async def refresh_peer() -> None:
         if ctx.timer_process is not None:
             await ctx.timer_process.refresh()
+
+    # The timer process's snapshot (every timer and metric family, serialized there, parsed
+    # here) and the status data are costly: one of each a second at most, however many
+    # requests ask (a flood of /status must not take the dispatcher's or the agents' time).
+    shared_peer = Shared(refresh_peer, fresh=1.0)
+    shared_status = Shared(lambda: status(ctx, rates), fresh=1.0)
+
+    async def peer() -> None:
+        """The timer process's latest timers and metrics (they join this process's own)."""
+        await shared_peer.get()
 
     @app.page("/health")
     async def health(web: View, request: Request) -> Response:
@@ -78,7 +88,7 @@ def register(ctx: SliceContext) -> None:
     @app.page("/status")
     async def status_page(web: View, request: Request) -> Response:
         await peer()
-        data = await status(ctx, rates)
+        data = await shared_status.get()
         wants_json = request.query.get("format") == "json" or "application/json" in (
             request.headers.get("Accept", "")
         )

@@ -12,25 +12,25 @@ from streams.settings import Settings
 def test_the_default_budget_is_what_a_worker_used_before() -> None:
     p = plan(Settings())
     assert (p.budget, p.processes, p.pool_size, p.read, p.listen, p.total) == (
-        23,
+        22,
         2,
         10,
-        2,
         1,
-        23,
+        1,
+        22,
     )
-    assert p.describe() == "23 of 23 (2 pools of 10 + 2 read + 1 LISTEN)"
+    assert p.describe() == "22 of 22 (2 pools of 10 + 1 read + 1 LISTEN)"
 
 
 @pytest.mark.parametrize(
     ("budget", "timer_process", "pool_max", "pool", "total"),
     [
-        (13, True, 10, 5, 13),
-        (14, True, 10, 5, 13),  # an odd connection left over is not used
-        (5, True, 10, 1, 5),
-        (13, False, 10, 10, 13),
-        (40, True, 10, 10, 23),  # DB_POOL_MAX_SIZE still caps each pool
-        (40, False, 4, 4, 7),
+        (12, True, 10, 5, 12),
+        (13, True, 10, 5, 12),  # an odd connection left over is not used
+        (4, True, 10, 1, 4),
+        (12, False, 10, 10, 12),
+        (40, True, 10, 10, 22),  # DB_POOL_MAX_SIZE still caps each pool
+        (40, False, 4, 4, 6),
     ],
 )
 def test_pools_are_derived_from_the_budget(
@@ -47,8 +47,8 @@ def test_pools_are_derived_from_the_budget(
 
 
 def test_a_budget_that_leaves_a_process_no_pool_is_refused_naming_the_setting() -> None:
-    with pytest.raises(ValueError, match=r"DB_MAX_CONNECTIONS_PER_WORKER=4 .*WEB_READ_POOL_SIZE"):
-        plan(Settings(db_max_connections_per_worker=4))
+    with pytest.raises(ValueError, match=r"DB_MAX_CONNECTIONS_PER_WORKER=3 .*WEB_READ_POOL_SIZE"):
+        plan(Settings(db_max_connections_per_worker=3))
 
 
 def test_the_check_names_the_budget_and_the_server_settings() -> None:
