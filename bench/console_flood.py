@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import collections
 import json
+import os
 import statistics
 import sys
 import time
@@ -39,7 +40,7 @@ from bench.common import (
     produce,
     scratch_dir,
 )
-from devkit.workers import WorkerProcess, worker_env
+from devkit.workers import WorkerProcess, free_port, worker_env
 from streams.kafka_admin import contract_topic_names, ensure_topics
 from streams.settings import Settings
 
@@ -73,6 +74,11 @@ class Phase:
             return float("nan")
         ordered = sorted(self.lateness)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def rate(self) -> str:
+        total = sum(self.flood.values())
+        per_second = total / self.flood_seconds if self.flood_seconds else float("nan")
+        return f"{total} requests in {self.flood_seconds:.0f} s, {per_second:.0f}/s"
 
     def line(self) -> str:
         bad = sum(1 for status, _ in self.health if status != 200)
@@ -112,6 +118,8 @@ async def flood(
             n = i
             while not stop.is_set():
                 paths = worst_reads(topic)
+                if os.environ.get("FLOOD_ONLY"):  # one kind of read alone: which one costs
+                    paths = [paths[int(os.environ["FLOOD_ONLY"])]]
                 path = paths[n % len(paths)]
                 n += 1
                 try:
@@ -139,6 +147,23 @@ async def flood_process(base: str, topic: str, clients: int) -> None:
     counts, seconds = await flood(base, topic, clients, stop)
     watcher.cancel()
     print(json.dumps({"counts": {str(k): v for k, v in counts.items()}, "seconds": seconds}))
+
+
+async def decoy(port: int) -> None:
+    """``--decoy``: a bare aiohttp server answering 503 to everything (the control: what the
+    same flood costs this machine when it is not the worker that answers)."""
+    from aiohttp import web
+
+    async def busy(request: web.Request) -> web.Response:
+        return web.json_response({"error": "busy"}, status=503, headers={"Retry-After": "1"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", busy)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.to_thread(sys.stdin.read)  # until the bench closes it
+    await runner.cleanup()
 
 
 async def start_flood(base: str, topic: str, clients: int) -> asyncio.subprocess.Process:
@@ -180,13 +205,14 @@ async def probe_health(base: str, stop: asyncio.Event, phase: Phase) -> None:
 
 
 async def run_phase(
-    label: str, url: str, base: str, topic: str, clients: int, flooded: bool
+    label: str, url: str, base: str, topic: str, clients: int, target: str | None
 ) -> Phase:
+    """``target``: the base URL to flood (the worker's, a decoy's), None: quiet."""
     phase = Phase(label)
     stop = asyncio.Event()
     conn = await asyncpg.connect(url)
     tasks = [asyncio.ensure_future(probe_health(base, stop, phase))]
-    flooding = await start_flood(base, topic, clients) if flooded else None
+    flooding = await start_flood(target, topic, clients) if target else None
     try:
         if flooding is not None:
             await asyncio.sleep(3)  # the flood at full strength before the first event
@@ -245,23 +271,35 @@ async def run(rows: int, clients: int) -> int:
                 try:
                     await worker.wait_ready(timeout=180)
                     base = f"http://127.0.0.1:{worker.port}"
-                    quiet = await run_phase("quiet", url, base, topic, clients, False)
+                    quiet = await run_phase("quiet", url, base, topic, clients, None)
                     print("  " + quiet.line())
-                    loud = await run_phase("flooded", url, base, topic, clients, True)
+                    port = free_port()
+                    dummy = await asyncio.create_subprocess_exec(
+                        sys.executable, "-m", "bench.console_flood", "--decoy", str(port),
+                        stdin=asyncio.subprocess.PIPE,
+                    )  # fmt: skip
+                    try:
+                        await asyncio.sleep(2)
+                        target = f"http://127.0.0.1:{port}"
+                        control = await run_phase("control", url, base, topic, clients, target)
+                    finally:
+                        assert dummy.stdin is not None
+                        dummy.stdin.close()
+                        await dummy.wait()
+                    print("  " + control.line() + f" (flood of a decoy: {control.rate()})")
+                    loud = await run_phase("flooded", url, base, topic, clients, base)
                     print("  " + loud.line())
                 finally:
                     worker.stop()
     finally:
         await drop_topics(prefix)
-    total = sum(loud.flood.values())
-    rate = total / loud.flood_seconds if loud.flood_seconds else float("nan")
     statuses = ", ".join(f"{k or 'error'}: {v}" for k, v in sorted(loud.flood.items()))
-    print(f"  flood: {total} requests in {loud.flood_seconds:.0f} s ({rate:.0f}/s): {statuses}")
+    print(f"  flood of the worker: {loud.rate()}: {statuses}")
     healthy = all(status == 200 for status, _ in loud.health)
-    ingest_ok = loud.ingest_seconds <= BOUND * quiet.ingest_seconds + 2
-    late_ok = loud.late(0.95) <= BOUND * max(quiet.late(0.95), 0) + 2
+    ingest_ok = loud.ingest_seconds <= BOUND * control.ingest_seconds + 2
+    late_ok = loud.late(0.95) <= BOUND * max(control.late(0.95), 0) + 2
     print(
-        f"  bound (flooded <= {BOUND} x quiet + 2 s, /health 200 throughout): ingest "
+        f"  bound (flooded <= {BOUND} x control + 2 s, /health 200 throughout): ingest "
         f"{'ok' if ingest_ok else 'MISSED'}, lateness p95 {'ok' if late_ok else 'MISSED'}, "
         f"/health {'ok' if healthy else 'MISSED'}"
     )
@@ -273,7 +311,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("rows", nargs="?", type=int, default=1_000_000)
     p.add_argument("--clients", type=int, default=300)
     p.add_argument("--flood", nargs=2, metavar=("BASE", "TOPIC"), help=argparse.SUPPRESS)
+    p.add_argument("--decoy", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.decoy:
+        asyncio.run(decoy(args.decoy))
+        return 0
     if args.flood:
         asyncio.run(flood_process(*args.flood, args.clients))
         return 0

@@ -122,9 +122,22 @@ class Tokens:
         )
 
 
+LOG_EVERY_SECONDS = 10.0
+"""Refused credentials are counted each, logged one line per kind this often at most (with how
+many were not logged since): a flood of wrong tokens must not become a flood of log lines."""
+_logged: dict[str, tuple[float, int]] = {}
+
+
 def auth_failed(runtime: Runtime, kind: str, request: Any, why: str) -> None:
-    """Log (path, peer, why; never a credential) and count one refused credential."""
+    """Count one refused credential; log it (path, peer, why; never a credential) unless a line
+    of this kind was logged less than LOG_EVERY_SECONDS ago."""
     runtime.metrics.family(WebMetrics).auth_failures.labels(kind).inc()
+    now = time.monotonic()
+    last, quiet = _logged.get(kind, (-LOG_EVERY_SECONDS, 0))
+    if now - last < LOG_EVERY_SECONDS:
+        _logged[kind] = (last, quiet + 1)
+        return
+    _logged[kind] = (now, 0)
     logs.event(
         log,
         logging.WARNING,
@@ -134,6 +147,7 @@ def auth_failed(runtime: Runtime, kind: str, request: Any, why: str) -> None:
         path=request.path,
         peer=request.remote,
         why=why,
+        not_logged_since=quiet,
     )
 
 
