@@ -10,8 +10,10 @@ answers that were not 200, slowest answer). The first phase is quiet; in the sec
 clients (default 300) loop on the worst reads the pages offer until the phase ends: the
 scheduler listing with a business unit and a key prefix that match nothing (what read every
 row of the state before), the counts of every listing, /status, /explain of an unknown id and
-the dead-letter page. Prints both phases, the flood's answers by status, and whether the
-flooded phase stayed within the bound (ingest and p95 lateness at most BOUND x the quiet
+the dead-letter page (``--read-token``: the worker has a WEB_READ_TOKEN, the flood none: every
+read answers 401). A control phase floods a decoy server (503 to everything) on the same
+machine: what the flood's own CPU costs the worker. Prints the phases, the flood's answers by status, and whether the
+flooded phase stayed within the bound (ingest and p95 lateness at most BOUND x the control
 phase's plus 2 s, /health 200 throughout).
 """
 
@@ -251,8 +253,12 @@ async def run_phase(
     return phase
 
 
-async def run(rows: int, clients: int) -> int:
-    print(f"== console flood: {rows:,} Completed scheduler rows, {clients} clients ==")
+async def run(rows: int, clients: int, gated: bool) -> int:
+    """``gated``: the worker has a WEB_READ_TOKEN the flood does not know (every read 401)."""
+    reads = "behind WEB_READ_TOKEN (the flood has none)" if gated else "open"
+    print(
+        f"== console flood: {rows:,} Completed scheduler rows, {clients} clients, reads {reads} =="
+    )
     prefix = f"bench{uuid.uuid4().hex[:8]}."
     settings = Settings(kafka_bootstrap=KAFKA_BOOTSTRAP, topic_prefix=prefix)
     try:
@@ -266,7 +272,9 @@ async def run(rows: int, clients: int) -> int:
             await conn.close()
             print(f"  filled in {time.monotonic() - started:.0f} s")
             with scratch_dir("bench-flood-") as tmp:
-                worker = WorkerProcess(worker_env(url, KAFKA_BOOTSTRAP, prefix), tmp, "flood")
+                extra = {"WEB_READ_TOKEN": uuid.uuid4().hex * 2} if gated else {}
+                env = worker_env(url, KAFKA_BOOTSTRAP, prefix, **extra)
+                worker = WorkerProcess(env, tmp, "flood")
                 worker.start()
                 try:
                     await worker.wait_ready(timeout=180)
@@ -310,6 +318,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.console_flood", description=__doc__)
     p.add_argument("rows", nargs="?", type=int, default=1_000_000)
     p.add_argument("--clients", type=int, default=300)
+    p.add_argument("--read-token", action="store_true", help="the worker gates its reads")
     p.add_argument("--flood", nargs=2, metavar=("BASE", "TOPIC"), help=argparse.SUPPRESS)
     p.add_argument("--decoy", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -319,7 +328,7 @@ def main(argv: list[str]) -> int:
     if args.flood:
         asyncio.run(flood_process(*args.flood, args.clients))
         return 0
-    return asyncio.run(run(args.rows, args.clients))
+    return asyncio.run(run(args.rows, args.clients, args.read_token))
 
 
 if __name__ == "__main__":

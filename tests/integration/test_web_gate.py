@@ -248,3 +248,21 @@ async def test_the_action_credential_is_checked_before_the_body_and_slow_clients
             == 1
         )
         assert auth.COOKIE  # the admin session cookie name the gate checks
+
+
+async def test_a_flood_of_health_checks_is_one_ping_on_the_worker_pool(database_url: str) -> None:
+    """/health stays open (probes), so it must not be a way to take the worker's connections:
+    one ping in flight whatever the number of callers, its answer reused for a second."""
+    async with served(database_url) as (c, ctx):
+        await c.get("/health")  # the worker's pool made, its first ping done
+
+        def statements() -> float:
+            value = ctx.runtime.metrics.registry.get_sample_value("reminders_db_statements_total")
+            return value or 0.0
+
+        before = statements()
+        answers = await asyncio.gather(*(c.get("/health") for _ in range(40)))
+        assert {(await r.json())["postgres"] for r in answers} == {"ok"}
+        assert statements() - before <= 1
+        pool = await ctx.runtime.worker_pool()
+        assert pool.get_size() == 1  # never more than the one connection the ping took
