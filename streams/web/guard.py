@@ -23,6 +23,7 @@ or style, ``frame-ancestors 'none'``, ``nosniff`` and, but for static files,
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -228,11 +229,27 @@ def middleware(runtime: Runtime) -> Any:
     return gate
 
 
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def application_options(runtime: Runtime) -> dict[str, Any]:
     """Faust's ``web_application_options``: the gate, the body limit, and the header timeout
     (aiohttp closes a connection idle this long with no complete request: from its opening,
     or from its last response)."""
     settings = runtime.settings
+    if not settings.web_read_token.get_secret_value() and not is_loopback(settings.web_host):
+        # Not refused (a cluster-internal port may be meant to be open), but said at start.
+        logs.event(
+            log,
+            logging.WARNING,
+            "web_reads_open",
+            web_host=settings.web_host,
+            hint="set WEB_READ_TOKEN: every read page is open to whoever reaches the port",
+        )
     return {
         "middlewares": [middleware(runtime)],
         "client_max_size": settings.web_max_body_bytes,

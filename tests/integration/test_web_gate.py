@@ -266,3 +266,18 @@ async def test_a_flood_of_health_checks_is_one_ping_on_the_worker_pool(database_
         assert statements() - before <= 1
         pool = await ctx.runtime.worker_pool()
         assert pool.get_size() == 1  # never more than the one connection the ping took
+
+
+def test_open_reads_on_a_non_loopback_host_are_said_at_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="streams.web")
+    for host, token, said in (
+        ("0.0.0.0", "", True),
+        ("0.0.0.0", READER, False),
+        ("127.0.0.1", "", False),
+    ):
+        caplog.clear()
+        create_worker(Settings(web_host=host, web_read_token=token, worker_timer_process=False))
+        logged = any("web_reads_open" in r.getMessage() for r in caplog.records)
+        assert logged == said, (host, bool(token))
