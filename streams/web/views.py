@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
+from faust.utils import json as faust_json
 from faust.web import Request, Response, View
 from prometheus_client import generate_latest
 
@@ -16,6 +18,26 @@ from streams.slices.context import SliceContext
 from streams.web.health import partition_stalls, readiness
 from streams.web.page import render_html
 from streams.web.status import Rates, status, timer_list
+
+
+class StatusSnapshot:
+    """The status data of one moment, its JSON and its page (without forms) made on first use."""
+
+    def __init__(self, data: dict[str, Any], ready: bool, checks: dict[str, Any]) -> None:
+        self.data, self.ready, self.checks = data, ready, checks
+        self._json: bytes | None = None
+        self._html: str | None = None
+
+    def json(self) -> bytes:
+        if self._json is None:
+            encoded = faust_json.dumps(self.data)  # as web.json would
+            self._json = encoded if isinstance(encoded, bytes) else encoded.encode()
+        return self._json
+
+    def html(self) -> str:
+        if self._html is None:
+            self._html = render_html(self.data, self.ready, self.checks)
+        return self._html
 
 
 def register(ctx: SliceContext) -> None:
@@ -47,7 +69,17 @@ def register(ctx: SliceContext) -> None:
     # here) and the status data are costly: one of each a second at most, however many
     # requests ask (a flood of /status must not take the dispatcher's or the agents' time).
     shared_peer = Shared(refresh_peer, fresh=1.0)
-    shared_status = Shared(lambda: status(ctx, rates), fresh=1.0)
+
+    async def snapshot() -> StatusSnapshot:
+        await peer()
+        data = await status(ctx, rates)
+        ready, checks = await readiness(app, runtime, ctx.consumers, ctx.timer_process, ctx.caches)
+        return StatusSnapshot(data, ready, checks)
+
+    # One snapshot every half second at most, whoever asks, its JSON and page rendered once
+    # each: building and serializing the whole status per request let a flood of /status take
+    # the agents' event loop (and the page and the JSON show the same moment).
+    shared_status = Shared(snapshot, fresh=0.5)
 
     async def peer() -> None:
         """The timer process's latest timers and metrics (they join this process's own)."""
@@ -87,13 +119,14 @@ def register(ctx: SliceContext) -> None:
 
     @app.page("/status")
     async def status_page(web: View, request: Request) -> Response:
-        await peer()
-        data = await shared_status.get()
         wants_json = request.query.get("format") == "json" or "application/json" in (
             request.headers.get("Accept", "")
         )
+        now = await shared_status.get()
         if wants_json:
-            return web.json(data)
-        ready, checks = await readiness(app, runtime, ctx.consumers, ctx.timer_process, ctx.caches)
+            return web.bytes(now.json(), content_type="application/json")
         csrf = console_web.page_csrf(runtime, request)
-        return web.html(render_html(data, ready, checks, csrf=csrf))
+        if csrf is None:
+            return web.html(now.html())
+        # A console session's page carries its own forms: rendered for it.
+        return web.html(render_html(now.data, now.ready, now.checks, csrf=csrf))
