@@ -68,7 +68,7 @@ def register(ctx: SliceContext) -> None:
     # The timer process's snapshot (every timer and metric family, serialized there, parsed
     # here) and the status data are costly: one of each a second at most, however many
     # requests ask (a flood of /status must not take the dispatcher's or the agents' time).
-    shared_peer = Shared(refresh_peer, fresh=1.0)
+    shared_peer = Shared(refresh_peer, fresh=0.5)
 
     async def snapshot() -> StatusSnapshot:
         await peer()
@@ -91,18 +91,22 @@ def register(ctx: SliceContext) -> None:
         body = {"status": "ready" if ready else "not ready", **checks}
         return web.json(body, status=200 if ready else 503)
 
-    @app.page("/metrics")
-    async def metrics(web: View, request: Request) -> Response:
+    async def exposition() -> bytes:
         partition_stalls(
             app, runtime, ctx.consumers
         )  # refreshes reminders_stream_partitions_stalled
         # Message timestamps are wall time, whatever clock the worker runs its schedules on.
         refresh(runtime.metrics.stream, source, time.time())
         await peer()
+        return bytes(generate_latest(runtime.metrics.registry))
+
+    # /metrics is open (scrapers): one exposition every quarter second at most, whoever asks.
+    shared_metrics = Shared(exposition, fresh=0.25)
+
+    @app.page("/metrics")
+    async def metrics(web: View, request: Request) -> Response:
         # aiohttp refuses a charset inside content_type; the exposition format is UTF-8 anyway.
-        return web.bytes(
-            generate_latest(runtime.metrics.registry), content_type="text/plain; version=0.0.4"
-        )
+        return web.bytes(await shared_metrics.get(), content_type="text/plain; version=0.0.4")
 
     @app.page("/explain/{ident}")
     async def explain_page(web: View, request: Request, ident: str) -> Response:
