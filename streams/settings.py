@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     # Every PostgreSQL connection one worker may open, both processes together (the two pools
     # and the relay's LISTEN connection); each pool gets (this - 1) // processes, at most
     # DB_POOL_MAX_SIZE. Checked at start-up against the server (streams/connection_budget.py).
-    db_max_connections_per_worker: int = Field(22, ge=2, le=10_000)
+    db_max_connections_per_worker: int = Field(21, ge=2, le=10_000)
     # Migrations: how long a migrator waits for another's lock (saying who holds it), and how
     # long one of its statements waits for a table lock before the migration fails.
     db_migrate_lock_wait_seconds: float = Field(300.0, gt=0, le=3_600)

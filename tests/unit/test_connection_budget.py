@@ -9,17 +9,12 @@ from streams.connection_budget import plan, problem
 from streams.settings import Settings
 
 
-def test_the_default_budget_is_what_a_worker_used_before() -> None:
+def test_the_default_budget_holds_the_read_pool() -> None:
     p = plan(Settings())
-    assert (p.budget, p.processes, p.pool_size, p.read, p.listen, p.total) == (
-        22,
-        2,
-        10,
-        1,
-        1,
-        22,
-    )
-    assert p.describe() == "22 of 22 (2 pools of 10 + 1 read + 1 LISTEN)"
+    assert (p.budget, p.processes, p.pool_size, p.read, p.listen, p.total) == (21, 2, 9, 1, 1, 20)
+    assert p.describe() == "20 of 21 (2 pools of 9 + 1 read + 1 LISTEN)"
+    # One more connection gives the pools of 10 a worker had before it had a read pool.
+    assert plan(Settings(db_max_connections_per_worker=22)).pool_size == 10
 
 
 @pytest.mark.parametrize(
