@@ -33,6 +33,9 @@ class Runtime:
         self._read_pool: Pool | None = None
         self._read_lock = asyncio.Lock()
         self._closing: list[Callable[[], Awaitable[None]]] = []
+        self.generation = 0
+        """Bumped by every action served over the web (streams/web/guard.py): the pages'
+        shared snapshots made before it are not reused."""
 
     def on_close(self, close: Callable[[], Awaitable[None]]) -> None:
         """Call ``close`` when the runtime closes, before its pools (kept clients of a page)."""

@@ -32,7 +32,7 @@ def _error(web: View, request: Request, status: int, message: str, **extra: Any)
 def register(ctx: SliceContext) -> None:
     app, runtime = ctx.app, ctx.runtime
     # Every listing's capped counts: one count a second at most, whoever asks.
-    counts = Shared(lambda: rows.index(runtime), fresh=1.0)
+    counts = Shared(lambda: rows.index(runtime), fresh=1.0, stamp=lambda: runtime.generation)
 
     @app.page("/console/rows")
     async def rows_index(web: View, request: Request) -> Response:

@@ -214,7 +214,11 @@ def middleware(runtime: Runtime) -> Any:
                 late = _json(408, "the request body did not arrive in time")
                 late.force_close()
                 return late
-        return await handler(request)
+        try:
+            return await handler(request)
+        finally:
+            if kind == "action":
+                runtime.generation += 1  # what the pages show may have changed
 
     @web.middleware
     async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:

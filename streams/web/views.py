@@ -68,7 +68,7 @@ def register(ctx: SliceContext) -> None:
     # The timer process's snapshot (every timer and metric family, serialized there, parsed
     # here) and the status data are costly: one of each a second at most, however many
     # requests ask (a flood of /status must not take the dispatcher's or the agents' time).
-    shared_peer = Shared(refresh_peer, fresh=0.5)
+    shared_peer = Shared(refresh_peer, fresh=0.5, stamp=lambda: runtime.generation)
 
     async def snapshot() -> StatusSnapshot:
         await peer()
@@ -79,7 +79,7 @@ def register(ctx: SliceContext) -> None:
     # One snapshot every half second at most, whoever asks, its JSON and page rendered once
     # each: building and serializing the whole status per request let a flood of /status take
     # the agents' event loop (and the page and the JSON show the same moment).
-    shared_status = Shared(snapshot, fresh=0.5)
+    shared_status = Shared(snapshot, fresh=0.5, stamp=lambda: runtime.generation)
 
     async def peer() -> None:
         """The timer process's latest timers and metrics (they join this process's own)."""
@@ -101,7 +101,7 @@ def register(ctx: SliceContext) -> None:
         return bytes(generate_latest(runtime.metrics.registry))
 
     # /metrics is open (scrapers): one exposition every quarter second at most, whoever asks.
-    shared_metrics = Shared(exposition, fresh=0.25)
+    shared_metrics = Shared(exposition, fresh=0.25, stamp=lambda: runtime.generation)
 
     @app.page("/metrics")
     async def metrics(web: View, request: Request) -> Response:

@@ -61,3 +61,17 @@ async def test_a_cancelled_caller_does_not_cancel_the_run_for_the_others() -> No
     assert await second == "done"
     with pytest.raises(asyncio.CancelledError):
         await first
+
+
+async def test_a_new_stamp_makes_it_again_however_fresh() -> None:
+    runs, generation = 0, 0
+
+    async def make() -> int:
+        nonlocal runs
+        runs += 1
+        return runs
+
+    shared = Shared(make, fresh=60, stamp=lambda: generation)
+    assert await shared.get() == 1 and await shared.get() == 1
+    generation += 1  # an action changed what the page shows
+    assert await shared.get() == 2 and await shared.get() == 2
