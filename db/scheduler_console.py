@@ -19,33 +19,44 @@ KeyRange = tuple[str, str]
 
 
 async def page(
+    db: Executor, status: str, bound: Bound, before: datetime, limit: int
+) -> list[dict[str, Any]]:
+    """Rows of ``status`` in page order."""
+    rows = await db.fetch(sql("scheduler_console_page"), *bound, before, limit, status)
+    return [dict(r) for r in rows]
+
+
+async def page_by_key_prefix(
+    db: Executor, status: str, bound: Bound, before: datetime, limit: int, key_range: KeyRange
+) -> list[dict[str, Any]]:
+    """Rows of ``status`` whose key is in ``key_range``."""
+    rows = await db.fetch(
+        sql("scheduler_console_page_by_key_prefix"), *bound, before, limit, status, *key_range
+    )
+    return [dict(r) for r in rows]
+
+
+async def page_by_business_unit(
     db: Executor,
     status: str,
     bound: Bound,
     before: datetime,
     limit: int,
+    business_unit: Any,
     key_range: KeyRange | None = None,
-    business_unit: Any = None,
 ) -> list[dict[str, Any]]:
-    """Rows of ``status``; of one business unit and/or a key range, each on its own index."""
-    if business_unit is not None:
-        first, past = key_range or (None, None)
-        rows = await db.fetch(
-            sql("scheduler_console_page_by_business_unit"),
-            *bound,
-            before,
-            limit,
-            status,
-            business_unit,
-            first,
-            past,
-        )
-    elif key_range is not None:
-        rows = await db.fetch(
-            sql("scheduler_console_page_by_key_prefix"), *bound, before, limit, status, *key_range
-        )
-    else:
-        rows = await db.fetch(sql("scheduler_console_page"), *bound, before, limit, status)
+    """Rows of ``status`` of one business unit (and a key range, if given)."""
+    first, past = key_range or (None, None)
+    rows = await db.fetch(
+        sql("scheduler_console_page_by_business_unit"),
+        *bound,
+        before,
+        limit,
+        status,
+        business_unit,
+        first,
+        past,
+    )
     return [dict(r) for r in rows]
 
 

@@ -1,6 +1,6 @@
 """The console's DLQ browser: one admin client and one consumer per worker, started on the
-first browse and kept (a browse used to log in twice per request, under the service's own
-principal), and one browse at a time: a browse asked while one runs is refused at once
+first browse and kept (a browse logs in to Kafka under the service's own principal: never
+once per request), and one browse at a time: a browse asked while one runs is refused at once
 (``Busy``: the page answers 503 with Retry-After), it never piles up logins or waits."""
 
 from __future__ import annotations
