@@ -68,7 +68,7 @@ def register(ctx: SliceContext) -> None:
     # The timer process's snapshot (every timer and metric family, serialized there, parsed
     # here) and the status data are costly: one of each a second at most, however many
     # requests ask (a flood of /status must not take the dispatcher's or the agents' time).
-    shared_peer = Shared(refresh_peer, fresh=0.5, stamp=lambda: runtime.generation)
+    shared_peer = Shared(refresh_peer, fresh=1.0, stamp=lambda: runtime.generation)
 
     async def snapshot() -> StatusSnapshot:
         await peer()
@@ -76,10 +76,10 @@ def register(ctx: SliceContext) -> None:
         ready, checks = await readiness(app, runtime, ctx.consumers, ctx.timer_process, ctx.caches)
         return StatusSnapshot(data, ready, checks)
 
-    # One snapshot every half second at most, whoever asks, its JSON and page rendered once
+    # One snapshot a second at most, whoever asks, its JSON and page rendered once
     # each: building and serializing the whole status per request let a flood of /status take
     # the agents' event loop (and the page and the JSON show the same moment).
-    shared_status = Shared(snapshot, fresh=0.5, stamp=lambda: runtime.generation)
+    shared_status = Shared(snapshot, fresh=1.0, stamp=lambda: runtime.generation)
 
     async def peer() -> None:
         """The timer process's latest timers and metrics (they join this process's own)."""
