@@ -6,7 +6,8 @@ Fills calendar.event_reminders of a throwaway database with ROWS reminders (defa
 90% Sent, 5% Skipped, 5% Pending (one row in 10,000 of the table retrying after a failed
 attempt), due a second apart; the secondary indexes are built after the fill (as fast as
 PostgreSQL builds them), then VACUUM (ANALYZE), as autovacuum leaves a table. Then for the first page, a page deep in the
-table (cursor 100 rows before its end), a window with a tenant filter, and the capped counts
+table (cursor 100 rows before its end), a window with an owner (and tenant) filter, an owner
+with no event, and the capped counts
 of /console/rows: EXPLAIN (ANALYZE, BUFFERS) of the named statement with the page's
 parameters (custom plan) and with plan_cache_mode = force_generic_plan (what a prepared
 statement may switch to after five runs), and the median of 20 runs of the console's own
@@ -23,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import UUID, uuid4
 
 import asyncpg
 
@@ -133,6 +135,12 @@ async def run(n: int = 10_000_000) -> None:
             )
             listing = rows.find("calendar/reminders")
             tenant = "00000000-0000-4000-8000-000000000007"
+            owner = str(
+                await conn.fetchval(
+                    "SELECT owner_user_id FROM calendar.events WHERE tenant_id = $1 LIMIT 1",
+                    UUID(tenant),
+                )
+            )
             window_from = T0 + timedelta(seconds=n // 2)
             window = {
                 "from": window_from.isoformat(),
@@ -145,18 +153,22 @@ async def run(n: int = 10_000_000) -> None:
                     "state": "Sent",
                     "after": encode_cursor(deep["due_at"], deep["reminder_id"]),
                 },
-                "filtered page (Sent, second half of the window, 1 tenant in 100)": {
+                "filtered page (Sent, second half of the window, one owner of a tenant)": {
                     "state": "Sent",
                     "tenant": tenant,
+                    "owner": owner,
                     **window,
                 },
+                "an owner with no event (Sent)": {"state": "Sent", "owner": str(uuid4())},
             }
             figures = []
             for label, params in cases.items():
                 q = listing.query(params)
                 args: tuple[Any, ...] = (*q.bound, q.end, q.limit + 1, q.tenant, q.owner)
                 name = "event_reminders_console_pending"
-                if q.state != "Pending":
+                if q.owner is not None:
+                    name, args = "event_reminders_console_by_owner", (*args, q.state, False)
+                elif q.state != "Pending":
                     name, args = "event_reminders_console_done", (*args, q.state)
                 print(f"\n  {label}: {params}")
                 await explain(conn, name, args)

@@ -124,6 +124,10 @@ class SessionLimits:
     worker), releasing its locks; the worker's transaction rolls back and is redone."""
     keepalive_idle_seconds: int = 30
     """Server-side TCP keepalives notice a client host that vanished."""
+    statement_timeout_seconds: float | None = None
+    """PostgreSQL cancels a statement running longer (the read pages' pool; None: no limit)."""
+    read_only: bool = False
+    """Every transaction of the session is read-only (the read pages' pool)."""
 
     def server_settings(self, application_name: str | None = None) -> dict[str, str]:
         out = {
@@ -135,6 +139,10 @@ class SessionLimits:
             "tcp_keepalives_interval": "10",
             "tcp_keepalives_count": "3",
         }
+        if self.statement_timeout_seconds is not None:
+            out["statement_timeout"] = str(max(1, int(self.statement_timeout_seconds * 1000)))
+        if self.read_only:
+            out["default_transaction_read_only"] = "on"
         if application_name:
             out["application_name"] = application_name[:63]
         return out

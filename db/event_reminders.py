@@ -198,6 +198,31 @@ async def console_done(
     return [dict(r) for r in rows]
 
 
+async def console_by_owner(
+    db: Executor,
+    state: str,
+    bound: ConsoleBound,
+    before: datetime,
+    limit: int,
+    tenant: UUID | None,
+    owner: UUID,
+) -> list[dict[str, Any]]:
+    """One owner's rows of a console state (Pending, Retrying, Sent, Skipped)."""
+    retrying = state == "Retrying"
+    status = "Pending" if retrying else state
+    rows = await db.fetch(
+        sql("event_reminders_console_by_owner"),
+        *bound,
+        before,
+        limit,
+        tenant,
+        owner,
+        status,
+        retrying,
+    )
+    return [dict(r) for r in rows]
+
+
 async def console_counts(db: Executor, cap: int) -> dict[str, int]:
     """Rows by console state (Pending, Retrying, Sent, Skipped), each counted up to ``cap``."""
     rows = await db.fetch(sql("event_reminders_console_counts"), cap)

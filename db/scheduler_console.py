@@ -14,17 +14,48 @@ Bound = tuple[datetime, int]
 """The keyset bound (scheduled_on, scheduler_id): a page starts after it."""
 
 
+KeyRange = tuple[str, str]
+"""[first, past): the SchedulerKeys that start with a prefix, in byte order (collation "C")."""
+
+
 async def page(
+    db: Executor, status: str, bound: Bound, before: datetime, limit: int
+) -> list[dict[str, Any]]:
+    """Rows of ``status`` in page order."""
+    rows = await db.fetch(sql("scheduler_console_page"), *bound, before, limit, status)
+    return [dict(r) for r in rows]
+
+
+async def page_by_key_prefix(
+    db: Executor, status: str, bound: Bound, before: datetime, limit: int, key_range: KeyRange
+) -> list[dict[str, Any]]:
+    """Rows of ``status`` whose key is in ``key_range``."""
+    rows = await db.fetch(
+        sql("scheduler_console_page_by_key_prefix"), *bound, before, limit, status, *key_range
+    )
+    return [dict(r) for r in rows]
+
+
+async def page_by_business_unit(
     db: Executor,
     status: str,
     bound: Bound,
     before: datetime,
     limit: int,
-    key_prefix: str | None = None,
-    business_unit: Any = None,
+    business_unit: Any,
+    key_range: KeyRange | None = None,
 ) -> list[dict[str, Any]]:
+    """Rows of ``status`` of one business unit (and a key range, if given)."""
+    first, past = key_range or (None, None)
     rows = await db.fetch(
-        sql("scheduler_console_page"), *bound, before, limit, status, key_prefix, business_unit
+        sql("scheduler_console_page_by_business_unit"),
+        *bound,
+        before,
+        limit,
+        status,
+        business_unit,
+        first,
+        past,
     )
     return [dict(r) for r in rows]
 

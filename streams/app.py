@@ -24,7 +24,7 @@ from streams.timer_app import create_timers
 from streams.timer_process.supervisor import TimerProcess
 from streams.timers.registry import TimerRegistry
 from streams.topics import Topics
-from streams.web import views
+from streams.web import guard, views
 
 
 class WorkerServices(Service):
@@ -96,6 +96,16 @@ def create_context(
         web_host=settings.web_host,
         web_port=settings.web_port,
         web_bind=settings.web_host,
+        # Only the service's own views: Faust's (/router/, /table/, /graph/, stats, metrics)
+        # would serve table contents and tracebacks past the gate's pages.
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_graph_enabled=False,
+        web_stats_enabled=False,
+        web_metrics_enabled=False,
+        # The gate (read token, read pool and concurrency, body limits, security headers)
+        # and the header timeout: streams/web/guard.py.
+        web_application_options=guard.application_options(runtime),
         topic_partitions=settings.topic_partitions,
         topic_replication_factor=settings.kafka_replication_factor,
         # KAFKA_DECLARE_INTERNAL_TOPICS=false: no CreateTopics from the worker (no Create ACL);

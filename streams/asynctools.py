@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Generic, TypeVar
 
 from streams.errors import describe
 
-__all__ = ["describe", "in_flight", "wait_any"]
+__all__ = ["Shared", "describe", "in_flight", "wait_any"]
 
 T = TypeVar("T")
 
@@ -50,3 +51,40 @@ async def in_flight(jobs: Sequence[Coroutine[Any, Any, T]], limit: int) -> list[
         if not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
     return [task.result() for task in tasks]
+
+
+class Shared(Generic[T]):
+    """One run of ``make`` at a time, its result shared by every caller that asks meanwhile
+    and reused for ``fresh`` seconds while ``stamp()`` is unchanged (something that changes
+    what ``make`` would return bumps it): what a page costs under a flood of requests is a
+    few runs a second, not one per request. A failure is shared too, and not reused."""
+
+    def __init__(
+        self,
+        make: Callable[[], Awaitable[T]],
+        fresh: float,
+        stamp: Callable[[], object] = lambda: None,
+    ) -> None:
+        self._make = make
+        self.fresh = fresh
+        self._stamp = stamp
+        self._done: tuple[float, object, T] | None = None
+        self._running: asyncio.Future[T] | None = None
+
+    async def get(self) -> T:
+        done = self._done
+        if (
+            done is not None
+            and time.monotonic() - done[0] < self.fresh
+            and done[1] == self._stamp()
+        ):
+            return done[2]
+        if self._running is None or self._running.done():
+            self._running = asyncio.ensure_future(self._run())
+        return await asyncio.shield(self._running)
+
+    async def _run(self) -> T:
+        stamp = self._stamp()
+        value = await self._make()
+        self._done = (time.monotonic(), stamp, value)
+        return value

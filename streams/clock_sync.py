@@ -45,17 +45,12 @@ def skew_problem(clock: DatabaseClock, bound: float) -> str | None:
 async def keep_synced(
     pool: Pool, clock: DatabaseClock, metrics: Metrics, *, interval: float, bound: float
 ) -> None:
-    """Read the database's clock every ``interval`` seconds until cancelled. A failed reading
-    leaves the clock running on its last one (monotonic time does not drift in seconds); a
-    worker's clock crossing ``bound`` either way is logged once per crossing."""
+    """Read the database's clock every ``interval`` seconds until cancelled (the first reading
+    is the caller's). A failed reading leaves the clock running on its last one (monotonic
+    time does not drift in seconds); a worker's clock crossing ``bound`` either way is logged
+    once per crossing."""
     skewed = False
     while True:
-        try:
-            await read(pool, clock, metrics)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the database's own errors show on /health; keep the last reading
-            logs.event(log, logging.DEBUG, "clock_read_failed", error=exc)
         problem = skew_problem(clock, bound)
         if problem is not None and not skewed:
             logs.event(
@@ -65,3 +60,9 @@ async def keep_synced(
             logs.event(log, logging.INFO, "clock_skew_resolved", skew_seconds=clock.skew_seconds)
         skewed = problem is not None
         await asyncio.sleep(interval)
+        try:
+            await read(pool, clock, metrics)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the database's own errors show on /health; keep the last reading
+            logs.event(log, logging.DEBUG, "clock_read_failed", error=exc)

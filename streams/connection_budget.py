@@ -23,29 +23,34 @@ class ConnectionPlan:
     processes: int
     """Processes with a pool: the worker, and its timer process unless WORKER_TIMER_PROCESS=false."""
     pool_size: int
-    """Each process's pool: (budget - LISTEN) // processes, at most DB_POOL_MAX_SIZE."""
+    """Each process's pool: (budget - LISTEN - read pool) // processes, at most
+    DB_POOL_MAX_SIZE."""
+    read: int = 0
+    """The worker's read pages' pool (WEB_READ_POOL_SIZE; streams/runtime.py)."""
     listen: int = LISTEN
 
     @property
     def total(self) -> int:
-        return self.processes * self.pool_size + self.listen
+        return self.processes * self.pool_size + self.read + self.listen
 
     def describe(self) -> str:
         pools = f"{self.processes} pool{'s' if self.processes > 1 else ''} of {self.pool_size}"
-        return f"{self.total} of {self.budget} ({pools} + {self.listen} LISTEN)"
+        return f"{self.total} of {self.budget} ({pools} + {self.read} read + {self.listen} LISTEN)"
 
 
 def plan(settings: Settings) -> ConnectionPlan:
     """The pools' sizes for ``settings``; ValueError naming the setting if it cannot fit."""
     budget = settings.db_max_connections_per_worker
     processes = 2 if settings.worker_timer_process else 1
-    per_process = (budget - LISTEN) // processes
+    read = settings.web_read_pool_size
+    per_process = (budget - LISTEN - read) // processes
     if per_process < 1:
         raise ValueError(
             f"{SETTING}={budget} leaves no pool connection: a worker needs {LISTEN} LISTEN "
-            f"connection plus at least one per process ({processes} processes)"
+            f"connection, WEB_READ_POOL_SIZE={read} for its read pages, plus at least one per "
+            f"process ({processes} processes)"
         )
-    return ConnectionPlan(budget, processes, min(settings.db_pool_max_size, per_process))
+    return ConnectionPlan(budget, processes, min(settings.db_pool_max_size, per_process), read)
 
 
 def problem(settings: Settings, limits: ConnectionLimits) -> str | None:

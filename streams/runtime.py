@@ -1,9 +1,18 @@
-"""What agents, timers and web views of one worker process share: settings, clock, metrics, database."""
+"""What agents, timers and web views of one worker process share: settings, clock, metrics, database.
+
+Two pools: the worker's (agents, timers, console actions) and the read pages' own (small,
+read-only sessions with a server-side statement_timeout). ``pool()`` returns the read pool
+while a read request is served (``reading()``, entered by streams/web/guard.py for every
+read page), so every repository call a page makes, however deep, stays off the worker's
+connections; ``worker_pool()`` is the worker's whatever the context (``/health``)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from db.connector import Pool, SessionLimits, create_pool
 from streams import clock_sync
@@ -25,8 +34,56 @@ class Runtime:
         self._pool: Pool | None = None
         self._pool_lock = asyncio.Lock()
         self._clock_sync: asyncio.Task[None] | None = None
+        self._read_pool: Pool | None = None
+        self._read_lock = asyncio.Lock()
+        self._closing: list[Callable[[], Awaitable[None]]] = []
+        self.generation = 0
+        """Bumped by every action served over the web (streams/web/guard.py): the pages'
+        shared snapshots made before it are not reused."""
+
+    def on_close(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Call ``close`` when the runtime closes, before its pools (kept clients of a page)."""
+        self._closing.append(close)
 
     async def pool(self) -> Pool:
+        """The pool for this context: the read pages' inside ``reading()``, else the worker's."""
+        if _READING.get():
+            return await self.read_pool()
+        return await self.worker_pool()
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Inside, ``pool()`` is the read pool (tasks started inside inherit it)."""
+        token = _READING.set(True)
+        try:
+            yield
+        finally:
+            _READING.reset(token)
+
+    async def read_pool(self) -> Pool:
+        """The read pages' pool (WEB_READ_POOL_SIZE), created on first read."""
+        if self._read_pool is None:
+            async with self._read_lock:
+                if self._read_pool is None:
+                    self._read_pool = await create_pool(
+                        self.settings.database_url,
+                        min_size=0,
+                        max_size=self.settings.web_read_pool_size,
+                        limits=SessionLimits(
+                            lock_timeout_seconds=self.settings.db_lock_timeout_seconds,
+                            idle_in_transaction_seconds=(
+                                self.settings.db_idle_in_transaction_timeout_seconds
+                            ),
+                            statement_timeout_seconds=(
+                                self.settings.web_read_statement_timeout_seconds
+                            ),
+                            read_only=True,
+                        ),
+                        application_name=f"{self.settings.app_id}:{os.getpid()}:read",
+                    )
+        return self._read_pool
+
+    async def worker_pool(self) -> Pool:
         """The worker's connection pool, created on first use (agents may start before services)."""
         if self._pool is None:
             async with self._pool_lock:
@@ -80,6 +137,14 @@ class Runtime:
             task, self._clock_sync = self._clock_sync, None
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        for close in self._closing:
+            await close()
+        if self._read_pool is not None:
+            read, self._read_pool = self._read_pool, None
+            await read.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
+
+
+_READING: ContextVar[bool] = ContextVar("streams_reading", default=False)

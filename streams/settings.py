@@ -84,6 +84,23 @@ class Settings(BaseSettings):
     # ``Authorization: Bearer <token>`` or through the console's login form; empty = off.
     # Never logged; at least WEB_ADMIN_TOKEN_MIN_CHARS characters.
     web_admin_token: SecretStr = SecretStr("")
+    # Puts every read page (/status, /console/..., /timers, /explain, anything not listed as
+    # open) behind a token: ``Authorization: Bearer <token>`` (this one or WEB_ADMIN_TOKEN) or
+    # a console login with either; without it such a request gets 401. /health, /health/live
+    # and /metrics stay open (probes, scrapers). Empty = read pages open. Never logged.
+    web_read_token: SecretStr = SecretStr("")
+    # The read pages' own PostgreSQL pool (never the worker's): its size, the server-side
+    # statement_timeout of its sessions (read-only sessions), and how many read requests may
+    # run at once; one more gets 503 with Retry-After at once, it never queues.
+    web_read_pool_size: int = Field(1, ge=1, le=20)
+    web_read_statement_timeout_seconds: float = Field(5.0, gt=0, le=300)
+    web_read_concurrency: int = Field(4, ge=1, le=1000)
+    # Slow clients: a connection whose request headers have not all arrived this long after
+    # it opened (or after its last response) is closed; a request body not read within
+    # WEB_BODY_TIMEOUT_SECONDS gets 408; bodies over WEB_MAX_BODY_BYTES get 413.
+    web_header_timeout_seconds: float = Field(10.0, gt=0, le=300)
+    web_body_timeout_seconds: float = Field(10.0, gt=0, le=300)
+    web_max_body_bytes: int = Field(65_536, ge=1024, le=10 * 1024 * 1024)
     log_level: str = "info"
     # One line per record: text (``<time> <level> <logger> action=... k=v``) or json (one
     # object per line, the same fields as keys); streams/logs.py.
@@ -181,14 +198,14 @@ class Settings(BaseSettings):
     automation_scheduler_retention_days: float = Field(30.0, ge=2, le=36_500)
     timer_slot_retention_days: float = Field(7.0, ge=1, le=36_500)
 
-    @field_validator("web_admin_token")
+    @field_validator("web_admin_token", "web_read_token")
     @classmethod
     def _admin_token(cls, v: SecretStr) -> SecretStr:
         token = v.get_secret_value()
         if token and (len(token) < WEB_ADMIN_TOKEN_MIN_CHARS or token != token.strip()):
             # The message never carries the value.
             raise ValueError(
-                f"must be empty (console actions off) or at least {WEB_ADMIN_TOKEN_MIN_CHARS} "
+                f"must be empty (off) or at least {WEB_ADMIN_TOKEN_MIN_CHARS} "
                 "characters without surrounding spaces (e.g. `openssl rand -hex 32`)"
             )
         return v
@@ -252,6 +269,14 @@ class Settings(BaseSettings):
                 f"BROKER_HEARTBEAT_INTERVAL={self.broker_heartbeat_interval:g} must be at most a"
                 f" third of BROKER_SESSION_TIMEOUT={self.broker_session_timeout:g}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _distinct_tokens(self) -> Settings:
+        read = self.web_read_token.get_secret_value()
+        if read and read == self.web_admin_token.get_secret_value():
+            # One token for both would let every reader act: the values are never printed.
+            raise ValueError("WEB_READ_TOKEN must differ from WEB_ADMIN_TOKEN")
         return self
 
     @field_validator("log_levels")

@@ -171,6 +171,24 @@ WHERE r.status = $7 AND r.status <> 'Pending'
 ORDER BY r.due_at, r.reminder_id
 LIMIT $4;
 
+-- name: event_reminders_console_by_owner
+-- The console's page of one owner's rows ($6; $5 tenant, NULL: any) of state $7 (Pending,
+-- Sent or Skipped; $8: only rows with failed attempts, the Retrying state), as
+-- event_reminders_console_pending: the owner's events on ix_events_owner, each event's few
+-- reminders on ux_event_reminders_identity, sorted. Bounded by the owner's events, whatever
+-- the table's size; an owner with none costs one index probe.
+SELECT r.reminder_id, r.event_id, r.offset_minutes, r.due_at, r.status, r.sent_at,
+       r.skip_reason, r.attempts, r.last_error_code,
+       CASE WHEN r.next_attempt_at > '-infinity' THEN r.next_attempt_at END AS next_attempt_at,
+       r.created_at, r.updated_at, e.tenant_id, e.owner_user_id, e.kind, e.start_at
+FROM calendar.events e
+JOIN calendar.event_reminders r ON r.event_id = e.event_id
+WHERE e.owner_user_id = $6 AND ($5::uuid IS NULL OR e.tenant_id = $5)
+  AND r.status = $7 AND (NOT $8::boolean OR r.attempts > 0)
+  AND (r.due_at, r.reminder_id) > ($1::timestamptz, $2::uuid) AND r.due_at < $3
+ORDER BY r.due_at, r.reminder_id
+LIMIT $4;
+
 -- name: event_reminders_console_counts
 -- Rows by console state, each counted up to $1 (an index range that stops there: the
 -- console shows "$1 or more" rather than scanning ten million rows).

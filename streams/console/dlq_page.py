@@ -17,7 +17,8 @@ from db import console_audit
 from db.connector import connection
 from streams.console import auth
 from streams.console.layout import esc, shell, table, td
-from streams.dlq.browse import browse, clamp_limit
+from streams.dlq.browse import clamp_limit
+from streams.dlq.browser import Busy, DlqBrowser
 from streams.dlq.replay import replay_dlq
 from streams.dlq.rules import ReplayUsageError, input_topic_names
 from streams.runtime import Runtime
@@ -81,6 +82,8 @@ def register(
     """Called by streams/console/web.py, which owns the token, session and answer shapes."""
     app, runtime = ctx.app, ctx.runtime
     settings = runtime.settings
+    browser = DlqBrowser(settings)  # one pair of Kafka clients for every browse of this worker
+    runtime.on_close(browser.close)
 
     @app.page(PAGE)
     class DeadLetters(View):
@@ -94,9 +97,11 @@ def register(
                 return self.html(shell("dead letters", f"<ul>{links}</ul>"))
             try:
                 limit = clamp_limit(int(request.query.get("limit") or 50))
-                found = await browse(
-                    settings, topic, reason=request.query.get("reason") or None, limit=limit
+                found = await browser.browse(
+                    topic, reason=request.query.get("reason") or None, limit=limit
                 )
+            except Busy as exc:
+                return self.json({"error": str(exc)}, status=503, headers={"Retry-After": "1"})
             except (ValueError, ReplayUsageError) as exc:
                 return self.json({"error": str(exc)}, status=400)
             except (KafkaError, TimeoutError, OSError) as exc:

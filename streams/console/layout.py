@@ -11,6 +11,7 @@ import html
 import json
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 NAV = (
@@ -21,31 +22,10 @@ NAV = (
     ("/metrics", "metrics"),
 )
 
-STYLE = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2329;background:#f6f7f9}
-header{background:#1d2329;color:#fff;padding:14px 24px;display:flex;gap:16px;align-items:baseline;flex-wrap:wrap}
-header h1{font-size:20px;margin:0}header a{color:#9cc3ff}main{padding:8px 24px 32px}
-nav a{margin-right:12px}
-h2{font-size:16px;margin:24px 0 8px}h3{font-size:13px;margin:12px 0 4px;color:#555}
-.badge{padding:2px 10px;border-radius:10px;font-weight:600;font-size:13px}
-.ok{background:#d8f3dc;color:#0a5c26}.bad{background:#ffd9d9;color:#8a0c0c}.dim{color:#8a939c}
-table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0001;margin-bottom:8px}
-td,th{border-bottom:1px solid #e6e8eb;padding:5px 10px;text-align:left;vertical-align:top}
-th{background:#eef0f3;font-weight:600;font-size:12px;color:#444}
-td.n{text-align:right;font-variant-numeric:tabular-nums}tr.fail td{background:#fff1f1}
-.kv th{width:220px}td.summary{font-size:12px;color:#555;padding-left:24px;border-bottom:1px solid #ccd}
-td{white-space:nowrap}td.small,td.summary{white-space:normal}.small{font-size:12px;color:#555;max-width:520px;word-break:break-word}
-form.inline{display:inline-block;margin:0 8px 8px 0}
-.hscroll{overflow-x:auto;max-width:100%}
-.banner{margin:16px 0 8px;padding:12px 16px;border-radius:6px;display:flex;gap:12px;align-items:baseline;flex-wrap:wrap;font-size:15px}
-.banner.clear{background:#d8f3dc;color:#0a5c26}.banner.problem{background:#ffd9d9;color:#8a0c0c;border-left:6px solid #b3261e}
-.banner a{color:inherit}.banner ul.more{flex-basis:100%;margin:4px 0 0;padding-left:18px;font-size:13px}
-.slices{display:flex;flex-wrap:wrap;gap:16px}.slice{background:#fff;box-shadow:0 1px 2px #0002;padding:8px 14px 12px;border-radius:6px}
-.slice.wide{flex-basis:100%}.grid{display:flex;flex-wrap:wrap;gap:0 20px;align-items:flex-start}
-.slice .kv th{width:160px}.slice h3{font-size:15px;color:#1d2329;margin:4px 0 8px;text-transform:capitalize}.slice table{box-shadow:none}
-.charts{display:flex;gap:12px;flex-wrap:wrap;margin:8px 0}svg.chart{background:#fbfcfd;border:1px solid #e6e8eb;border-radius:4px}
-svg.chart text{font:10px system-ui,sans-serif;fill:#5b646d}table.inner th{width:auto}caption{text-align:left;font-size:12px;color:#8a939c}
-"""
+STYLESHEET = "/static/console.css"
+"""The pages' one style sheet (streams/console/static/console.css): a file, not inline, so the
+pages' Content-Security-Policy allows no inline style (streams/web/guard.py)."""
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
 def shell(
@@ -56,7 +36,8 @@ def shell(
     nav = "".join(f'<a href="{href}">{esc(label)}</a>' for href, label in NAV)
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>{esc(title)}</title>{refresh}
-<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head><body>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="stylesheet" href="{STYLESHEET}"></head><body>
 <header><h1>{esc(title)}</h1>{header_extra}<nav>{nav}</nav></header>
 <main>{body}</main></body></html>"""
 

@@ -109,7 +109,11 @@ class Listing:
     counts: CountsFn
     detail: DetailFn
     filters: tuple[str, ...] = ()
-    """Of OPTIONAL_FILTERS, those it offers."""
+    """Of OPTIONAL_FILTERS, those it offers; each is served by an index (a value that matches
+    nothing costs an index probe, never a scan of a state: the page is a public read)."""
+    requires: tuple[tuple[str, str], ...] = ()
+    """(filter, filter): the first is refused (400) unless the second is given too, when only
+    the second has an index."""
     newest_first: bool = False
     about: str = ""
     """One line: what a row is, and where the states come from."""
@@ -119,7 +123,10 @@ class Listing:
             raise ValueError(f"listing name {self.name!r} is not <slice>/<listing>")
         if not self.states:
             raise ValueError(f"listing {self.name}: no states")
-        unknown = sorted(set(self.filters) - set(OPTIONAL_FILTERS))
+        unknown = sorted(
+            (set(self.filters) | {f for pair in self.requires for f in pair})
+            - set(OPTIONAL_FILTERS)
+        )
         if unknown:
             raise ValueError(f"listing {self.name}: unknown filters {unknown}")
         for column in (self.id_column, self.time_column):
@@ -158,6 +165,17 @@ class Listing:
         key_prefix = given.get("key_prefix")
         if key_prefix is not None and len(key_prefix) > MAX_KEY_PREFIX:
             raise FilterError("key_prefix", f"longer than {MAX_KEY_PREFIX} characters")
+        if key_prefix is not None:
+            if "\x00" in key_prefix:
+                raise FilterError("key_prefix", "holds a NUL character")
+            prefix_range(key_prefix)
+        for name, needed in self.requires:
+            if name in given and needed not in given:
+                raise FilterError(
+                    name,
+                    f"only together with {needed}: no index serves {name} alone on "
+                    f"{self.table} (a value matching nothing would read every row of a state)",
+                )
         bound, end = keyset_bound(self, since, until, after)
         return Query(
             state=state,
@@ -209,6 +227,20 @@ def parse_instant(value: str, param: str) -> datetime:
     if not FLOOR < parsed < CEILING:
         raise FilterError(param, f"{value!r} is out of range")
     return parsed.astimezone(UTC)
+
+
+def prefix_range(prefix: str) -> tuple[str, str]:
+    """[prefix, past): every string that starts with ``prefix`` and no other, in code point
+    order (PostgreSQL's collation "C" on UTF-8): ``past`` is the prefix with its last
+    character the next one (dropping trailing U+10FFFF, skipping the surrogates).
+    FilterError for a prefix with no such end (only U+10FFFF characters)."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            following = 0xE000 if 0xD800 <= last + 1 <= 0xDFFF else last + 1
+            return prefix, "".join(chars) + chr(following)
+    raise FilterError("key_prefix", "must hold a character below U+10FFFF")
 
 
 def parse_limit(value: str) -> int:

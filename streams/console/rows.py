@@ -71,8 +71,11 @@ async def page(runtime: Runtime, listing: Listing, params: dict[str, str]) -> di
     its rows, and the cursor of the next page (None on the last)."""
     query = listing.query(params)
     async with connection(await runtime.pool()) as conn:
-        # One row more than the page says whether there is a next page.
-        rows = await listing.page(conn, replace(query, limit=query.limit + 1))
+        # Planned for the filter's values: whether a key prefix or an owner matches a handful
+        # of rows or most of them decides which index reads the page (a generic plan cannot).
+        with conn.planning_for_parameters():
+            # One row more than the page says whether there is a next page.
+            rows = await listing.page(conn, replace(query, limit=query.limit + 1))
     more = len(rows) > query.limit
     rows = rows[: query.limit]
     following = listing.cursor_of(rows[-1]) if more else None

@@ -9,6 +9,7 @@ from typing import Any
 
 from faust.web import Request, Response, View
 
+from streams.asynctools import Shared
 from streams.console import rows
 from streams.console.listing import FilterError
 from streams.console.rows_html import render_detail, render_error, render_index, render_page
@@ -30,10 +31,12 @@ def _error(web: View, request: Request, status: int, message: str, **extra: Any)
 
 def register(ctx: SliceContext) -> None:
     app, runtime = ctx.app, ctx.runtime
+    # Every listing's capped counts: one count a second at most, whoever asks.
+    counts = Shared(lambda: rows.index(runtime), fresh=1.0, stamp=lambda: runtime.generation)
 
     @app.page("/console/rows")
     async def rows_index(web: View, request: Request) -> Response:
-        data = await rows.index(runtime)
+        data = await counts.get()
         return web.json(data) if wants_json(request) else web.html(render_index(data))
 
     @app.page("/console/rows/{slice_name}/{listing_name}")

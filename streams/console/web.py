@@ -2,7 +2,8 @@
 (POST /console/login), the row actions (POST /console/actions/<action>) and pausing or resuming
 a schedule (POST /console/actions/timers/pause|resume). Each is refused
 unless WEB_ADMIN_TOKEN is set and the request carries it (bearer) or a logged-in session
-with its CSRF token (streams/console/auth.py). Read-only pages stay open as today.
+with its CSRF token (streams/console/auth.py). Read pages are gated by WEB_READ_TOKEN
+(streams/web/guard.py); a login with that token reads only.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from streams.console.layout import esc, shell
 from streams.console.perform import BadRequest, lookup, perform
 from streams.runtime import Runtime
 from streams.slices.context import SliceContext
+from streams.web import guard
 
 LOGIN = "/console/login"
 ACTIONS = "/console/actions/{action}"
@@ -81,13 +83,21 @@ def register(ctx: SliceContext) -> None:
 
         async def post(self, request: Request, **kwargs: Any) -> Response:
             token = _token(runtime)
-            if not token:
+            reader = runtime.settings.web_read_token.get_secret_value()
+            if not token and not reader:
                 return self.html(_login_form(off=True), status=403)
             fields = await _fields(request)
             given = fields.get("token", "")
             if not given:
+                guard.auth_failed(runtime, "login", request, "no credential")
                 return self.html(_login_form("give the token"), status=401)
-            if not auth.bearer_ok(token, f"Bearer {given}"):
+            if reader and auth.bearer_ok(reader, f"Bearer {given}"):
+                # The read token logs in to read only (streams/web/guard.py).
+                token, name = reader, guard.READ_COOKIE
+            elif token and auth.bearer_ok(token, f"Bearer {given}"):
+                name = auth.COOKIE
+            else:
+                guard.auth_failed(runtime, "login", request, "wrong token")
                 return self.html(_login_form("wrong token"), status=403)
             response = self.html(
                 shell("console login", '<p>Logged in. <a href="/console/rows">rows</a></p>'),
@@ -96,7 +106,7 @@ def register(ctx: SliceContext) -> None:
             )
             cookie = auth.new_session(token, fields.get("actor", ""), time.time())
             response.set_cookie(  # type: ignore[attr-defined]
-                auth.COOKIE,
+                name,
                 cookie,
                 httponly=True,
                 samesite="Strict",

@@ -84,66 +84,81 @@ async def browse(
     limit: int | None = None,
     window: int = WINDOW,
 ) -> Browse:
-    """The newest records of ``topic``'s DLQ (ReplayUsageError for an unknown topic)."""
-    source, dlq = resolve_topic(settings, topic)
-    out = Browse(dlq, source)
-    want = clamp_limit(limit)
+    """The newest records of ``topic``'s DLQ (ReplayUsageError for an unknown topic), with
+    clients of its own (the CLI); the console reuses one pair (streams/dlq/browser.py)."""
+    _, dlq = resolve_topic(settings, topic)
     _, partitions = await _topic_layout(settings, dlq)
     consumer = AIOKafkaConsumer(
         **client_options(settings), enable_auto_commit=False, isolation_level="read_committed"
     )
-    found: list[Entry] = []
     try:
         await consumer.start()
-        tps = [TopicPartition(dlq, p) for p in partitions]
-        consumer.assign(tps)
-        end = await consumer.end_offsets(tps)
-        begin = await consumer.beginning_offsets(tps)
-        pending = set()
-        for tp in tps:
-            out.records += end[tp] - begin[tp]
-            start = max(begin[tp], end[tp] - window)
-            if start < end[tp]:
-                consumer.seek(tp, start)
-                pending.add(tp)
-        while pending:
-            batch = await consumer.getmany(*pending, timeout_ms=1000, max_records=500)
-            if not batch:
-                break  # nothing more within the timeout (transaction markers at the end)
-            for tp, records in batch.items():
-                for rec in records:
-                    if rec.offset >= end[tp]:
-                        break
-                    d = decide(
-                        dlq, tp.partition, rec.offset, rec.key, rec.value, list(rec.headers), source
-                    )
-                    out.read += 1
-                    out.by_reason[d.reason] += 1
-                    out.by_kind[d.kind] += 1
-                    if reason is not None and d.reason != reason:
-                        continue
-                    at = (
-                        datetime.fromtimestamp(rec.timestamp / 1000, UTC).isoformat()
-                        if rec.timestamp is not None and rec.timestamp >= 0
-                        else None
-                    )
-                    found.append(
-                        Entry(
-                            tp.partition,
-                            rec.offset,
-                            at,
-                            d.kind,
-                            d.reason,
-                            d.target_topic,
-                            d.skip or "yes",
-                            d.redacted,
-                        )
-                    )
-            for tp in list(pending):
-                if await consumer.position(tp) >= end[tp]:
-                    pending.discard(tp)
+        return await read_back(settings, consumer, topic, partitions, reason, limit, window)
     finally:
         await consumer.stop()
+
+
+async def read_back(
+    settings: Settings,
+    consumer: AIOKafkaConsumer,
+    topic: str,
+    partitions: list[int],
+    reason: str | None,
+    limit: int | None,
+    window: int = WINDOW,
+) -> Browse:
+    """``browse`` on a started consumer (its assignment is replaced) and the DLQ's partitions."""
+    source, dlq = resolve_topic(settings, topic)
+    out = Browse(dlq, source)
+    want = clamp_limit(limit)
+    found: list[Entry] = []
+    tps = [TopicPartition(dlq, p) for p in partitions]
+    consumer.assign(tps)
+    end = await consumer.end_offsets(tps)
+    begin = await consumer.beginning_offsets(tps)
+    pending = set()
+    for tp in tps:
+        out.records += end[tp] - begin[tp]
+        start = max(begin[tp], end[tp] - window)
+        if start < end[tp]:
+            consumer.seek(tp, start)
+            pending.add(tp)
+    while pending:
+        batch = await consumer.getmany(*pending, timeout_ms=1000, max_records=500)
+        if not batch:
+            break  # nothing more within the timeout (transaction markers at the end)
+        for tp, records in batch.items():
+            for rec in records:
+                if rec.offset >= end[tp]:
+                    break
+                d = decide(
+                    dlq, tp.partition, rec.offset, rec.key, rec.value, list(rec.headers), source
+                )
+                out.read += 1
+                out.by_reason[d.reason] += 1
+                out.by_kind[d.kind] += 1
+                if reason is not None and d.reason != reason:
+                    continue
+                at = (
+                    datetime.fromtimestamp(rec.timestamp / 1000, UTC).isoformat()
+                    if rec.timestamp is not None and rec.timestamp >= 0
+                    else None
+                )
+                found.append(
+                    Entry(
+                        tp.partition,
+                        rec.offset,
+                        at,
+                        d.kind,
+                        d.reason,
+                        d.target_topic,
+                        d.skip or "yes",
+                        d.redacted,
+                    )
+                )
+        for tp in list(pending):
+            if await consumer.position(tp) >= end[tp]:
+                pending.discard(tp)
     found.sort(key=lambda e: (e.at or "", e.offset), reverse=True)
     out.entries = found[:want]
     return out

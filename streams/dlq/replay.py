@@ -199,19 +199,26 @@ async def replay_dlq(
 
 async def _topic_layout(settings: Settings, dlq: str) -> tuple[set[str], list[int]]:
     """The topics that exist, and the partitions of ``dlq`` (ReplayUsageError if it is missing)."""
-    bootstrap = settings.kafka_bootstrap
     admin = AIOKafkaAdminClient(**client_options(settings))
     try:
         await admin.start()
-        existing = set(await admin.list_topics())
-        if dlq not in existing:
-            raise ReplayUsageError(
-                f"topic {dlq} does not exist on {bootstrap} (check TOPIC_PREFIX; `python -m streams topics` creates it)"
-            )
-        [described] = await admin.describe_topics([dlq])
-        return existing, sorted(int(p["partition"]) for p in described["partitions"])
+        return await topic_layout(admin, settings, dlq)
     finally:
         await admin.close()
+
+
+async def topic_layout(
+    admin: AIOKafkaAdminClient, settings: Settings, dlq: str
+) -> tuple[set[str], list[int]]:
+    """``_topic_layout`` on a started admin client."""
+    existing = set(await admin.list_topics())
+    if dlq not in existing:
+        raise ReplayUsageError(
+            f"topic {dlq} does not exist on {settings.kafka_bootstrap} (check TOPIC_PREFIX; "
+            "`python -m streams topics` creates it)"
+        )
+    [described] = await admin.describe_topics([dlq])
+    return existing, sorted(int(p["partition"]) for p in described["partitions"])
 
 
 async def _send(

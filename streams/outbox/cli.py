@@ -1,9 +1,12 @@
 """``python -m streams outbox parked|retry ID|drop ID``: the rows the relay parked.
 
 parked [--limit N] [--format json]  rows Kafka refused for good, oldest first (no payloads)
-retry ID                            back to ops.outbox with the same id (and outbox-id
+retry ID [--reason R] [--actor A]   back to ops.outbox with the same id (and outbox-id
                                     header); the relay sends it next, after the cause is fixed
-drop ID                             delete a parked row for good (its event is never sent)
+drop ID [--reason R] [--actor A]    delete a parked row for good (its event is never sent)
+
+retry and drop are audited in ops.console_audit (listing ``outbox``, target the row's id,
+actor ``--actor`` or ``$USER``), in the transaction that moves or deletes the row.
 
 Exit status: 0 done, 1 no such parked row, 2 usage.
 """
@@ -15,11 +18,14 @@ import asyncio
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 
 import db.outbox as repo
+from db import console_audit
 from db.connector import connection, create_pool, transaction
 from streams import logs
 from streams.settings import Settings
+from streams.timers.control import actor_default
 
 log = logging.getLogger("streams.outbox")
 
@@ -39,6 +45,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     for name in ("retry", "drop"):
         cmd = commands.add_parser(name, help=f"{name} one parked row")
         cmd.add_argument("id", type=int, metavar="ID", help="a parked row's id (from parked)")
+        cmd.add_argument("--reason", default="", help="why (audited)")
+        cmd.add_argument("--actor", default=None, help="who (default: $USER)")
     outbox.set_defaults(run=run_outbox)
 
 
@@ -74,11 +82,24 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             return 0
         async with transaction(pool) as conn:
             if args.command == "retry":
-                done = await repo.parked_retry(conn, args.id)
-                found = done
+                found = await repo.parked_retry(conn, args.id)
+                details: dict[str, object] = {}
             else:
                 dropped = await repo.parked_drop(conn, args.id)
                 found = dropped is not None
+                details = {"topic": dropped[0], "parked_reason": dropped[1]} if dropped else {}
+            # Audited like every console action, in the same transaction as the change.
+            await console_audit.record(
+                conn,
+                datetime.now(UTC),
+                args.actor or actor_default(),
+                f"outbox-{args.command}",
+                "outbox",
+                str(args.id),
+                args.reason,
+                "changed" if found else "not_found",
+                details,
+            )
         if not found:
             print(f"no parked outbox row {args.id}", file=sys.stderr)
             return 1

@@ -4,6 +4,8 @@ agents alive, every assigned input partition moving, its own local store working
 from __future__ import annotations
 
 import asyncio
+import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -63,6 +65,51 @@ def timer_process_check(timer_process: TimerProcess) -> str:
     return "ok" if timer_process.ready else "down"
 
 
+class PostgresProbe:
+    """Can the worker's own pool get a connection and a statement answered within 2 s?
+
+    On the worker's pool, not the read pages' (a flood of reads must not make the worker look
+    down; a worker whose own pool is exhausted is not ready). At most one ping is in flight,
+    whatever the number of probes and scrapers asking at once, and its answer is reused for
+    ``FRESH_SECONDS``: /health is open, so it must not be a way to take the worker's
+    connections either."""
+
+    FRESH_SECONDS = 1.0
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._answer: tuple[float, str] | None = None
+        self._pinging: asyncio.Future[str] | None = None
+
+    async def check(self) -> str:
+        if self._answer is not None and time.monotonic() - self._answer[0] < self.FRESH_SECONDS:
+            return self._answer[1]
+        if self._pinging is None or self._pinging.done():
+            self._pinging = asyncio.ensure_future(self._ping())
+        return await asyncio.shield(self._pinging)
+
+    async def _ping(self) -> str:
+        try:
+            pool = await asyncio.wait_for(self.runtime.worker_pool(), timeout=2)
+            async with connection(pool, timeout=2) as conn:
+                await ping(conn, timeout=2)
+            answer = "ok"
+        except Exception as exc:  # readiness reports, it never raises
+            answer = f"error: {type(exc).__name__}"
+        self._answer = (time.monotonic(), answer)
+        return answer
+
+
+_PROBES: weakref.WeakKeyDictionary[Runtime, PostgresProbe] = weakref.WeakKeyDictionary()
+
+
+def postgres_probe(runtime: Runtime) -> PostgresProbe:
+    probe = _PROBES.get(runtime)
+    if probe is None:
+        probe = _PROBES[runtime] = PostgresProbe(runtime)
+    return probe
+
+
 async def readiness(
     app: faust.App,
     runtime: Runtime,
@@ -70,14 +117,7 @@ async def readiness(
     timer_process: TimerProcess | None = None,
     caches: Sequence[KeyCache] = (),
 ) -> tuple[bool, dict[str, Any]]:
-    checks: dict[str, Any] = {}
-    try:
-        pool = await asyncio.wait_for(runtime.pool(), timeout=2)
-        async with connection(pool, timeout=2) as conn:
-            await ping(conn, timeout=2)
-        checks["postgres"] = "ok"
-    except Exception as exc:  # readiness reports, it never raises
-        checks["postgres"] = f"error: {type(exc).__name__}"
+    checks: dict[str, Any] = {"postgres": await postgres_probe(runtime).check()}
     checks["clock"] = runtime.clock_problem() or "ok"
     try:
         assigned = app.consumer.assignment()

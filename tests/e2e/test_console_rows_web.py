@@ -68,7 +68,10 @@ def test_list_filter_next_page_and_detail_in_html_and_json(
     assert status == 200 and 'href="/console/rows/calendar/reminders?state=Sent"' in page
 
     tenant_a_sent = [str(r) for r in s.reminders["Sent"] if r in s.tenant_a]
-    path = f"/console/rows/calendar/reminders?state=Sent&tenant={seed.TENANT_A}&limit=2"
+    path = (
+        f"/console/rows/calendar/reminders?state=Sent&tenant={seed.TENANT_A}"
+        f"&owner={seed.OWNER_A}&limit=2"
+    )
     status, first = get(worker, path + "&format=json")
     assert status == 200
     assert first["ids"] == tenant_a_sent[:2]

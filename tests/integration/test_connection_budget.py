@@ -46,9 +46,12 @@ async def test_a_budget_that_fits_passes_and_says_how_many_workers_fit(database_
 
 
 async def test_the_worker_pool_takes_its_size_from_the_budget(database_url: str) -> None:
-    runtime = Runtime(Settings(database_url=database_url, db_max_connections_per_worker=7))
+    runtime = Runtime(Settings(database_url=database_url, db_max_connections_per_worker=8))
     try:
         pool = await runtime.pool()
-        assert pool.get_max_size() == 3  # (7 - 1 LISTEN) // 2 processes
+        assert pool.get_max_size() == 3  # (8 - 1 LISTEN - 1 read) // 2 processes
+        with runtime.reading():
+            read = await runtime.pool()
+        assert read is not pool and read.get_max_size() == 1  # WEB_READ_POOL_SIZE
     finally:
         await runtime.close()

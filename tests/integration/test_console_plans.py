@@ -124,7 +124,7 @@ async def test_scheduler_pages_read_only_their_rows_on_either_plan(pool: asyncpg
             )
             for params in ({"state": state}, {"state": state, "after": encode_cursor(*deep)}):
                 q = listing.query(params)
-                args = (*q.bound, q.end, q.limit + 1, state, q.key_prefix, q.bu)
+                args = (*q.bound, q.end, q.limit + 1, state)
                 for mode in ("auto", "force_generic_plan"):
                     async with conn.transaction():
                         await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
@@ -135,3 +135,56 @@ async def test_scheduler_pages_read_only_their_rows_on_either_plan(pool: asyncpg
                     read, nodes = scheduler_rows_read(json.loads(out)[0]["Plan"])
                     assert read == q.limit + 1, f"{params}, {mode}: {nodes}"
                     assert "Sort" not in nodes, f"{params}, {mode}: {nodes}"
+
+
+class Explaining:
+    """A connection for a listing's page function: EXPLAIN ANALYZE of what it would fetch."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+        self.plans: list[str] = []
+
+    async def fetch(self, query: str, *args: Any) -> list[Any]:
+        self.plans.append(
+            await self.conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", *args)
+        )
+        return []
+
+
+def scheduler_rows_examined(plan: Any) -> int:
+    """Rows the plan's scans of automation.scheduler looked at: returned plus filtered out."""
+    found, stack = 0, [plan]
+    while stack:
+        node = stack.pop()
+        if node.get("Relation Name") == "scheduler":
+            seen = int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
+            found += seen * int(node.get("Actual Loops", 1))
+        stack.extend(node.get("Plans", []))
+    return found
+
+
+async def test_scheduler_filters_that_match_nothing_probe_an_index_not_the_state(
+    pool: asyncpg.Pool,
+) -> None:
+    """A business unit or key prefix matching nothing used to read every row of the state (the
+    filters were checked row by row: 1.24 s per request at 1M Completed rows). Now each is
+    one index range; a prefix matching every row reads the page's rows off the state's index.
+    As rows.page runs them: planned for their values."""
+    async with pool.acquire() as conn:
+        await conn.execute(SCHEDULER_SEED, T0, ROWS)
+        await conn.execute("ANALYZE automation.scheduler")
+        listing = rows.find("automation/scheduler")
+        cases = (
+            ({"bu": "cccccccc-0000-4000-8000-000000000003"}, 0),
+            ({"key_prefix": "nothing-like-this:"}, 0),
+            ({"key_prefix": "reminder:"}, None),  # every row: at most a page's worth read
+            ({"bu": "cccccccc-0000-4000-8000-000000000003", "key_prefix": "reminder:"}, 0),
+        )
+        for params, most in cases:
+            for state in ("Pending", "Completed"):
+                q = listing.query({"state": state, **params})
+                explaining = Explaining(conn)
+                await listing.page(explaining, q)
+                [out] = explaining.plans
+                examined = scheduler_rows_examined(json.loads(out)[0]["Plan"])
+                assert examined <= (q.limit + 1 if most is None else most), (params, state, out)

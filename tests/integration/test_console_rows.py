@@ -97,7 +97,11 @@ async def test_each_state_and_filter_of_calendar_reminders(
     assert await ids(state="Sent") == [str(r) for r in s.reminders["Sent"]]
     assert await ids(state="Skipped") == [str(r) for r in s.reminders["Skipped"]]
     sent_a = [str(r) for r in s.reminders["Sent"] if r in s.tenant_a]
-    assert await ids(state="Sent", tenant=str(seed.TENANT_A)) == sent_a
+    assert await ids(state="Sent", tenant=str(seed.TENANT_A), owner=str(seed.OWNER_A)) == sent_a
+    assert await ids(state="Sent", tenant=str(seed.TENANT_A), owner=str(seed.OWNER_B)) == []
+    assert await ids(state="Retrying", owner=str(seed.OWNER_A)) == [
+        str(r) for r in s.reminders["Retrying"] if r in s.tenant_a
+    ]
     assert await ids(state="Sent", owner=str(seed.OWNER_A)) == sent_a
     assert await ids(state="Sent", owner=str(seed.OWNER_B)) == [
         str(r) for r in s.reminders["Sent"] if r not in s.tenant_a
@@ -117,6 +121,7 @@ async def test_each_state_and_filter_of_calendar_reminders(
         ({"from": "yesterday"}, "from"),
         ({"from": "2026-12-02", "to": "2026-12-01"}, "to"),
         ({"tenant": "not-a-uuid"}, "tenant"),
+        ({"tenant": "aaaaaaaa-0000-4000-8000-000000000001"}, "tenant"),  # no index alone
         ({"bu": "cccccccc-0000-4000-8000-000000000003"}, "bu"),
         ({"after": "garbage!"}, "after"),
         ({"limit": "0"}, "limit"),

@@ -53,7 +53,7 @@ async def test_list_follows_the_cursor_to_the_end_and_show_prints_the_row(
     assert seen == [str(r) for r in sent]
 
     out = rows_cli(database_url, "list", "calendar/reminders", "--state", "Sent", "--json",
-                   "--tenant", str(seed.TENANT_A))  # fmt: skip
+                   "--tenant", str(seed.TENANT_A), "--owner", str(seed.OWNER_A))  # fmt: skip
     assert out.returncode == 0, out.stderr
     page = json.loads(out.stdout)
     assert page["ids"] == [str(r) for r in sent if r in s.tenant_a]

@@ -5,6 +5,7 @@ replay afterwards still sends everything."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import asyncpg
@@ -13,6 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from devkit.kafka import create_topics
 from streams.app import create_worker
+from streams.dlq import browser
 from streams.dlq.browse import browse
 from streams.dlq.replay import replay_dlq
 from streams.dlq.rules import SKIP_NOT_SELECTED, ReplayUsageError
@@ -131,3 +133,50 @@ async def test_the_console_page_and_its_replay_post(
         )
     finally:
         await client.close()
+        await ctx.runtime.close()
+
+
+async def test_the_console_reuses_one_pair_of_clients_and_refuses_a_browse_while_one_runs(
+    topics: Topics, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _fill(topics)
+    started: list[str] = []
+
+    class Consumer(browser.AIOKafkaConsumer):  # type: ignore[misc]
+        async def start(self) -> None:
+            started.append("consumer")
+            await super().start()
+
+    class Admin(browser.AIOKafkaAdminClient):  # type: ignore[misc]
+        async def start(self) -> None:
+            started.append("admin")
+            await super().start()
+
+    monkeypatch.setattr(browser, "AIOKafkaConsumer", Consumer)
+    monkeypatch.setattr(browser, "AIOKafkaAdminClient", Admin)
+    s = topics.settings
+    ctx = create_worker(
+        Settings(
+            database_url=database_url,
+            kafka_bootstrap=s.kafka_bootstrap,
+            topic_prefix=s.topic_prefix,
+            app_id=s.app_id,
+            worker_timer_process=False,
+        )
+    )
+    client = TestClient(TestServer(ctx.app.web.web_app))
+    await client.start_server()
+    url = f"/console/dlq?topic={EVENTS}&format=json"
+    try:
+        for _ in range(3):
+            assert (await client.get(url)).status == 200
+        assert sorted(started) == ["admin", "consumer"]
+        answers = await asyncio.gather(*(client.get(url) for _ in range(20)))
+        statuses = sorted(r.status for r in answers)
+        print(f"20 concurrent browses: {statuses.count(200)} served, {statuses.count(503)} 503")
+        assert set(statuses) <= {200, 503} and statuses.count(503) >= 10
+        assert all(r.headers["Retry-After"] == "1" for r in answers if r.status == 503)
+        assert sorted(started) == ["admin", "consumer"]  # still the first pair: no new logins
+    finally:
+        await client.close()
+        await ctx.runtime.close()

@@ -9,21 +9,23 @@ from streams.connection_budget import plan, problem
 from streams.settings import Settings
 
 
-def test_the_default_budget_is_what_a_worker_used_before() -> None:
+def test_the_default_budget_holds_the_read_pool() -> None:
     p = plan(Settings())
-    assert (p.budget, p.processes, p.pool_size, p.listen, p.total) == (21, 2, 10, 1, 21)
-    assert p.describe() == "21 of 21 (2 pools of 10 + 1 LISTEN)"
+    assert (p.budget, p.processes, p.pool_size, p.read, p.listen, p.total) == (21, 2, 9, 1, 1, 20)
+    assert p.describe() == "20 of 21 (2 pools of 9 + 1 read + 1 LISTEN)"
+    # One more connection gives the pools of 10 a worker had before it had a read pool.
+    assert plan(Settings(db_max_connections_per_worker=22)).pool_size == 10
 
 
 @pytest.mark.parametrize(
     ("budget", "timer_process", "pool_max", "pool", "total"),
     [
-        (11, True, 10, 5, 11),
-        (12, True, 10, 5, 11),  # an odd connection left over is not used
-        (3, True, 10, 1, 3),
-        (11, False, 10, 10, 11),
-        (40, True, 10, 10, 21),  # DB_POOL_MAX_SIZE still caps each pool
-        (40, False, 4, 4, 5),
+        (12, True, 10, 5, 12),
+        (13, True, 10, 5, 12),  # an odd connection left over is not used
+        (4, True, 10, 1, 4),
+        (12, False, 10, 10, 12),
+        (40, True, 10, 10, 22),  # DB_POOL_MAX_SIZE still caps each pool
+        (40, False, 4, 4, 6),
     ],
 )
 def test_pools_are_derived_from_the_budget(
@@ -40,8 +42,8 @@ def test_pools_are_derived_from_the_budget(
 
 
 def test_a_budget_that_leaves_a_process_no_pool_is_refused_naming_the_setting() -> None:
-    with pytest.raises(ValueError, match="DB_MAX_CONNECTIONS_PER_WORKER=2"):
-        plan(Settings(db_max_connections_per_worker=2))
+    with pytest.raises(ValueError, match=r"DB_MAX_CONNECTIONS_PER_WORKER=3 .*WEB_READ_POOL_SIZE"):
+        plan(Settings(db_max_connections_per_worker=3))
 
 
 def test_the_check_names_the_budget_and_the_server_settings() -> None:

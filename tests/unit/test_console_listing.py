@@ -23,6 +23,7 @@ from streams.console.listing import (
     encode_cursor,
     parse_instant,
     plain,
+    prefix_range,
 )
 
 T = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -165,3 +166,45 @@ def test_plain_values_are_json_able() -> None:
         "at": T.isoformat(),
         "n": [1, "2026-12-01"],
     }
+
+
+@given(st.text(min_size=1, max_size=6), st.text(max_size=6))
+def test_a_prefix_range_holds_exactly_the_strings_that_start_with_it(
+    prefix: str, tail: str
+) -> None:
+    """In code point order (PostgreSQL's "C" on UTF-8), which Python's str order is."""
+    if all(c == "\U0010ffff" for c in prefix):
+        with pytest.raises(FilterError):
+            prefix_range(prefix)
+        return
+    first, past = prefix_range(prefix)
+    assert first <= prefix + tail < past
+    other = tail + prefix
+    assert (first <= other < past) == other.startswith(prefix)
+    past.encode()  # never a lone surrogate: PostgreSQL takes it
+
+
+def test_key_prefix_is_checked_and_tenant_needs_an_owner() -> None:
+    scheduler = rows.find("automation/scheduler")
+    for bad in ("a\x00b", "\U0010ffff"):
+        with pytest.raises(FilterError) as refused:
+            scheduler.query({"key_prefix": bad})
+        assert refused.value.param == "key_prefix"
+    reminders = rows.find("calendar/reminders")
+    with pytest.raises(FilterError, match="only together with owner") as refused:
+        reminders.query({"tenant": str(uuid4())})
+    assert refused.value.param == "tenant"
+    both = reminders.query({"tenant": str(uuid4()), "owner": str(uuid4())})
+    assert both.tenant is not None and both.owner is not None
+
+
+def test_every_offered_filter_is_declared_served() -> None:
+    """A listing's filters are those its statements serve with an index (docs/console.md):
+    adding one means adding its index and statement, and this list."""
+    served = {
+        "calendar/reminders": (("tenant", "owner"), (("tenant", "owner"),)),
+        "automation/scheduler": (("bu", "key_prefix"), ()),
+        "profile/expiry-markers": (("owner",), ()),
+        "profile/expiry-runs": ((), ()),
+    }
+    assert {x.name: (x.filters, x.requires) for x in rows.declared()} == served

@@ -382,24 +382,12 @@ def test_every_env_name_is_a_setting_or_documented(helm: Path) -> None:
     from streams.settings import all_fields
 
     known = {name.upper() for name in all_fields()}
-    # The other engineer's Kafka security settings (issue 23, items 1-3) and the pod's name.
-    pending = {
-        "KAFKA_SECURITY_PROTOCOL",
-        "KAFKA_SASL_MECHANISM",
-        "KAFKA_SASL_USERNAME",
-        "KAFKA_SASL_PASSWORD",
-        "KAFKA_SSL_CAFILE",
-        "KAFKA_REPLICATION_FACTOR",
-        "KAFKA_MIN_INSYNC_REPLICAS",
-        # The read pages' token: the console's read pool is another change in flight.
-        "WEB_READ_TOKEN",
-    }
     # libpq's TLS variables, read by asyncpg itself; the extraEnv example of HARDENED.
     driver = {"PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "OTEL_EXPORTER_OTLP_ENDPOINT"}
     names = set(iter_env_names(render(helm, SASL_SSL))) | set(
         iter_env_names(render(helm, HARDENED))
     )
-    assert names - known - pending - driver - {"POD_NAME"} == set()
+    assert names - known - driver - {"POD_NAME"} == set()
 
 
 # What production tunes: the chart passes them, and its defaults are the code's.

@@ -8,7 +8,7 @@ from typing import Any
 from db import scheduler_console as repo
 from db.connector import connection
 from streams.console.lineage import records_of
-from streams.console.listing import Listing, Query
+from streams.console.listing import Listing, Query, prefix_range
 from streams.runtime import Runtime
 
 STATUSES = ("Pending", "Processing", "Completed", "Failed", "Deactivated", "Cancelled")
@@ -17,7 +17,13 @@ STATUSES = ("Pending", "Processing", "Completed", "Failed", "Deactivated", "Canc
 async def page(conn: Any, q: Query) -> list[dict[str, Any]]:
     if q.state == "OnHold":
         return await repo.on_hold(conn, q.bound, q.end, q.limit, q.key_prefix, q.bu)
-    return await repo.page(conn, q.state, q.bound, q.end, q.limit, q.key_prefix, q.bu)
+    # Each filter on its own index (db/queries/scheduler_console.sql).
+    keys = prefix_range(q.key_prefix) if q.key_prefix is not None else None
+    if q.bu is not None:
+        return await repo.page_by_business_unit(conn, q.state, q.bound, q.end, q.limit, q.bu, keys)
+    if keys is not None:
+        return await repo.page_by_key_prefix(conn, q.state, q.bound, q.end, q.limit, keys)
+    return await repo.page(conn, q.state, q.bound, q.end, q.limit)
 
 
 async def counts(conn: Any, cap: int) -> dict[str, int]:

@@ -14,7 +14,11 @@ from streams.runtime import Runtime
 
 
 async def page(conn: Any, q: Query) -> list[dict[str, Any]]:
-    args = (q.bound, q.end, q.limit, q.tenant, q.owner)
+    if q.owner is not None:
+        return await repo.console_by_owner(
+            conn, q.state, q.bound, q.end, q.limit, q.tenant, q.owner
+        )
+    args = (q.bound, q.end, q.limit, None, None)
     if q.state == "Pending":
         return await repo.console_pending(conn, *args)
     if q.state == "Retrying":
@@ -73,6 +77,7 @@ REMINDERS = Listing(
     counts=counts,
     detail=detail,
     filters=("tenant", "owner"),
+    requires=(("tenant", "owner"),),
     about="One row per (event, offset, due time); Retrying: Pending rows whose dispatch "
     "failed (poison rows, backing off until next_attempt_at).",
 )
