@@ -183,9 +183,10 @@ class SliceMachine(RuleBasedStateMachine):
 
     @rule(w=W, i=st.integers(0, 15))
     def send_a_request_again(self, w: int, i: int) -> None:
-        """The operator's request again (a double click, a retried POST, the CLI re-run)."""
+        """The operator's request again (a double click, a retried POST, the CLI re-run):
+        the latest one most often (``i`` = 0), an older one now and then."""
         if self.requests:
-            self.act(w, i % len(self.requests))
+            self.act(w, len(self.requests) - 1 - i % len(self.requests))
         self.after()
 
     def act(self, w: int, request: int) -> None:
@@ -197,7 +198,8 @@ class SliceMachine(RuleBasedStateMachine):
     @rule(w=W)
     def pause_the_failing_job(self, w: int) -> None:
         """An operator pauses the schedule whose run just failed (or was handed back)."""
-        failed = [r.record.schedule for _, r, _ in self.ran if r.record.result != "ok"]
+        ended = ("failed", "timeout", "cancelled")
+        failed = [r.record.schedule for _, r, _ in self.ran if r.record.result in ended]
         failed = [s for s in failed if s in self.PAUSABLE]
         if failed:
             self.run(set_pause(self.workers[w], failed[-1], True))

@@ -68,9 +68,9 @@ ENV = {
     "TIMER_AUTOMATION_RECONCILE_REMINDERS_INTERVAL_SECONDS": "600",
     "TIMER_AUTOMATION_RECONCILE_REMINDERS_MISFIRE": "coalesce",
     "TIMER_TABLE_RETENTION_INTERVAL_SECONDS": "600",
-    # A failed slot is tried again within its 10 minutes.
-    "TIMER_AUTOMATION_RECONCILE_REMINDERS_RETRY_BACKOFF_SECONDS": "30",
-    "TIMER_TABLE_RETENTION_RETRY_BACKOFF_SECONDS": "30",
+    # A failed slot is tried again a second later (within its 10 minutes).
+    "TIMER_AUTOMATION_RECONCILE_REMINDERS_RETRY_BACKOFF_SECONDS": "1",
+    "TIMER_TABLE_RETENTION_RETRY_BACKOFF_SECONDS": "1",
     # Jobs no finding is about, off: each step costs less, so more examples fit.
     "TIMER_OUTBOX_RETENTION_ENABLED": "false",
     "TIMER_SLOT_PRUNE_ENABLED": "false",

@@ -45,7 +45,7 @@ pytestmark = pytest.mark.integration
 DISPATCH = "calendar-dispatch"
 ENV = {
     "TIMER_TABLE_RETENTION_INTERVAL_SECONDS": "600",
-    "TIMER_TABLE_RETENTION_RETRY_BACKOFF_SECONDS": "30",
+    "TIMER_TABLE_RETENTION_RETRY_BACKOFF_SECONDS": "1",
     # Jobs no check is about, off: each step costs less, so more examples fit.
     "TIMER_OUTBOX_RETENTION_ENABLED": "false",
     "TIMER_SLOT_PRUNE_ENABLED": "false",
