@@ -8,8 +8,8 @@ handed back. The reference model (automation_model.py) says which effects must e
 outbox is the output.
 
 Each finding of the review has its own invariant and its own test (``CHECKS``), so a failure
-names the finding it is; ``test_automation_settles`` checks the rest (at most once, only while
-wanted, and at a settle point: exactly once when due, no row stuck)."""
+names the finding it is; ``test_automation[settles]`` checks the rest (at most once, only while
+wanted; at a settle point: sent when due and wanted throughout, no row stuck)."""
 
 from __future__ import annotations
 
