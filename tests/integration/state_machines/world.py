@@ -47,7 +47,7 @@ T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
 # --- settings: a CI profile, and a long one chosen by STATE_MACHINE_EXAMPLES -----------------
 
-CI_EXAMPLES = 25
+CI_EXAMPLES = 60
 EXAMPLES = int(os.environ.get("STATE_MACHINE_EXAMPLES", CI_EXAMPLES))
 LONG = EXAMPLES > CI_EXAMPLES
 # pytest-timeout's limit per test: none for a long run.
