@@ -12,7 +12,8 @@ export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
 export DATABASE_URL ?= postgresql://reminders@127.0.0.1:$(PG_PORT)/reminders
 
 .PHONY: help install stack-up stack-down stack-status migrate topics worker demo lint typecheck \
-        helm chart lock test test-unit test-integration test-e2e test-faults bench bench-console schema contracts clean
+        helm chart lock test test-unit test-integration test-e2e test-faults \
+        test-state-machines test-state-machines-long bench bench-console schema contracts clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -72,6 +73,13 @@ test-integration: install stack-up
 
 test-e2e: install stack-up
 	$(VENV)/bin/pytest tests/e2e
+
+STATE_MACHINE_EXAMPLES_LONG ?= 500
+test-state-machines: install stack-up ## the slices' state machines (tests/integration/state_machines/), CI's number of examples
+	$(VENV)/bin/pytest tests/integration/state_machines -p no:randomly
+
+test-state-machines-long: install stack-up ## the same, nightly-style: STATE_MACHINE_EXAMPLES_LONG examples per test (default 500)
+	STATE_MACHINE_EXAMPLES=$(STATE_MACHINE_EXAMPLES_LONG) $(VENV)/bin/pytest tests/integration/state_machines -p no:randomly
 
 test-faults: install stack-up ## only the fault matrix (its own Kafka + durable PostgreSQL; about 6 minutes)
 	$(VENV)/bin/pytest tests/e2e -m faults -s
