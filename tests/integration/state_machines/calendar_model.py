@@ -10,8 +10,8 @@ in minutes. Rules it follows:
   DueAt); one already due is never created late.
 - A reminder is sent at most once, only while its event's current state wants it, and never
   before its DueAt in database (true) time (the claim is ``DueAt < AsOf``).
-- An operator's cancel stands until a newer Version of the event that still wants the
-  reminder arrives (documented with the console's cancel).
+- An operator's cancel stands until an operator reopens it: no input (a newer Version that
+  still wants the reminder, a replay) makes it Pending again (docs/console.md).
 - A reminder wanted continuously from a state that created it until the end is sent (exactly
   once) by then.
 """
@@ -58,9 +58,8 @@ class CalendarModel:
                 self.live[ident] = False
         for ident in wanted:
             if ident[0] == event and ident[2] >= occurred_at:
-                # Created, or made Pending again (a cancelled one too: a newer Version).
+                # Created, or made Pending again; an operator's cancel stays.
                 self.live[ident] = True
-                self.cancelled.pop(ident, None)
         return True
 
     def wanted(self) -> set[Identity]:

@@ -226,7 +226,7 @@ class CalendarMachine(SliceMachine):
             )
 
     def check_cancel(self) -> None:
-        """An operator's cancel stands until a newer Version that wants the reminder."""
+        """An operator's cancel stands: no input makes the reminder Pending again."""
         for step, record, ident, _ in self.sent:
             cancelled = self.model.cancelled.get(ident)
             assert cancelled is None or step < cancelled, (

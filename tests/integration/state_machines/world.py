@@ -26,7 +26,7 @@ from db import timer_pauses
 from db.connector import transaction
 from db.timers import TimerRepository
 from streams import slices
-from streams.clock import Clock, ManualClock
+from streams.clock import Clock, DatabaseClock, ManualClock
 from streams.console.perform import Done, lookup, perform
 from streams.maintenance.schedules import maintenance_schedules
 from streams.runtime import Runtime
@@ -110,11 +110,14 @@ def worker_clock(true_clock: ManualClock, skew: timedelta) -> Clock:
     """The clock of one simulated worker, and so the ``as_of`` of its timers, runners, inputs
     and console actions: the ONE place the machines build it.
 
-    Today a worker reads its own local clock, so a worker whose clock is ``skew`` off passes
-    ``as_of = true time + skew``. Once production synchronizes a worker's clock with
-    PostgreSQL's (database time measured at a sync, plus monotonic time since), this returns
-    that production clock built over ``SkewedClock(true_clock, skew)`` as its local clock."""
-    return SkewedClock(true_clock, skew)
+    Production's clock (``DatabaseClock``) over the worker's own clock, which is ``skew`` off
+    the true time, after one reading of the database's time; here the database's time is the
+    machine's true clock (``streams/clock_sync.py`` reads PostgreSQL's in a worker)."""
+    local = SkewedClock(true_clock, skew)
+    clock = DatabaseClock(local)
+    mono = local.monotonic()
+    clock.observe(true_clock.now(), mono, mono, local.now())
+    return clock
 
 
 # --- one simulated worker -----------------------------------------------------------------
@@ -308,6 +311,8 @@ async def console(worker: Worker, listing: str, action: str, target: str, reques
         "operator",
         f"state machine request {request}",
         worker.clock.now(),
+        # The same request sent again carries its id (the form's hidden field, the CLI's).
+        request_id=f"state-machine-{request}",
     )
 
 
