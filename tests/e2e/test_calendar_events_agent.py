@@ -295,6 +295,7 @@ async def test_status_views_show_agents_tables_timers_and_outbox(stack: dict[str
         "timer-slot-prune",
         "automation-scheduler",
         "automation-stale-cleanup",
+        "automation-fanout",
         "worker-heartbeat",
         "automation-reconcile-reminders",
         "automation-reconcile-reports",

@@ -14,7 +14,10 @@ from streams.settings import ConfigError, Settings, load_settings
 CA = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
 
 
-def test_plaintext_is_the_default_and_has_no_credentials() -> None:
+def test_plaintext_is_the_default_and_has_no_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP", raising=False)  # the Makefile exports the stack's
     s = Settings()
     assert client_options(s) == {
         "bootstrap_servers": "127.0.0.1:19092",
